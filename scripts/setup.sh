@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian machine for sphere_tf: the Fashion-MNIST Debian package
+# and a virtualenv at .venv with an editable install and the test extras.
+# Idempotent: re-running it only installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ ! -d /usr/share/datasets/fashion-mnist ]; then
+  if command -v apt-get >/dev/null 2>&1; then
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq dataset-fashion-mnist >/dev/null
+  else
+    echo "setup: apt-get not found; Fashion-MNIST will come from keras.datasets" >&2
+  fi
+fi
+
+PYTHON="${PYTHON:-python3.11}"
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+if ! .venv/bin/python -c "import sphere_tf, pytest, hypothesis" >/dev/null 2>&1 \
+   || [ setup.py -nt .venv/.installed ]; then
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  .venv/bin/python -m pip install -q -e ".[test]"
+  touch .venv/.installed
+fi

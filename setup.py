@@ -1,0 +1,31 @@
+"""sphere_tf: deep learning on the hypersphere for Keras 3 / TensorFlow 2."""
+
+import setuptools
+
+setuptools.setup(
+    name="sphere_tf",
+    version="0.1.0",
+    description=(
+        "SphereNet, DCNet, angular-margin losses, MHE/CoMHE, OPT and ConvNorm "
+        "for Keras 3 / TensorFlow 2."
+    ),
+    python_requires=">=3.11,<3.12",
+    packages=setuptools.find_packages(include=["sphere_tf", "sphere_tf.*", "trainers", "configs", "configs.*"]),
+    install_requires=[
+        "tensorflow-cpu==2.21.*",
+        "keras>=3.12,<4",
+        "absl-py",
+        "ml_collections",
+        "numpy",
+        # tensorflow-datasets imports importlib_resources without declaring it.
+        "tensorflow-datasets",
+        "importlib_resources",
+        "cleverhans==4.0.0",
+    ],
+    extras_require={
+        # GPU hosts: the full wheel (pip install -e .[gpu] then uninstall tensorflow-cpu).
+        "gpu": ["tensorflow[and-cuda]==2.21.*"],
+        "test": ["pytest", "pytest-xdist", "hypothesis", "matplotlib"],
+        "examples": ["matplotlib"],
+    },
+)

@@ -1,0 +1,10 @@
+"""sphere_tf: deep learning on the hypersphere for Keras 3 / TensorFlow 2.
+
+Subpackages: `ops` (pure maths), `layers`, `losses`, `regularizers`, `metrics`,
+`callbacks`, `energy`, `training`, `models`, `data`, `attacks`, `export`.
+"""
+
+from sphere_tf import layers
+from sphere_tf import ops
+
+__version__ = "0.1.0"

@@ -1,0 +1,102 @@
+"""Magnitude functions h(‖x‖) of DCNet's decoupled operators [D-4..10, D-19..21].
+
+A decoupled operator is ``f_d(w, x) = h(‖w‖, ‖x‖) · g(θ)`` [D-3]; unweighted
+operators drop ‖w‖, so h is a function of the patch norm alone. Operators with a
+radius take ``radius = ρ · E{‖x‖}``, the implemented form of DCNet's appendix
+[D-19..21] (the layer owns ρ and the running mean E{‖x‖}).
+
+Each function takes float32 tensors and returns a float32 tensor broadcastable
+to ``x_norm``. A new operator is one function and one `MAGNITUDE_FNS` entry.
+"""
+
+import dataclasses
+from typing import Callable, Optional
+
+from keras import ops
+
+
+def sphere(x_norm, radius, alpha, beta):
+    """SphereConv  h = α   [D-4]; α = 1 is SphereNet."""
+    del radius, beta
+    return alpha * ops.ones_like(x_norm)
+
+
+def ball(x_norm, radius, alpha, beta):
+    """BallConv  h = α·min(‖x‖, r)/r   [D-5], r = ρ·E{‖x‖} [D-20]."""
+    del beta
+    return alpha * ops.minimum(x_norm, radius) / radius
+
+
+def tanh(x_norm, radius, alpha, beta):
+    """TanhConv  h = α·tanh(‖x‖/r)   [D-6], r = ρ·E{‖x‖} [D-19]."""
+    del beta
+    return alpha * ops.tanh(x_norm / radius)
+
+
+def linear(x_norm, radius, alpha, beta):
+    """LinearConv  h = α‖x‖   [D-7]."""
+    del radius, beta
+    return alpha * x_norm
+
+
+def seg(x_norm, radius, alpha, beta):
+    """SegConv  h = α‖x‖ for ‖x‖ ≤ r, β‖x‖ + αr − βr beyond   [D-8], [D-21].
+
+    Written as ``α·min(‖x‖, r) + β·max(‖x‖ − r, 0)``, the same continuous
+    function with one branch-free expression (upstream: α = 1, β = 0.5).
+    """
+    return alpha * ops.minimum(x_norm, radius) + beta * ops.relu(x_norm - radius)
+
+
+def log(x_norm, radius, alpha, beta):
+    """LogConv  h = α·log(1 + ‖x‖)   [D-9]."""
+    del radius, beta
+    return alpha * ops.log1p(x_norm)
+
+
+def mix(x_norm, radius, alpha, beta):
+    """MixConv  h = α‖x‖ + β·log(1 + ‖x‖)   [D-10]."""
+    del radius
+    return alpha * x_norm + beta * ops.log1p(x_norm)
+
+
+@dataclasses.dataclass(frozen=True)
+class Magnitude:
+    """A registry entry: the function and which hyperparameters it reads."""
+
+    fn: Callable
+    has_radius: bool = False
+    # None: β is not used and passing one is an error; else the DCNet default [D App B].
+    default_beta: Optional[float] = None
+    bounded: bool = False
+
+
+MAGNITUDE_FNS = {
+    "sphere": Magnitude(sphere, bounded=True),
+    "ball": Magnitude(ball, has_radius=True, bounded=True),
+    "tanh": Magnitude(tanh, has_radius=True, bounded=True),
+    "linear": Magnitude(linear),
+    "seg": Magnitude(seg, has_radius=True, default_beta=0.5),
+    "log": Magnitude(log),
+    "mix": Magnitude(mix, default_beta=1.0),
+}
+
+
+def register_magnitude(name, magnitude):
+    """Adds a `Magnitude` entry; taken names raise `KeyError`."""
+    if name in MAGNITUDE_FNS:
+        raise KeyError(f"Magnitude function {name!r} is already registered.")
+    if not isinstance(magnitude, Magnitude):
+        raise TypeError(f"Expected a `Magnitude`, received {magnitude!r}.")
+    MAGNITUDE_FNS[name] = magnitude
+
+
+def get_magnitude(identifier):
+    """Resolves a registry name to its `Magnitude` entry."""
+    if isinstance(identifier, Magnitude):
+        return identifier
+    if identifier not in MAGNITUDE_FNS:
+        raise ValueError(
+            f"Unknown magnitude function {identifier!r}; expected one of {sorted(MAGNITUDE_FNS)}."
+        )
+    return MAGNITUDE_FNS[identifier]

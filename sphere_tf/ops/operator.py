@@ -1,0 +1,69 @@
+"""The decoupled operator response f_d = h(‖w‖, ‖x‖)·g(θ)   [D-3].
+
+`decoupled_response` is the single place where magnitude, angular activation and
+kernel weighting combine; SphereConv2D, DecoupledConv2D, SphereDense and
+DecoupledDense all call it with the cosine and norms of their own geometry.
+"""
+
+from keras import ops
+
+from sphere_tf.ops import angular as angular_lib
+from sphere_tf.ops import magnitude as magnitude_lib
+
+# Kernel weighting [D §3.5]: None (standard operators use ŵ only), 'linear'
+# (h·‖w‖), 'nonlinear' (eq. 15, ‖w‖ inside the tanh) and 'nonlinear_separate'
+# (eq. 16, a second tanh of ‖w‖).
+WEIGHTINGS = (None, "linear", "nonlinear", "nonlinear_separate")
+# The paper defines the nonlinear weightings for TanhConv only.
+NONLINEAR_WEIGHTINGS = ("nonlinear", "nonlinear_separate")
+
+
+def decoupled_response(
+    cos_theta,
+    x_norm,
+    w_norm=None,
+    magnitude="tanh",
+    angular="cosine",
+    alpha=1.0,
+    beta=None,
+    radius=None,
+    k=None,
+    weighted=None,
+    weight_radius=None,
+):
+    """Decoupled operator output from cos θ and the norms, all float32.
+
+    ```
+    standard            f = h(‖x‖)·g(θ)                                  [D-3]
+    weighted='linear'   f = ‖w‖·h(‖x‖)·g(θ)                              [D §3.5]
+    'nonlinear'         f = α·tanh(‖w‖‖x‖ / r)·g(θ)                       [D-15]
+    'nonlinear_separate' f = α·tanh(‖w‖ / ρ_w)·tanh(‖x‖ / r)·g(θ)        [D-16]
+    ```
+
+    Args:
+        cos_theta: float32 tensor `(..., units)` of cosines.
+        x_norm: float32 tensor broadcastable to `cos_theta`, the patch norms.
+        w_norm: float32 tensor `(units,)`, kernel norms; needed when `weighted`.
+        magnitude: registry name or `magnitude.Magnitude`.
+        angular: registry name or callable `g(cos_theta, k)`.
+        alpha, beta: floats, the magnitude hyperparameters.
+        radius: float32 tensor broadcastable to `cos_theta`, r = ρ·E{‖x‖},
+            for magnitudes with a radius.
+        k: float or float32 tensor `(units,)`, the sigmoid parameter.
+        weighted: one of `WEIGHTINGS`.
+        weight_radius: float32 tensor `(units,)`, ρ_w of eq. 16.
+
+    Returns:
+        float32 tensor of the shape of `cos_theta`.
+    """
+    mag = magnitude_lib.get_magnitude(magnitude)
+    g = angular_lib.get_angular_fn(angular)(cos_theta, k)
+    if weighted == "nonlinear":
+        h = mag.fn(x_norm * w_norm, radius, alpha, beta)
+    else:
+        h = mag.fn(x_norm, radius, alpha, beta)
+    if weighted == "linear":
+        h = h * w_norm
+    elif weighted == "nonlinear_separate":
+        h = h * ops.tanh(w_norm / weight_radius)
+    return h * g
