@@ -4,6 +4,7 @@ Subpackages: `ops` (pure maths), `layers`, `losses`, `regularizers`, `metrics`,
 `callbacks`, `energy`, `training`, `models`, `data`, `attacks`, `export`.
 """
 
+from sphere_tf import data
 from sphere_tf import layers
 from sphere_tf import ops
 

@@ -1,0 +1,105 @@
+"""Shared pieces of the benchmarks: the 9-layer CNN and a train-step timer.
+
+Every benchmark times its cases side by side in one process and reports ratios
+to a baseline measured in the same run, never absolute targets.
+"""
+
+import json
+import platform
+import statistics
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+
+def cnn9(conv_factory, input_shape=(32, 32, 3), widths=(64, 96, 128), num_classes=10, dense=256):
+    """SphereNet's CNN-9: 3 stages of 3 conv 3×3 + BN + ReLU, max-pool, dense 256, 10 classes.
+
+    Args:
+        conv_factory: callable `(filters) -> layer` for a 3×3 'same' convolution.
+    """
+    model = keras.Sequential([keras.Input(input_shape)])
+    for width in widths:
+        for _ in range(3):
+            model.add(conv_factory(width))
+            model.add(keras.layers.BatchNormalization())
+            model.add(keras.layers.ReLU())
+        model.add(keras.layers.MaxPooling2D(2))
+    model.add(keras.layers.Flatten())
+    model.add(keras.layers.Dense(dense, activation="relu"))
+    model.add(keras.layers.Dense(num_classes))
+    return model
+
+
+def make_train_step(model, optimizer=None, jit_compile=False, loss_fn=None):
+    """A `tf.function` train step (forward, loss incl. regularization, backward, update)."""
+    optimizer = optimizer or keras.optimizers.Adam(1e-3)
+    loss_fn = loss_fn or keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    @tf.function(jit_compile=jit_compile)
+    def step(x, y):
+        with tf.GradientTape() as tape:
+            logits = model(x, training=True)
+            loss = loss_fn(y, logits)
+            if model.losses:
+                loss = loss + tf.add_n(model.losses)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    return step
+
+
+def make_forward(model, jit_compile=False):
+    @tf.function(jit_compile=jit_compile)
+    def forward(x):
+        return model(x, training=False)
+
+    return forward
+
+
+def time_fn(fn, args, num_warmup=3, num_iters=10):
+    """Median and p90 wall time (s) of `fn(*args)`, forcing completion each call."""
+    for _ in range(num_warmup):
+        _block(fn(*args))
+    times = []
+    for _ in range(num_iters):
+        start = time.perf_counter()
+        _block(fn(*args))
+        times.append(time.perf_counter() - start)
+    times.sort()
+    return {"median_s": statistics.median(times), "p90_s": times[min(len(times) - 1, int(0.9 * len(times)))]}
+
+
+def _block(result):
+    for t in tf.nest.flatten(result):
+        if hasattr(t, "numpy"):
+            t.numpy()
+
+
+def random_batch(batch_size, image_shape=(32, 32, 3), num_classes=10, seed=0):
+    rng = np.random.default_rng(seed)
+    x = tf.constant(rng.standard_normal((batch_size,) + tuple(image_shape)).astype(np.float32))
+    y = tf.constant(rng.integers(0, num_classes, batch_size).astype(np.int32))
+    return x, y
+
+
+def environment():
+    return {
+        "device": "cpu",
+        "machine": platform.machine(),
+        "tf": tf.__version__,
+        "keras": keras.__version__,
+        "threads": tf.config.threading.get_intra_op_parallelism_threads(),
+    }
+
+
+def write_results(rows, results_file=None):
+    lines = [json.dumps(row, sort_keys=True) for row in rows]
+    if results_file:
+        with open(results_file, "w") as f:
+            f.write("\n".join(lines) + "\n")
+    for line in lines:
+        print(line)

@@ -1,0 +1,5 @@
+"""Data loaders that work from local files; nothing downloads unless asked."""
+
+from sphere_tf.data import fashion_mnist
+from sphere_tf.data.fashion_mnist import DataNotFoundError
+from sphere_tf.data.fashion_mnist import load_fashion_mnist

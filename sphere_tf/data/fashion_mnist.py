@@ -1,0 +1,133 @@
+"""Fashion-MNIST from local idx files, with `keras.datasets` as the fallback.
+
+The Debian package `dataset-fashion-mnist` installs the original gzipped idx
+files in `/usr/share/datasets/fashion-mnist`; they are read directly, with their
+headers checked. Only if they are missing does the loader ask
+`keras.datasets.fashion_mnist` (which downloads unless Keras has cached it), and
+if both fail the error names both places.
+"""
+
+import gzip
+import os
+import struct
+
+import numpy as np
+
+DEBIAN_DIR = "/usr/share/datasets/fashion-mnist"
+FILES = {
+    "train_images": "train-images-idx3-ubyte.gz",
+    "train_labels": "train-labels-idx1-ubyte.gz",
+    "test_images": "t10k-images-idx3-ubyte.gz",
+    "test_labels": "t10k-labels-idx1-ubyte.gz",
+}
+CLASS_NAMES = (
+    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+    "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
+)
+# idx magic numbers: 0x0803 = unsigned byte, 3 dims; 0x0801 = unsigned byte, 1 dim.
+_IMAGES_MAGIC = 2051
+_LABELS_MAGIC = 2049
+
+
+class DataNotFoundError(FileNotFoundError):
+    """No usable copy of a data set was found; the message lists where we looked."""
+
+
+def read_idx(path):
+    """Reads one (optionally gzipped) idx file of unsigned bytes into a NumPy array.
+
+    Raises:
+        ValueError: the file is not an idx file of the expected size.
+    """
+    opener = gzip.open if path.endswith(".gz") else open
+    try:
+        with opener(path, "rb") as f:
+            data = f.read()
+    except (OSError, EOFError) as e:
+        raise ValueError(f"{path}: cannot read an idx file ({e}).") from e
+    if len(data) < 8:
+        raise ValueError(f"{path}: {len(data)} bytes is too short for an idx header.")
+    magic = struct.unpack(">I", data[:4])[0]
+    if magic not in (_IMAGES_MAGIC, _LABELS_MAGIC):
+        raise ValueError(
+            f"{path}: bad idx magic number {magic:#x}; expected {_IMAGES_MAGIC:#x} (images) "
+            f"or {_LABELS_MAGIC:#x} (labels)."
+        )
+    ndim = magic & 0xFF
+    dims = struct.unpack(">" + "I" * ndim, data[4 : 4 + 4 * ndim])
+    payload = data[4 + 4 * ndim :]
+    expected = int(np.prod(dims))
+    if len(payload) != expected:
+        raise ValueError(
+            f"{path}: header says shape {dims} ({expected} bytes) but the file holds "
+            f"{len(payload)} bytes; the file is truncated or corrupt."
+        )
+    return np.frombuffer(payload, dtype=np.uint8).reshape(dims)
+
+
+def load_idx_dir(data_dir):
+    """Reads the four Fashion-MNIST idx files from `data_dir`.
+
+    Returns:
+        `((x_train, y_train), (x_test, y_test))`, uint8 images (N, 28, 28), uint8 labels.
+
+    Raises:
+        DataNotFoundError: a file is missing.
+        ValueError: a file is corrupt or the counts do not match.
+    """
+    paths = {key: os.path.join(data_dir, name) for key, name in FILES.items()}
+    missing = [p for p in paths.values() if not os.path.exists(p)]
+    if missing:
+        raise DataNotFoundError(f"Missing Fashion-MNIST idx files: {', '.join(missing)}")
+    arrays = {key: read_idx(path) for key, path in paths.items()}
+    for split in ("train", "test"):
+        images, labels = arrays[f"{split}_images"], arrays[f"{split}_labels"]
+        if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
+            raise ValueError(
+                f"{data_dir}: {split} images {images.shape} and labels {labels.shape} do not match."
+            )
+    return (
+        (arrays["train_images"], arrays["train_labels"]),
+        (arrays["test_images"], arrays["test_labels"]),
+    )
+
+
+def load_fashion_mnist(data_dir=None, allow_keras_fallback=True):
+    """Loads Fashion-MNIST: local idx files first, then `keras.datasets`.
+
+    Args:
+        data_dir: str or None, a folder with the four idx files; default the
+            Debian package's folder (or `$SPHERE_TF_FASHION_MNIST_DIR` if set).
+        allow_keras_fallback: bool, ask `keras.datasets.fashion_mnist` when the
+            files are missing.
+
+    Returns:
+        `((x_train, y_train), (x_test, y_test))` as uint8 NumPy arrays,
+        images `(N, 28, 28)`.
+
+    Raises:
+        DataNotFoundError: neither source worked; the message names both.
+        ValueError: local files exist but are corrupt (never silently replaced).
+    """
+    data_dir = data_dir or os.environ.get("SPHERE_TF_FASHION_MNIST_DIR") or DEBIAN_DIR
+    try:
+        return load_idx_dir(data_dir)
+    except DataNotFoundError as local_error:
+        if not allow_keras_fallback:
+            raise
+        try:
+            import keras  # pylint: disable=import-outside-toplevel
+
+            return keras.datasets.fashion_mnist.load_data()
+        except Exception as keras_error:  # network errors come in many types
+            raise DataNotFoundError(
+                "Fashion-MNIST not found. Looked for the idx files "
+                f"({', '.join(FILES.values())}) in {data_dir} ({local_error}; install the Debian "
+                "package `dataset-fashion-mnist` or pass data_dir), then asked "
+                f"keras.datasets.fashion_mnist, which failed: {keras_error!r}"
+            ) from keras_error
+
+
+def as_float_images(images):
+    """uint8 (N, 28, 28) → float32 (N, 28, 28, 1) scaled as upstream: (x − 127.5)/128."""
+    return ((images.astype(np.float32) - 127.5) / 128.0)[..., None]
