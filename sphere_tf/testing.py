@@ -1,0 +1,155 @@
+"""Small public helpers for testing sphere_tf layers (and layers built on them).
+
+Import as ``from sphere_tf import testing``. The helpers compare against
+independent references only: a save/load round trip against the live model,
+and `numpy_patches` as the explicit-loop patch extraction for NumPy references
+of convolution-like operators.
+"""
+
+import os
+
+import keras
+import numpy as np
+
+
+def _to_numpy(x):
+    if isinstance(x, dict):
+        return {k: _to_numpy(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_to_numpy(v) for v in x]
+    return keras.ops.convert_to_numpy(x)
+
+
+def _assert_outputs_close(actual, expected, rtol, atol):
+    actual, expected = _to_numpy(actual), _to_numpy(expected)
+    if isinstance(expected, dict):
+        assert sorted(actual) == sorted(expected)
+        for key in expected:
+            np.testing.assert_allclose(actual[key], expected[key], rtol=rtol, atol=atol)
+    elif isinstance(expected, list):
+        assert len(actual) == len(expected)
+        for a, e in zip(actual, expected):
+            np.testing.assert_allclose(a, e, rtol=rtol, atol=atol)
+    else:
+        np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol)
+
+
+def assert_keras_roundtrip(model, inputs, tmp_dir, rtol=1e-6, atol=1e-6):
+    """Saves `model` to a `.keras` file, reloads it and compares inference outputs.
+
+    No `custom_objects` are passed: every sphere_tf object must be registered
+    serializable. Non-trainable state (e.g. the E{‖x‖} moving averages) is
+    compared implicitly through the inference outputs.
+
+    Args:
+        model: a built `keras.Model`.
+        inputs: inputs accepted by `model(inputs, training=False)`.
+        tmp_dir: str or path-like, a directory to write into.
+        rtol, atol: floats, tolerances of `np.testing.assert_allclose`.
+
+    Returns:
+        The reloaded model.
+    """
+    path = os.path.join(str(tmp_dir), "model.keras")
+    model.save(path)
+    reloaded = keras.saving.load_model(path)
+    _assert_outputs_close(
+        reloaded(inputs, training=False), model(inputs, training=False), rtol, atol
+    )
+    return reloaded
+
+
+def assert_saved_model_roundtrip(model, inputs, tmp_dir, rtol=1e-6, atol=1e-6):
+    """Exports `model` as a TF SavedModel and compares `serve(inputs)` with the model.
+
+    Uses `model.export(path)` (Keras' inference export) and
+    `tf.saved_model.load(path).serve(inputs)`.
+
+    Args:
+        model: a built `keras.Model`.
+        inputs: a tensor or array (the single `serve` argument).
+        tmp_dir: str or path-like, a directory to write into.
+        rtol, atol: floats, tolerances of `np.testing.assert_allclose`.
+
+    Returns:
+        The loaded SavedModel object.
+    """
+    import tensorflow as tf  # only the SavedModel path needs TF directly
+
+    path = os.path.join(str(tmp_dir), "saved_model")
+    model.export(path, verbose=False)
+    loaded = tf.saved_model.load(path)
+    _assert_outputs_close(
+        loaded.serve(tf.convert_to_tensor(inputs)), model(inputs, training=False), rtol, atol
+    )
+    return loaded
+
+
+def assert_config_roundtrip(layer):
+    """Checks that ``type(layer).from_config(layer.get_config())`` has the same config.
+
+    Also serialises the config through `keras.saving.serialize_keras_object` /
+    `deserialize_keras_object` (the path `.keras` files take), so an
+    unregistered class fails here.
+
+    Returns:
+        The rebuilt layer.
+    """
+    config = layer.get_config()
+    rebuilt = type(layer).from_config(config)
+    assert rebuilt.get_config() == config, (rebuilt.get_config(), config)
+    via_registry = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
+    assert type(via_registry) is type(layer)
+    assert via_registry.get_config() == config
+    return rebuilt
+
+
+def _same_padding(size, kernel, stride, dilation):
+    """TF 'SAME' padding (before, after) of one spatial axis; extra cell goes after."""
+    out = -(-size // stride)
+    effective = (kernel - 1) * dilation + 1
+    total = max((out - 1) * stride + effective - size, 0)
+    return total // 2, total - total // 2
+
+
+def numpy_patches(x, kernel_size, strides=1, padding="valid", dilation=1):
+    """Explicit-loop patch extraction with `keras.layers.Conv2D` geometry.
+
+    Patches are flattened in (row, col, channel) order, i.e. they line up with
+    a Keras HWIO kernel reshaped to `(kh * kw * C, filters)`. 'same' pads zeros
+    as TF does: total padding ``max((out − 1)·s + (k − 1)·d + 1 − size, 0)``,
+    half before (rounded down) and the rest after, so stride 2 on an even size
+    pads only at the bottom/right.
+
+    Args:
+        x: array `(N, H, W, C)`.
+        kernel_size, strides, dilation: int or pair of ints.
+        padding: 'valid' or 'same'.
+
+    Returns:
+        float64 array `(N, H', W', kh * kw * C)`.
+    """
+    def pair(v):
+        return (v, v) if isinstance(v, int) else tuple(v)
+
+    (kh, kw), (sh, sw), (dh, dw) = pair(kernel_size), pair(strides), pair(dilation)
+    x = np.asarray(x, dtype=np.float64)
+    n, h, w, c = x.shape
+    if padding == "same":
+        (top, bottom), (left, right) = _same_padding(h, kh, sh, dh), _same_padding(w, kw, sw, dw)
+        x = np.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)))
+        out_h, out_w = -(-h // sh), -(-w // sw)
+    elif padding == "valid":
+        out_h = (h - (kh - 1) * dh - 1) // sh + 1
+        out_w = (w - (kw - 1) * dw - 1) // sw + 1
+    else:
+        raise ValueError(f"Invalid value for argument `padding`. Received: padding={padding!r}")
+    patches = np.zeros((n, max(out_h, 0), max(out_w, 0), kh * kw * c))
+    for i in range(out_h):
+        for j in range(out_w):
+            cells = []
+            for a in range(kh):
+                for b in range(kw):
+                    cells.append(x[:, i * sh + a * dh, j * sw + b * dw, :])
+            patches[:, i, j, :] = np.concatenate(cells, axis=-1)
+    return patches
