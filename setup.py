@@ -15,6 +15,8 @@ setuptools.setup(
         "tensorflow-cpu==2.21.*",
         "keras>=3.12,<4",
         "absl-py",
+        # TensorBoard summaries (the tensorflow-cpu 2.21 wheel no longer pulls it in).
+        "tensorboard",
         "ml_collections",
         "numpy",
         # tensorflow-datasets imports importlib_resources without declaring it.

@@ -1,0 +1,39 @@
+r"""DCNet (TanhConv + cosine) small CNN on Fashion-MNIST: the main job.
+
+Decoupled Networks (CVPR 2018, https://arxiv.org/abs/1804.08071): TanhConv
+h = tanh(‖x‖/(ρ·E‖x‖)) with learnable ρ, cosine g, BN + ReLU, Adam 1e-3 as in
+the paper's CIFAR recipe, on the real data set of these machines. Two stages of
+two 3×3 convs (32, 64), FC 128; 3 epochs.
+
+Expected: about 91% test accuracy in 3-5 minutes on 2 CPU cores.
+
+Run:
+  python -m trainers.train_classifier \
+    --config configs/dcnet/fashion_mnist_tanh_cosine.py --workdir runs/fashion_mnist
+  (`:quick` for a two-step smoke run; `:epochs=5` etc. to change the variant.)
+"""
+
+import ml_collections
+
+from configs import common
+
+
+def get_config(arg=None):
+    arg = common.parse_arg(arg, quick=False, epochs=3)
+    config = ml_collections.ConfigDict()
+    config.seed = 0
+    config.data = dict(name="fashion_mnist", train_limit=0, test_limit=0)
+    config.model = dict(
+        name="small_cnn",
+        widths=(32, 64),
+        convs_per_stage=2,
+        dense_units=128,
+        batch_norm=True,
+        operator=dict(layer="decoupled", magnitude="tanh", angular="cosine"),
+    )
+    config.optimizer = dict(name="adam", learning_rate=1e-3)
+    config.train = dict(batch_size=128, epochs=arg.epochs, steps_per_epoch=0, verbose=1)
+    config.export = True
+    if arg.quick:
+        common.quick_train(config)
+    return config

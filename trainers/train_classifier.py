@@ -1,0 +1,38 @@
+r"""Trains an image classifier from a config file; exports a SavedModel.
+
+  python -m trainers.train_classifier --config configs/dcnet/fashion_mnist_tanh_cosine.py \
+      --workdir runs/fashion_mnist
+
+The resolved config is written to `<workdir>/config.json`; an interrupted run
+resumes from `<workdir>/backup`.
+"""
+
+import json
+import os
+
+from absl import app
+from absl import flags
+from absl import logging
+from ml_collections import config_flags
+
+from sphere_tf.training import classifier
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Training configuration.", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Folder for checkpoints, logs and the export.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    config = _CONFIG.value
+    os.makedirs(_WORKDIR.value, exist_ok=True)
+    with open(os.path.join(_WORKDIR.value, "config.json"), "w") as f:
+        f.write(config.to_json_best_effort(indent=2))
+    logging.info("Config:\n%s", config)
+    results = classifier.train_and_evaluate(config, _WORKDIR.value)
+    logging.info("Results: %s", json.dumps({k: v for k, v in results.items() if k != "history"}))
+
+
+if __name__ == "__main__":
+    app.run(main)
