@@ -5,6 +5,7 @@ Subpackages: `ops` (pure maths), `layers`, `losses`, `regularizers`, `metrics`,
 """
 
 from sphere_tf import data
+from sphere_tf import energy
 from sphere_tf import layers
 from sphere_tf import ops
 

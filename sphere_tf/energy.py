@@ -1,0 +1,342 @@
+"""Hyperspherical energies of a layer's neurons: MHE [T-5.1], [T-5.4], [T-5.5], [T-D.10].
+
+A *neuron* is one output unit's full weight vector: for a Keras kernel of any
+layout (Conv2D `(kh, kw, C_in, C_out)`, Dense `(in, out)`) the neurons are the
+columns of `reshape(kernel, (-1, units))`, exactly as in the authors' TF code.
+Biases are not part of a neuron.
+
+```
+E_s = 1/(N(N−1)) Σ_i Σ_{j≠i} f_s(‖ŵ_i − ŵ_j‖)                   [T-5.1] / N(N−1) [T-5.4]
+f_s(z) = z^{−s}  (s > 0, Riesz),        f_0(z) = log(1/z)        [T-5.1]
+angular [T-5.5]:     z = arccos(ŵ_iᵀŵ_j)
+half-space [T-5.3.4]: the 2N points {ŵ_k, −ŵ_k}, mean over 2N(2N−1) ordered pairs  [T-E.2]
+weighted [T-D.10]:   z = ‖β_i ŵ_i − β_j ŵ_j‖
+```
+
+Everything is computed in float32 from the cosine Gram matrix C = ŴᵀŴ with the
+upstream norm ``‖w‖ = sqrt(Σ w² + 1e-4)`` (wy1iu/MHE, rmlin/CoMHE), and the
+squared chord distance ``2 − 2C`` (``β_i² + β_j² − 2β_iβ_j C`` when weighted).
+
+Numerics (spec §8):
+* The diagonal is removed with `tf.where`-style selection on the *inputs* of the
+  log, never by multiplying infinities with a 0 mask (inf·0 = NaN gradients).
+* The squared distance is floored at `distance_epsilon` (1e-6) before the log, so
+  duplicate neurons give a large but finite energy and a zero (not NaN) gradient.
+* Riesz terms are evaluated in log-space, ``z^{−s} = exp(−s·log z)``, and summed
+  with a max shift (log-sum-exp), so the mean is exact up to float32 rounding
+  and nothing overflows on the way; the mean itself saturates at
+  ``exp(_LOG_ENERGY_MAX) ≈ 6e27`` (far above any energy of a valid layer with
+  s ≤ 12). For large s, `log_space=True` returns log E_s instead, finite for
+  every s.
+
+Note: the s = 0 term follows the thesis, ``log(1/z)``, by default; the upstream
+code uses ``−log z²`` (twice that). `log_form="code"` selects the upstream form.
+"""
+
+import functools
+import math
+
+from keras import ops
+
+from sphere_tf.ops import angles
+
+# Upstream constant: `sqrt(sum(w^2) + 1e-4)` in wy1iu/MHE and rmlin/CoMHE.
+DEFAULT_EPSILON = angles.DEFAULT_EPSILON
+# Floor on the squared chord distance (spec §8.2; not in the upstream code).
+DEFAULT_DISTANCE_EPSILON = 1e-6
+# Upstream A-MHE: θ/π + 1e-4 (wy1iu/MHE `--power_s=a0/a1/a2`).
+NORMALIZED_ANGLE_EPSILON = 1e-4
+# Saturation point of the returned mean energy (log scale); see the module docstring.
+_LOG_ENERGY_MAX = 64.0
+
+DISTANCES = ("euclidean", "angular", "normalized_angular")
+LOG_FORMS = ("thesis", "code")
+REDUCTIONS = ("mean", "sum")
+
+
+def _check_args(power, distance, log_form, reduction, beta, log_space):
+    if isinstance(power, bool) or not isinstance(power, (int, float)) or not math.isfinite(power) or power < 0:
+        raise ValueError(
+            f"Invalid value for argument `power`: expected a finite number >= 0. Received: power={power!r}"
+        )
+    if distance not in DISTANCES:
+        raise ValueError(
+            f"Invalid value for argument `distance`: expected one of {DISTANCES}. Received: distance={distance!r}"
+        )
+    if log_form not in LOG_FORMS:
+        raise ValueError(
+            f"Invalid value for argument `log_form`: expected one of {LOG_FORMS}. Received: log_form={log_form!r}"
+        )
+    if reduction not in REDUCTIONS:
+        raise ValueError(
+            f"Invalid value for argument `reduction`: expected one of {REDUCTIONS}. "
+            f"Received: reduction={reduction!r}"
+        )
+    if beta is not None and distance != "euclidean":
+        raise ValueError(
+            "Invalid value for argument `beta`: weighted MHE [T-D.10] is defined for the euclidean distance "
+            f"only. Received: beta with distance={distance!r}"
+        )
+    if log_space and power == 0:
+        raise ValueError(
+            "Invalid value for argument `log_space`: log E_s is only defined for power > 0 (E_0 can be "
+            "negative). Received: log_space=True with power=0"
+        )
+
+
+def neuron_matrix(weights):
+    """Neurons as columns: `reshape(weights, (-1, units))` in float32.
+
+    Args:
+        weights: kernel tensor of rank >= 2, last axis = units (Keras layouts), or
+            a rank-1 tensor is rejected.
+
+    Returns:
+        float32 tensor `(d, N)`.
+    """
+    w = ops.cast(weights, "float32")
+    if len(w.shape) < 2:
+        raise ValueError(
+            "Invalid value for argument `weights`: expected a kernel of rank >= 2 with neurons along the last "
+            f"axis. Received: weights with shape {tuple(w.shape)}"
+        )
+    return ops.reshape(w, (-1, w.shape[-1]))
+
+
+def normalized_neurons(weights, epsilon=DEFAULT_EPSILON):
+    """Columns ŵ = w / sqrt(‖w‖² + ε) of the neuron matrix, float32 `(d, N)`."""
+    w2d = neuron_matrix(weights)
+    norm = ops.sqrt(ops.sum(ops.square(w2d), axis=0, keepdims=True) + epsilon)
+    return w2d / norm
+
+
+def cosine_gram(weights, epsilon=DEFAULT_EPSILON):
+    """C = ŴᵀŴ, the (N, N) cosine matrix of a layer's neurons (float32).
+
+    Matches the upstream ``(WᵀW) / (‖w‖ᵀ‖w‖)`` with ``‖w‖ = sqrt(Σw² + ε)``, so
+    C_ii = ‖w_i‖²/(‖w_i‖² + ε) < 1.
+    """
+    w_hat = normalized_neurons(weights, epsilon)
+    return ops.matmul(ops.transpose(w_hat), w_hat)
+
+
+def _log_distance(cos, beta_i, beta_j, distance, distance_epsilon):
+    """log z for a matrix of cosines (float32); z is the chord or geodesic distance."""
+    if distance == "euclidean":
+        if beta_i is None:
+            d2 = 2.0 - 2.0 * cos
+        else:
+            d2 = ops.square(beta_i) + ops.square(beta_j) - 2.0 * beta_i * beta_j * cos
+        return 0.5 * ops.log(ops.maximum(d2, distance_epsilon))
+    theta = angles.safe_acos(cos)
+    if distance == "angular":
+        return ops.log(theta)
+    return ops.log(theta / math.pi + NORMALIZED_ANGLE_EPSILON)
+
+
+def _masked_terms(log_z_blocks, power, log_form):
+    """Per-pair energy exponents/terms for each (log_z, mask) block."""
+    if power == 0:
+        scale = 2.0 if log_form == "code" else 1.0
+        return [(-scale * log_z, mask) for log_z, mask in log_z_blocks]
+    return [(-float(power) * log_z, mask) for log_z, mask in log_z_blocks]
+
+
+def _reduce(blocks, power, count, reduction, log_space):
+    """Sum (or mean) over the selected entries of every block.
+
+    For power > 0 the blocks hold exponents x = −s log z and the result is
+    Σ exp(x), computed with a max shift so nothing overflows.
+    """
+    divisor = float(count) if reduction == "mean" else 1.0
+    if power == 0:
+        total = 0.0
+        for term, mask in blocks:
+            total = total + ops.sum(ops.where(mask, term, 0.0))
+        return total / divisor
+    neg_inf = float("-inf")
+    shift = None
+    for x, mask in blocks:
+        block_max = ops.max(ops.where(mask, x, neg_inf))
+        shift = block_max if shift is None else ops.maximum(shift, block_max)
+    # The shift cancels exactly; stop_gradient keeps it out of the backward pass.
+    shift = ops.stop_gradient(shift)
+    total = 0.0
+    for x, mask in blocks:
+        # where() before exp(): masked entries become exp(-inf) = 0 with zero gradient.
+        total = total + ops.sum(ops.exp(ops.where(mask, x - shift, neg_inf)))
+    log_value = ops.log(total) + shift - math.log(divisor)
+    if log_space:
+        return log_value
+    return ops.exp(ops.minimum(log_value, _LOG_ENERGY_MAX))
+
+
+def hyperspherical_energy(
+    weights,
+    power=2,
+    distance="euclidean",
+    half_space=False,
+    beta=None,
+    log_form="thesis",
+    epsilon=DEFAULT_EPSILON,
+    distance_epsilon=DEFAULT_DISTANCE_EPSILON,
+    reduction="mean",
+    log_space=False,
+):
+    """Hyperspherical energy of a layer's neurons  [T-5.1] normalised as in [T-5.4].
+
+    ```
+    E_s = 1/(N(N−1)) Σ_i Σ_{j≠i} f_s(z_ij),   f_s(z) = z^{−s} (s > 0),  f_0(z) = log(1/z)
+    euclidean  z_ij = ‖ŵ_i − ŵ_j‖ = sqrt(2 − 2 ŵ_iᵀŵ_j)                        [T-5.1]
+    angular    z_ij = arccos(ŵ_iᵀŵ_j)                                          [T-5.5]
+    normalized_angular  z_ij = arccos(ŵ_iᵀŵ_j)/π + 1e-4   (upstream a0/a1/a2)
+    weighted   z_ij = ‖β_i ŵ_i − β_j ŵ_j‖                                      [T-D.10]
+    half-space: the same over the 2N points {ŵ_k, −ŵ_k}, divided by 2N(2N−1)   [T-E.2]
+    ```
+
+    The half-space energy is evaluated from the N×N Gram matrix without
+    concatenating (the pair (ŵ_i, −ŵ_j) has cosine −C_ij), at half the cost.
+
+    Args:
+        weights: kernel of any Keras layout; neurons along the last axis.
+        power: float >= 0, the Riesz exponent s (0 = log energy).
+        distance: str, 'euclidean', 'angular' (thesis [T-5.5], radians) or
+            'normalized_angular' (the upstream code's θ/π + 1e-4).
+        half_space: bool, add the virtual neurons −ŵ_k (hidden layers only).
+        beta: optional float tensor `(N,)` of positive per-neuron weights β_i
+            (euclidean distance only). Virtual half-space neurons share β.
+        log_form: 'thesis' (f_0 = log(1/z), default) or 'code' (−log z², 2×, as
+            in wy1iu/MHE); only used when power = 0.
+        epsilon: float >= 0 inside the neuron norm sqrt (upstream 1e-4).
+        distance_epsilon: float > 0, floor on the squared chord distance.
+        reduction: 'mean' (over ordered pairs, [T-5.4]) or 'sum' (Eq 5.1 itself,
+            ordered pairs, i.e. twice the sum over i < j).
+        log_space: bool, return log E_s (power > 0 only); finite for any s.
+
+    Returns:
+        float32 scalar. For N = 1 without half-space there are no pairs and the
+        energy is 0.
+
+    Raises:
+        ValueError: on an invalid argument.
+    """
+    _check_args(power, distance, log_form, reduction, beta, log_space)
+    if epsilon < 0:
+        raise ValueError(f"Invalid value for argument `epsilon`: expected >= 0. Received: epsilon={epsilon}")
+    if distance_epsilon <= 0:
+        raise ValueError(
+            f"Invalid value for argument `distance_epsilon`: expected > 0. Received: distance_epsilon={distance_epsilon}"
+        )
+    cos = cosine_gram(weights, epsilon)
+    n = cos.shape[-1]
+    if n is None:
+        raise ValueError("Invalid value for argument `weights`: the number of neurons must be static.")
+    if n < 2 and not half_space:
+        return ops.zeros((), "float32")
+    if beta is not None:
+        beta = ops.reshape(ops.cast(beta, "float32"), (n,))
+        beta_i, beta_j = ops.reshape(beta, (n, 1)), ops.reshape(beta, (1, n))
+    else:
+        beta_i = beta_j = None
+    off_diagonal = ops.logical_not(ops.cast(ops.eye(n), "bool"))
+    # Replace the diagonal by a harmless cosine *before* the log (spec §8.1).
+    cos_off = ops.where(off_diagonal, cos, 0.0)
+    blocks = [(_log_distance(cos_off, beta_i, beta_j, distance, distance_epsilon), off_diagonal)]
+    count = n * (n - 1)
+    if half_space:
+        # Pairs (ŵ_i, −ŵ_j) for all i, j, including the virtual antipode j = i.
+        everything = ops.ones((n, n), "bool")
+        blocks.append((_log_distance(-cos, beta_i, beta_j, distance, distance_epsilon), everything))
+        # The 2N points give each of these two blocks twice; the factor 2 cancels
+        # in the mean: [2 S_+ + 2 S_-] / (2N(2N−1)) = (S_+ + S_-) / (N(2N−1)).
+        count = n * (2 * n - 1)
+    terms = _masked_terms(blocks, power, log_form)
+    result = _reduce(terms, power, count, reduction, log_space)
+    if half_space and reduction == "sum":
+        result = result + math.log(2.0) if log_space else 2.0 * result
+    return ops.cast(result, "float32")
+
+
+def data_dependent_energy(
+    kernel,
+    labels,
+    power=2,
+    distance="euclidean",
+    log_form="thesis",
+    epsilon=DEFAULT_EPSILON,
+    distance_epsilon=DEFAULT_DISTANCE_EPSILON,
+):
+    """Mini-batch output-layer energy of SphereFace+ [T-5.8], classes of the batch only.
+
+    ```
+    E = 1/(m(N−1)) Σ_{i=1}^m Σ_{j≠y_i} f_s(‖ŵ_{y_i} − ŵ_j‖)
+    ```
+
+    with m the batch size and N the number of classifier neurons (columns of
+    `kernel`, Keras `(feature_dim, num_classes)`). Full space, as the thesis uses it.
+
+    Note: the Caffe `InterClass` layer of wy1iu/sphereface-plus implements a
+    mean-based surrogate with a hand-written gradient; we implement Eq 5.8 itself.
+
+    Args:
+        kernel: classifier kernel `(..., N)`.
+        labels: int tensor `(m,)` (or `(m, 1)`) of class ids in [0, N).
+        power, distance, log_form, epsilon, distance_epsilon: as in
+            `hyperspherical_energy` (no half-space, no β).
+
+    Returns:
+        float32 scalar.
+    """
+    _check_args(power, distance, log_form, "mean", None, False)
+    cos = cosine_gram(kernel, epsilon)
+    n = cos.shape[-1]
+    if n < 2:
+        return ops.zeros((), "float32")
+    labels = ops.reshape(ops.cast(labels, "int32"), (-1,))
+    rows = ops.take(cos, labels, axis=0)  # (m, N): cos(ŵ_{y_i}, ŵ_j)
+    mask = ops.logical_not(ops.cast(ops.one_hot(labels, n), "bool"))
+    rows = ops.where(mask, rows, 0.0)
+    log_z = _log_distance(rows, None, None, distance, distance_epsilon)
+    m = ops.cast(ops.shape(labels)[0], "float32")
+    if power == 0:
+        scale = 2.0 if log_form == "code" else 1.0
+        total = ops.sum(ops.where(mask, -scale * log_z, 0.0))
+        return total / (m * (n - 1))
+    x = -float(power) * log_z
+    shift = ops.stop_gradient(ops.max(ops.where(mask, x, float("-inf"))))
+    total = ops.sum(ops.exp(ops.where(mask, x - shift, float("-inf"))))
+    log_value = ops.log(total) + shift - ops.log(m * (n - 1))
+    return ops.exp(ops.minimum(log_value, _LOG_ENERGY_MAX))
+
+
+# Registry of named energies, keyed like the upstream `--power_s` flag
+# (wy1iu/MHE: 0, 1, 2 euclidean; a0, a1, a2 angular). Each entry is
+# `fn(weights, **kwargs) -> scalar`; general s is `hyperspherical_energy(power=s)`.
+ENERGY_FNS = {
+    "s0": functools.partial(hyperspherical_energy, power=0, distance="euclidean"),
+    "s1": functools.partial(hyperspherical_energy, power=1, distance="euclidean"),
+    "s2": functools.partial(hyperspherical_energy, power=2, distance="euclidean"),
+    "a0": functools.partial(hyperspherical_energy, power=0, distance="angular"),
+    "a1": functools.partial(hyperspherical_energy, power=1, distance="angular"),
+    "a2": functools.partial(hyperspherical_energy, power=2, distance="angular"),
+}
+
+
+def register_energy_fn(name, fn):
+    """Adds `fn(weights, **kwargs) -> scalar` to `ENERGY_FNS`; a taken name raises."""
+    if name in ENERGY_FNS:
+        raise ValueError(f"Energy {name!r} is already registered.")
+    if not callable(fn):
+        raise ValueError(f"Invalid value for argument `fn`: expected a callable. Received: fn={fn!r}")
+    ENERGY_FNS[name] = fn
+    return fn
+
+
+def get_energy_fn(identifier):
+    """Resolves a registry name (or a callable, returned as is) to an energy function."""
+    if callable(identifier):
+        return identifier
+    if identifier not in ENERGY_FNS:
+        raise ValueError(f"Unknown energy {identifier!r}; expected one of {sorted(ENERGY_FNS)}.")
+    return ENERGY_FNS[identifier]
+
