@@ -153,3 +153,88 @@ def numpy_patches(x, kernel_size, strides=1, padding="valid", dilation=1):
                     cells.append(x[:, i * sh + a * dh, j * sw + b * dw, :])
             patches[:, i, j, :] = np.concatenate(cells, axis=-1)
     return patches
+
+
+# -- NumPy references of the operator maths ------------------------------------------------
+# Written from the papers' formulas (float64, no clipping beyond arccos' domain), independently of
+# `sphere_tf.ops`. A new registry entry needs an entry here too; the tests fail until it has one.
+
+
+def _np_sigmoid_of_theta(theta, k):
+    # [S-4] in the paper's exponential form (float64 does not overflow for k >= 0.01).
+    e = np.exp(-np.pi / (2.0 * k))
+    u = np.exp(theta / k - np.pi / (2.0 * k))
+    return (1.0 + e) / (1.0 - e) * (1.0 - u) / (1.0 + u)
+
+
+def _np_theta(c):
+    return np.arccos(np.clip(c, -1.0, 1.0))
+
+
+NUMPY_ANGULAR = {
+    "linear": lambda c, k: 1.0 - 2.0 * _np_theta(c) / np.pi,  # [S-2]
+    "cosine": lambda c, k: c,  # [S-3]
+    "sigmoid": lambda c, k: _np_sigmoid_of_theta(_np_theta(c), k),  # [S-4]
+    "sqcosine": lambda c, k: np.sign(c) * c**2,  # [D-14]
+}
+
+
+def _np_seg(x, r, alpha, beta):
+    # [D-8]/[D-21] piecewise, as printed.
+    return np.where(x <= r, alpha * x, beta * x + alpha * r - beta * r)
+
+
+NUMPY_MAGNITUDE = {
+    "sphere": lambda x, r, alpha, beta: alpha * np.ones_like(x),  # [D-4]
+    "ball": lambda x, r, alpha, beta: alpha * np.minimum(x, r) / r,  # [D-5], [D-20]
+    "tanh": lambda x, r, alpha, beta: alpha * np.tanh(x / r),  # [D-6], [D-19]
+    "linear": lambda x, r, alpha, beta: alpha * x,  # [D-7]
+    "seg": _np_seg,
+    "log": lambda x, r, alpha, beta: alpha * np.log(1.0 + x),  # [D-9]
+    "mix": lambda x, r, alpha, beta: alpha * x + beta * np.log(1.0 + x),  # [D-10]
+}
+
+
+def numpy_decoupled(patches, kernel, magnitude="tanh", angular="cosine", alpha=1.0, beta=None,
+                    rho=None, norm_mean=None, k=0.3, weighted=None, epsilon=1e-4):
+    """NumPy reference of f_d = h(‖w‖, ‖x‖)·g(θ) [D-3] on explicit patches.
+
+    ```
+    ‖x‖ = sqrt(Σ x² + ε),  ‖w‖ = sqrt(Σ w² + ε),  c = x·w / (‖x‖‖w‖)
+    r = ρ·E{‖x‖}                     (E: `norm_mean`, or the mean of ‖x‖ when None)
+    weighted None       h(‖x‖)·g(θ)
+    'linear'            ‖w‖·h(‖x‖)·g(θ)
+    'nonlinear'         α·tanh(‖w‖‖x‖ / r)·g(θ)                 [D-15]
+    'nonlinear_separate' α·tanh(‖w‖ / ρ)·tanh(‖x‖ / r)·g(θ)    [D-16]
+    ```
+
+    Args:
+        patches: array `(..., D)`, e.g. from `numpy_patches` (or dense inputs).
+        kernel: array whose leading axes flatten to `D`, last axis `units`.
+        magnitude, angular: names in `NUMPY_MAGNITUDE` / `NUMPY_ANGULAR`.
+        rho: None, float or `(units,)` array, the effective ρ (already > 0).
+        norm_mean: None or float, E{‖x‖} (inference); None uses the batch mean (training).
+        k: float or `(units,)` array, the sigmoid parameter.
+
+    Returns:
+        `(output, mean_patch_norm)`: float64 array `(..., units)` and the mean of ‖x‖.
+    """
+    p = np.asarray(patches, dtype=np.float64)
+    w = np.asarray(kernel, dtype=np.float64).reshape(-1, np.shape(kernel)[-1])
+    x_norm = np.sqrt(np.sum(p**2, axis=-1, keepdims=True) + epsilon)
+    w_norm = np.sqrt(np.sum(w**2, axis=0) + epsilon)
+    cos = (p @ w) / (x_norm * w_norm)
+    g = NUMPY_ANGULAR[angular](cos, np.asarray(k, dtype=np.float64))
+    batch_mean = float(np.mean(x_norm))
+    radius = None
+    if rho is not None:
+        radius = np.asarray(rho, dtype=np.float64) * (batch_mean if norm_mean is None else norm_mean)
+    if weighted == "nonlinear":
+        h = alpha * np.tanh(x_norm * w_norm / radius)
+    elif weighted == "nonlinear_separate":
+        h = alpha * np.tanh(w_norm / rho) * np.tanh(x_norm / radius)
+    else:
+        h = NUMPY_MAGNITUDE[magnitude](x_norm, radius, alpha, beta)
+        if weighted == "linear":
+            h = h * w_norm
+    return h * g, batch_mean

@@ -1,0 +1,131 @@
+"""Tests for sphere_tf.ops.angles against explicit NumPy references."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from keras import ops
+
+from sphere_tf import testing
+from sphere_tf.ops import angles
+
+# (kernel_size, strides, padding, dilation, (H, W)): stride 2 'same' on even and odd sizes (TF pads
+# the extra cell at the bottom/right), dilation 2, 1x1, asymmetric kernels and strides.
+GEOMETRIES = [
+    ((3, 3), (1, 1), "valid", (1, 1), (5, 6)),
+    ((3, 3), (1, 1), "same", (1, 1), (5, 6)),
+    ((3, 3), (2, 2), "same", (1, 1), (6, 6)),
+    ((3, 3), (2, 2), "same", (1, 1), (7, 5)),
+    ((2, 2), (2, 2), "same", (1, 1), (5, 6)),
+    ((3, 3), (2, 2), "valid", (1, 1), (7, 6)),
+    ((3, 3), (1, 1), "same", (2, 2), (6, 7)),
+    ((3, 3), (1, 1), "valid", (2, 2), (7, 6)),
+    ((1, 1), (1, 1), "valid", (1, 1), (4, 3)),
+    ((1, 1), (2, 2), "same", (1, 1), (5, 4)),
+    ((2, 3), (2, 1), "same", (1, 1), (5, 6)),
+]
+
+
+def test_safe_acos_values_match_numpy_inside_and_clip_outside():
+    c = np.array([-1.5, -1.0, -0.999, -0.3, 0.0, 0.5, 0.999, 1.0, 1.0 + 1e-7, 2.0], np.float32)
+    delta = angles.ACOS_DELTA
+    # The clip bounds are float32 numbers (1 − 1e-6 rounds to 0.99999899).
+    lo, hi = np.float32(-1.0 + delta), np.float32(1.0 - delta)
+    expected = np.arccos(np.clip(c, lo, hi).astype(np.float64))
+    got = ops.convert_to_numpy(angles.safe_acos(c))
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=2e-6)
+    assert np.all(np.isfinite(got))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_safe_acos_returns_float32_with_finite_gradients(dtype):
+    c = tf.constant([-1.0, -0.5, 0.0, 0.5, 1.0], dtype=dtype)
+    with tf.GradientTape() as tape:
+        tape.watch(c)
+        theta = angles.safe_acos(c)
+    grad = tape.gradient(theta, c)
+    assert theta.dtype == tf.float32
+    assert np.all(np.isfinite(grad.numpy().astype(np.float64)))
+    # Inside the clip range the derivative is −1/√(1−c²).
+    np.testing.assert_allclose(
+        grad.numpy()[1:4].astype(np.float64), -1.0 / np.sqrt(1.0 - np.array([0.25, 0.0, 0.25])),
+        rtol=1e-2 if dtype in ("float16", "bfloat16") else 1e-6,
+    )
+
+
+@pytest.mark.parametrize("shape", [(3, 3, 2, 4), (1, 1, 5, 3), (7, 2)])
+@pytest.mark.parametrize("epsilon", [0.0, 1e-4])
+def test_kernel_norm_and_normalize_kernel(rng, shape, epsilon):
+    w = rng.normal(size=shape).astype(np.float32)
+    flat = w.astype(np.float64).reshape(-1, shape[-1])
+    expected_norm = np.sqrt(np.sum(flat**2, axis=0) + epsilon)
+    np.testing.assert_allclose(ops.convert_to_numpy(angles.kernel_norm(w, epsilon)), expected_norm,
+                               rtol=1e-6)
+    w_hat, w_norm = angles.normalize_kernel(w, epsilon)
+    assert w_hat.dtype == "float32" and w_norm.dtype == "float32"
+    np.testing.assert_allclose(ops.convert_to_numpy(w_norm), expected_norm, rtol=1e-6)
+    np.testing.assert_allclose(ops.convert_to_numpy(w_hat), w / expected_norm, rtol=1e-6, atol=1e-7)
+
+
+def test_zero_kernel_normalises_to_zero_with_finite_gradient():
+    w = tf.zeros((2, 2, 3, 4))
+    with tf.GradientTape() as tape:
+        tape.watch(w)
+        w_hat, w_norm = angles.normalize_kernel(w)
+        loss = tf.reduce_sum(w_hat) + tf.reduce_sum(w_norm)
+    grad = tape.gradient(loss, w).numpy()
+    np.testing.assert_array_equal(w_hat.numpy(), 0.0)
+    np.testing.assert_allclose(w_norm.numpy(), np.sqrt(angles.DEFAULT_EPSILON), rtol=1e-6)
+    assert np.all(np.isfinite(grad))
+
+
+def test_kernel_norm_of_float16_kernel_is_float32_and_does_not_overflow():
+    w = np.full((3, 3, 8, 2), 200.0, np.float16)  # Σw² = 2.9e6 > float16 max 65504
+    got = ops.convert_to_numpy(angles.kernel_norm(w))
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, np.sqrt(72 * 200.0**2 + 1e-4), rtol=1e-6)
+
+
+@pytest.mark.parametrize("kernel_size,strides,padding,dilation,hw", GEOMETRIES)
+def test_patch_squared_norm_matches_explicit_patches(rng, kernel_size, strides, padding, dilation, hw):
+    x = rng.normal(size=(2, *hw, 3)).astype(np.float32)
+    patches = testing.numpy_patches(x, kernel_size, strides, padding, dilation)
+    expected = np.sum(patches**2, axis=-1, keepdims=True)
+    got = ops.convert_to_numpy(
+        angles.patch_squared_norm(x, kernel_size, strides, padding, dilation)
+    )
+    assert got.dtype == np.float32
+    assert got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_patch_squared_norm_counts_padded_zeros_at_borders():
+    # All-ones input: a 'same' 3x3 corner window holds 4 real cells, an edge 6, the interior 9.
+    x = np.ones((1, 4, 4, 2), np.float32)
+    got = ops.convert_to_numpy(angles.patch_squared_norm(x, (3, 3), 1, "same", 1))[0, :, :, 0]
+    expected = 2.0 * np.array([[4, 6, 6, 4], [6, 9, 9, 6], [6, 9, 9, 6], [4, 6, 6, 4]])
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_patch_squared_norm_float16_input_is_computed_in_float32():
+    x = np.full((1, 4, 4, 4), 100.0, np.float16)  # 3x3x4 window: 360000 > float16 max
+    got = ops.convert_to_numpy(angles.patch_squared_norm(x, (3, 3), 1, "valid", 1))
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, 36 * 100.0**2, rtol=1e-6)
+
+
+def test_patch_norm_gradient_is_finite_for_zero_inputs():
+    x = tf.zeros((1, 4, 4, 2))
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        norm = tf.sqrt(angles.patch_squared_norm(x, (3, 3), 1, "same", 1) + angles.DEFAULT_EPSILON)
+    grad = tape.gradient(norm, x).numpy()
+    np.testing.assert_array_equal(grad, 0.0)
+
+
+@pytest.mark.parametrize("shape", [(4, 5), (2, 3, 5)])
+def test_vector_squared_norm(rng, shape):
+    x = rng.normal(size=shape).astype(np.float32)
+    got = ops.convert_to_numpy(angles.vector_squared_norm(x))
+    np.testing.assert_allclose(got, np.sum(x.astype(np.float64) ** 2, -1, keepdims=True), rtol=1e-6)
+    assert got.dtype == np.float32
