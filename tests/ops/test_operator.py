@@ -1,0 +1,104 @@
+"""Tests for sphere_tf.ops.operator.decoupled_response against the NumPy formulas [D-3, D-15, D-16]."""
+
+import itertools
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from keras import ops
+
+from sphere_tf import testing
+from sphere_tf.ops import angular
+from sphere_tf.ops import magnitude
+from sphere_tf.ops import operator
+
+COMBOS = list(itertools.product(sorted(magnitude.MAGNITUDE_FNS), sorted(angular.ANGULAR_FNS)))
+WEIGHTED_COMBOS = [(m, w) for m in sorted(magnitude.MAGNITUDE_FNS) for w in ("linear",)] + [
+    ("tanh", "nonlinear"), ("tanh", "nonlinear_separate")
+]
+
+
+def _inputs(rng, units=5, positions=40):
+    """Patches and kernel; returns the derived float32 cos/norms and the raw arrays."""
+    patches = rng.normal(size=(positions, 6)) * rng.uniform(0.1, 3.0, size=(positions, 1))
+    kernel = rng.normal(size=(6, units))
+    eps = 1e-4
+    x_norm = np.sqrt(np.sum(patches**2, -1, keepdims=True) + eps)
+    w_norm = np.sqrt(np.sum(kernel**2, 0) + eps)
+    cos = patches @ kernel / (x_norm * w_norm)
+    return patches, kernel, cos.astype(np.float32), x_norm.astype(np.float32), w_norm.astype(np.float32)
+
+
+@pytest.mark.parametrize("mag_name,ang_name", COMBOS)
+def test_standard_operators_match_numpy(rng, mag_name, ang_name):
+    patches, kernel, cos, x_norm, w_norm = _inputs(rng)
+    mag = magnitude.get_magnitude(mag_name)
+    rho = rng.uniform(0.5, 2.0, size=5)
+    e = 1.7
+    k = rng.uniform(0.1, 1.0, size=5)
+    got = operator.decoupled_response(
+        cos, x_norm, w_norm, magnitude=mag_name, angular=ang_name, alpha=1.3,
+        beta=mag.default_beta, radius=(rho * e).astype(np.float32) if mag.has_radius else None,
+        k=k.astype(np.float32),
+    )
+    expected, _ = testing.numpy_decoupled(
+        patches, kernel, mag_name, ang_name, alpha=1.3, beta=mag.default_beta,
+        rho=rho if mag.has_radius else None, norm_mean=e, k=k,
+    )
+    got = ops.convert_to_numpy(got)
+    assert got.dtype == np.float32 and got.shape == expected.shape
+    # atol: the float32 rounding of cos θ is amplified by dg/dc (up to ~1/k near θ = π/2) and h.
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("mag_name,weighted", WEIGHTED_COMBOS)
+@pytest.mark.parametrize("ang_name", ["cosine", "linear"])
+def test_weighted_operators_match_numpy(rng, mag_name, weighted, ang_name):
+    patches, kernel, cos, x_norm, w_norm = _inputs(rng)
+    mag = magnitude.get_magnitude(mag_name)
+    rho = rng.uniform(0.5, 2.0, size=5)
+    e = 1.7
+    needs_rho = mag.has_radius or weighted == "nonlinear_separate"
+    got = operator.decoupled_response(
+        cos, x_norm, w_norm, magnitude=mag_name, angular=ang_name, alpha=0.8,
+        beta=mag.default_beta, radius=(rho * e).astype(np.float32) if needs_rho else None,
+        weighted=weighted, weight_radius=rho.astype(np.float32) if needs_rho else None,
+    )
+    expected, _ = testing.numpy_decoupled(
+        patches, kernel, mag_name, ang_name, alpha=0.8, beta=mag.default_beta,
+        rho=rho if needs_rho else None, norm_mean=e, weighted=weighted,
+    )
+    np.testing.assert_allclose(ops.convert_to_numpy(got), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_linearly_weighted_linear_cosine_is_the_inner_product(rng):
+    patches, kernel, cos, x_norm, w_norm = _inputs(rng)
+    got = operator.decoupled_response(cos, x_norm, w_norm, magnitude="linear", angular="cosine",
+                                      weighted="linear")
+    # ‖w‖‖x‖cos θ = wᵀx up to the ε inside both norms.
+    np.testing.assert_allclose(ops.convert_to_numpy(got), patches @ kernel, rtol=1e-5, atol=1e-4)
+
+
+def test_weighting_names_are_the_documented_ones():
+    assert operator.WEIGHTINGS == (None, "linear", "nonlinear", "nonlinear_separate")
+    assert set(operator.NONLINEAR_WEIGHTINGS) == {"nonlinear", "nonlinear_separate"}
+
+
+@pytest.mark.parametrize("mag_name,ang_name", COMBOS)
+def test_gradients_finite_for_degenerate_cosines_and_norms(mag_name, ang_name):
+    mag = magnitude.get_magnitude(mag_name)
+    cos = tf.constant([[1.0, -1.0, 0.0, 1.0, -1.0]])
+    x_norm = tf.constant([[1e-2], [1e6]])[:, :] * tf.ones((2, 1))
+    radius = tf.constant(1.0)
+    k = tf.constant([0.3] * 5)
+    with tf.GradientTape() as tape:
+        tape.watch([cos, x_norm, radius, k])
+        out = operator.decoupled_response(
+            tf.tile(cos, [2, 1]), x_norm, tf.ones(5), magnitude=mag_name, angular=ang_name,
+            beta=mag.default_beta, radius=radius if mag.has_radius else None, k=k,
+        )
+    grads = tape.gradient(out, [cos, x_norm, radius, k],
+                          unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    assert np.all(np.isfinite(out.numpy()))
+    for g in grads:
+        assert np.all(np.isfinite(g.numpy()))
