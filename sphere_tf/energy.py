@@ -25,8 +25,8 @@ Numerics (spec §8):
 * Riesz terms are evaluated in log-space, ``z^{−s} = exp(−s·log z)``, and summed
   with a max shift (log-sum-exp), so the mean is exact up to float32 rounding
   and nothing overflows on the way; the mean itself saturates at
-  ``exp(_LOG_ENERGY_MAX) ≈ 6e27`` (far above any energy of a valid layer with
-  s ≤ 12). For large s, `log_space=True` returns log E_s instead, finite for
+  ``exp(_LOG_ENERGY_MAX) ≈ 5e21`` (reached only by near-duplicate neurons at
+  s ≳ 6; the headroom up to the float32 maximum keeps the *gradient* finite). For large s, `log_space=True` returns log E_s instead, finite for
   every s.
 
 Note: the s = 0 term follows the thesis, ``log(1/z)``, by default; the upstream
@@ -47,7 +47,7 @@ DEFAULT_DISTANCE_EPSILON = 1e-6
 # Upstream A-MHE: θ/π + 1e-4 (wy1iu/MHE `--power_s=a0/a1/a2`).
 NORMALIZED_ANGLE_EPSILON = 1e-4
 # Saturation point of the returned mean energy (log scale); see the module docstring.
-_LOG_ENERGY_MAX = 64.0
+_LOG_ENERGY_MAX = 50.0
 
 DISTANCES = ("euclidean", "angular", "normalized_angular")
 LOG_FORMS = ("thesis", "code")
