@@ -7,6 +7,7 @@ Subpackages: `ops` (pure maths), `layers`, `losses`, `regularizers`, `metrics`,
 from sphere_tf import data
 from sphere_tf import energy
 from sphere_tf import layers
+from sphere_tf import metrics
 from sphere_tf import ops
 
 __version__ = "0.1.0"

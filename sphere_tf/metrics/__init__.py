@@ -1,0 +1,9 @@
+"""Metrics of hyperspherical feature quality (angular Fisher score, inter-class angles)."""
+
+from sphere_tf.metrics.angular import AngularFisherScore
+from sphere_tf.metrics.angular import MinInterclassAngle
+from sphere_tf.metrics.angular import angular_fisher_score
+from sphere_tf.metrics.angular import class_directions
+from sphere_tf.metrics.angular import interclass_angles
+from sphere_tf.metrics.angular import max_intraclass_angle
+from sphere_tf.metrics.angular import min_interclass_angle

@@ -1,0 +1,314 @@
+"""Angular-margin target logits and the λ annealing schedule (pure maths, no state).
+
+The margin losses of the thesis [T-ch2, T-3.3] differ from softmax only in the
+target logit.  With ``c = cos θ_{y}`` the angle between a feature and its class
+weight, the target "angular score" ψ is:
+
+```
+L-/A-Softmax, GA-Softmax (cosine)  ψ(θ) = (−1)^k cos(mθ) − 2k,  θ ∈ [kπ/m, (k+1)π/m]   [T-2.6]
+GA-Softmax (linear)                ψ(θ) = 1 − 2mθ/π                                      [T-3.11]
+GA-Softmax (sigmoid)               ψ(θ) = g_sigmoid(mθ)                                  [T-3.11]
+CosFace                            ψ(θ) = cos θ − m
+ArcFace                            ψ(θ) = cos(θ + m)
+combined (insightface)             ψ(θ) = cos(m1·θ + m2) − m3
+```
+
+The multiplicative ψ is evaluated without arccos: cos(mθ) = T_m(c), the
+Chebyshev polynomial of Eq. 2.7, and the interval index k comes from comparisons
+of c with the thresholds cos(jπ/m) (the Caffe layer's sign tests, generalised to
+any m), so ψ is a piecewise polynomial in c with finite derivative everywhere.
+Angles that are truly needed (linear/sigmoid g, ArcFace) go through
+`angles.safe_acos`; g itself comes from `sphere_tf.ops.angular`, never re-derived.
+
+Every function computes in float32 whatever its input dtype.
+"""
+
+import math
+
+from keras import ops
+
+from sphere_tf.ops import angles
+from sphere_tf.ops import angular as angular_lib
+
+# Upstream L-Softmax/A-Softmax annealing presets (wy1iu/LargeMargin_Softmax_Loss and
+# wy1iu/sphereface prototxts): λ = max(λ_min, base·(1 + γ·t)^(−power)).
+ANNEALING_PRESETS = {
+    "mnist": {"base": 1000.0, "gamma": 2.5e-5, "power": 35.0, "lambda_min": 0.0},
+    "cifar10": {"base": 1000.0, "gamma": 2e-5, "power": 45.0, "lambda_min": 0.0},
+    "cifar10+": {"base": 1000.0, "gamma": 1e-5, "power": 45.0, "lambda_min": 0.0},
+    "sphereface": {"base": 1000.0, "gamma": 0.12, "power": 1.0, "lambda_min": 5.0},
+}
+ANNEALING_KEYS = ("base", "gamma", "power", "lambda_min")
+# Angular functions g with a `*_of_theta` form that GA-Softmax can evaluate at mθ.
+GA_ANGULAR = ("linear", "cosine", "sigmoid")
+
+
+def chebyshev_cos(cos_theta, m):
+    """cos(mθ) as the Chebyshev polynomial T_m(cos θ)   [T-2.7].
+
+    ```
+    cos(mθ) = Σ_{n=0}^{⌊m/2⌋} (−1)^n C(m, 2n) c^{m−2n} (1 − c²)^n = T_m(c)
+    T_0 = 1,  T_1 = c,  T_{n+1} = 2c·T_n − T_{n−1}
+    ```
+
+    (m = 2: 2c² − 1; m = 3: 4c³ − 3c; m = 4: 8c⁴ − 8c² + 1.) The three-term
+    recurrence is the same polynomial as the binomial sum of Eq. 2.7 and is
+    stable for |c| ≤ 1.
+
+    Args:
+        cos_theta: tensor of cosines c, any float dtype.
+        m: int >= 0, the multiple.
+
+    Returns:
+        float32 tensor of the shape of `cos_theta`.
+    """
+    c = ops.cast(cos_theta, "float32")
+    if m == 0:
+        return ops.ones_like(c)
+    t_prev, t = ops.ones_like(c), c
+    for _ in range(m - 1):
+        t_prev, t = t, 2.0 * c * t - t_prev
+    return t
+
+
+def margin_k(cos_theta, m):
+    """Interval index k = #{j ∈ 1..m−1 : c ≤ cos(jπ/m)} = min(⌊mθ/π⌋, m − 1)   [T-2.6].
+
+    Computed from comparisons only (piecewise constant, no gradient), like the
+    sign tests of the Caffe layer. At a threshold c = cos(jπ/m) exactly both
+    neighbouring k give the same ψ (ψ is continuous), so the tie rule is harmless.
+
+    Returns:
+        float32 tensor of the shape of `cos_theta`, values in {0, …, m − 1}.
+    """
+    c = ops.stop_gradient(ops.cast(cos_theta, "float32"))
+    k = ops.zeros_like(c)
+    for j in range(1, m):
+        k = k + ops.cast(c <= math.cos(j * math.pi / m), "float32")
+    return k
+
+
+def psi(cos_theta, m):
+    """Multiplicative-margin score ψ(θ) = (−1)^k cos(mθ) − 2k of L-/A-Softmax   [T-2.6].
+
+    Continuous and strictly decreasing on [0, π] from ψ(0) = 1 to ψ(π) = 1 − 2m;
+    m = 1 gives cos θ (plain softmax). No arccos: cos(mθ) = T_m(c) (`chebyshev_cos`)
+    and k from comparisons (`margin_k`).
+
+    Args:
+        cos_theta: tensor of cosines c = cos θ, any float dtype.
+        m: int >= 1, the margin.
+
+    Returns:
+        float32 tensor of the shape of `cos_theta`.
+    """
+    k = margin_k(cos_theta, m)
+    sign = 1.0 - 2.0 * ops.mod(k, 2.0)
+    return sign * chebyshev_cos(cos_theta, m) - 2.0 * k
+
+
+def ga_target(cos_theta, m, angular="linear", k=0.3):
+    """GA-Softmax target score g(mθ)   [T-3.11] = [S-11].
+
+    * cosine: g(mθ) continued monotonically as the piecewise ψ of Eq. 2.6, i.e.
+      GA-Softmax with cosine g *is* A-Softmax (Chebyshev form, no arccos);
+    * linear: g(mθ) = 1 − 2mθ/π (monotone on all of [0, π], no saddle points);
+    * sigmoid: Eq. 3.4 evaluated at mθ; its tanh form is strictly decreasing for
+      every argument, so it needs no piecewise extension.
+
+    Note: the thesis does not say how sigmoid GA-Softmax treats mθ > π; evaluating
+    the (monotone) sigmoid there is our choice (it saturates near −1/tanh(π/4k)).
+
+    Args:
+        cos_theta: tensor of cosines.
+        m: margin; int >= 1 for 'cosine', float >= 1 for 'linear' and 'sigmoid'.
+        angular: one of 'linear', 'cosine', 'sigmoid'.
+        k: float > 0, the sigmoid parameter (ignored otherwise).
+
+    Returns:
+        float32 tensor of the shape of `cos_theta`.
+    """
+    if angular == "cosine":
+        return psi(cos_theta, int(m))
+    if angular == "linear":
+        return angular_lib.linear_of_theta(float(m) * angles.safe_acos(cos_theta))
+    if angular == "sigmoid":
+        return angular_lib.sigmoid_of_theta(float(m) * angles.safe_acos(cos_theta), k)
+    raise ValueError(f"Unknown angular function {angular!r} for GA-Softmax; expected one of {GA_ANGULAR}.")
+
+
+def additive_target(cos_theta, m1=1.0, m2=0.0, m3=0.0):
+    """Combined-margin score cos(m1·θ + m2) − m3 (insightface; CosFace, ArcFace).
+
+    ```
+    φ = m1·θ + m2,  κ = ⌊φ/π⌋ (no gradient)
+    ψ(θ) = (−1)^κ cos φ − 2κ − m3
+    ```
+
+    For φ ≤ π this is exactly cos(m1θ + m2) − m3. Beyond π the piecewise
+    continuation of Eq. 2.6 keeps ψ continuous and decreasing.
+
+    * m1 = 1, m2 = 0: CosFace, ψ = c − m3, computed without arccos;
+    * integer m1, m2 = 0: the A-Softmax ψ, computed with `psi` (no arccos);
+    * otherwise θ = `safe_acos(c)`.
+
+    Note: insightface replaces cos(θ + m) by cos θ − m·sin m once θ > π − m (its
+    `th`/`mm` fallback), which jumps at θ = π − m; the continuation above is
+    continuous instead. The two differ only for θ > π − m2.
+
+    Returns:
+        float32 tensor of the shape of `cos_theta`.
+    """
+    c = ops.cast(cos_theta, "float32")
+    if m1 == 1.0 and m2 == 0.0:
+        return c - m3
+    if m2 == 0.0 and float(m1).is_integer():
+        return psi(c, int(m1)) - m3
+    phi = m1 * angles.safe_acos(c) + m2
+    kappa = ops.stop_gradient(ops.floor(phi / math.pi))
+    sign = 1.0 - 2.0 * ops.mod(kappa, 2.0)
+    return sign * ops.cos(phi) - 2.0 * kappa - m3
+
+
+def annealing_lambda(step, base, gamma, power, lambda_min=0.0):
+    """Annealing weight λ_t = max(λ_min, base·(1 + γ·t)^(−power)) (upstream Caffe layers).
+
+    Upstream increments the iteration counter before using it, so the first
+    training step has t = 1.
+
+    Args:
+        step: int or integer/float tensor, the training step t >= 0.
+        base, gamma, power, lambda_min: floats >= 0 (see `ANNEALING_PRESETS`).
+
+    Returns:
+        float32 scalar tensor (or of the shape of `step`).
+    """
+    t = ops.cast(step, "float32")
+    decayed = base * ops.exp(-power * ops.log1p(gamma * t))
+    return ops.maximum(ops.cast(lambda_min, "float32"), decayed)
+
+
+def anneal(plain, target, lam):
+    """Annealed target logit (λ·plain + target) / (1 + λ)   [T §2.2.7, T-A.7].
+
+    λ = 0 gives the margin logit, λ → ∞ the plain one.
+    """
+    lam = ops.cast(lam, "float32")
+    return (lam * ops.cast(plain, "float32") + ops.cast(target, "float32")) / (1.0 + lam)
+
+
+def gather_target(values, labels):
+    """values[i, labels[i]] as a column `(N, 1)`; `values` is `(N, C)` or broadcasts to it."""
+    labels = ops.reshape(ops.cast(labels, "int32"), (-1, 1))
+    return ops.take_along_axis(values, labels, axis=-1)
+
+
+def replace_target(logits, labels, target):
+    """Logits with logits[i, labels[i]] replaced by target[i] (target `(N, 1)`)."""
+    labels = ops.reshape(ops.cast(labels, "int32"), (-1,))
+    mask = ops.cast(ops.one_hot(labels, ops.shape(logits)[-1]), "bool")
+    return ops.where(mask, target, logits)
+
+
+# ----------------------------------------------------------------------------------------
+# Full logits of the margin family.
+
+LOSS_TYPES = (
+    "lsoftmax", "asoftmax", "wsoftmax", "gasoftmax", "ssoftmax", "cosface", "arcface", "combined",
+)
+# Loss types whose class weights are normalised (all but L-Softmax) and whose features are.
+NORMALIZED_WEIGHTS = frozenset(LOSS_TYPES) - {"lsoftmax"}
+NORMALIZED_FEATURES = frozenset({"ssoftmax", "cosface", "arcface", "combined"})
+# ε inside the square roots of ‖x‖ and ‖W_j‖: keeps zero features / zero columns finite.
+# Note: the Caffe layers add 1e-9 to the denominator ‖x‖‖w‖ instead; with autodiff the
+# ε must sit inside the root so that d‖x‖/dx is finite at x = 0.
+NORM_EPSILON = 1e-12
+
+
+def target_score(cos_theta, loss_type, margin, angular="cosine", k=0.3):
+    """ψ(θ_y) of one loss type (see the module docstring), float32."""
+    if loss_type in ("lsoftmax", "asoftmax"):
+        return psi(cos_theta, int(margin))
+    if loss_type == "wsoftmax" or (loss_type in ("gasoftmax", "ssoftmax") and margin == 1):
+        return angular_lib.get_angular_fn(angular)(cos_theta, k)
+    if loss_type in ("gasoftmax", "ssoftmax"):
+        return ga_target(cos_theta, margin, angular, k)
+    if loss_type == "cosface":
+        return additive_target(cos_theta, 1.0, 0.0, margin)
+    if loss_type == "arcface":
+        return additive_target(cos_theta, 1.0, margin, 0.0)
+    if loss_type == "combined":
+        m1, m2, m3 = margin
+        return additive_target(cos_theta, m1, m2, m3)
+    raise ValueError(f"Unknown loss type {loss_type!r}; expected one of {LOSS_TYPES}.")
+
+
+def margin_logits(
+    features,
+    kernel,
+    labels=None,
+    loss_type="asoftmax",
+    margin=4,
+    angular="cosine",
+    k=0.3,
+    scale=None,
+    bias=None,
+    lam=0.0,
+    epsilon=NORM_EPSILON,
+):
+    """Logits of the margin-softmax family; the margin touches the target logit only.
+
+    ```
+    c_j = x·W_j / (‖x‖‖W_j‖),   ‖v‖ = sqrt(Σv² + ε)
+    radius r_j:  ‖W_j‖‖x‖ (lsoftmax) | ‖x‖ (asoftmax, wsoftmax, gasoftmax) | s (others)
+    plain f_j = r_j·g(θ_j) + b_j            (= x·W_j + b_j for lsoftmax)
+    target f_y = (λ·plain_y + r_y·ψ(θ_y) + b_y) / (1 + λ)    ψ from `target_score`
+    ```
+
+    [T-2.4, T-2.8] (L-Softmax), [T-2.20] (A-Softmax), [T-3.10, T-3.11]
+    (W-/GA-Softmax), T-ch1 (S-Softmax), CosFace/ArcFace/combined (insightface).
+
+    Args:
+        features: `(N, d)` tensor, any float dtype.
+        kernel: `(d, C)` class weights (columns are classes).
+        labels: `(N,)` or `(N, 1)` integer labels, or None for plain logits.
+        loss_type: one of `LOSS_TYPES`.
+        margin: m (int or float, or `(m1, m2, m3)` for 'combined').
+        angular: g for wsoftmax/gasoftmax/ssoftmax ('linear', 'cosine', 'sigmoid').
+        k: float > 0, sigmoid parameter.
+        scale: float s for ssoftmax/cosface/arcface/combined.
+        bias: optional `(C,)` bias.
+        lam: float or scalar tensor, the annealing weight λ >= 0.
+        epsilon: float >= 0 inside the norms.
+
+    Returns:
+        float32 logits `(N, C)`.
+    """
+    x = ops.cast(features, "float32")
+    w = ops.cast(kernel, "float32")
+    dot = ops.matmul(x, w)
+    x_norm = ops.sqrt(ops.sum(ops.square(x), axis=-1, keepdims=True) + epsilon)
+    w_norm = ops.sqrt(ops.sum(ops.square(w), axis=0) + epsilon)
+    cos = dot / (x_norm * w_norm)
+    if loss_type == "lsoftmax":
+        radius = x_norm * w_norm
+        plain = dot
+    elif loss_type in NORMALIZED_FEATURES:
+        radius = ops.cast(scale, "float32")
+        plain = radius * angular_lib.get_angular_fn(angular)(cos, k)
+    else:
+        radius = x_norm
+        plain = radius * angular_lib.get_angular_fn(angular)(cos, k)
+    if bias is not None:
+        plain = plain + ops.cast(bias, "float32")
+    if labels is None:
+        return plain
+    cos_y = gather_target(cos, labels)
+    radius_y = gather_target(radius, labels) if loss_type == "lsoftmax" else radius
+    plain_y = gather_target(plain, labels)
+    target = radius_y * target_score(cos_y, loss_type, margin, angular, k)
+    if bias is not None:
+        bias_y = ops.take(ops.cast(bias, "float32"), ops.reshape(ops.cast(labels, "int32"), (-1,)))
+        target = target + ops.reshape(bias_y, (-1, 1))
+    target = anneal(plain_y, target, lam)
+    return replace_target(plain, labels, target)
