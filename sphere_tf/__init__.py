@@ -9,5 +9,6 @@ from sphere_tf import energy
 from sphere_tf import layers
 from sphere_tf import metrics
 from sphere_tf import ops
+from sphere_tf import optimizers
 
 __version__ = "0.1.0"

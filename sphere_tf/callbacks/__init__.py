@@ -1,0 +1,3 @@
+"""Keras callbacks for hyperspherical training."""
+
+from sphere_tf.callbacks.sopt import SOPTEpisodes

@@ -1,0 +1,124 @@
+"""`SOPTEpisodes`: drives the episodes of stochastic OPT (S-OPT).
+
+S-OPT (CVPR'21 OPT code, `sopt_gs`) trains, per layer, an identity-initialised
+m×m rotation on m randomly chosen rows of V for one *episode*, then merges the
+rotation into V and starts over on new rows.  Upstream: 400 episodes × 750
+iterations, m = 3·3·16 = 144 of d = 576.
+
+Note: upstream re-initialised every variable in the layer's scope (BN γ/β
+included) at each episode and kept the optimizer's momentum of R̃; here only R̃
+is reset (to the identity) and, by default, so are the optimizer slots of R̃
+(their directions referred to the previous rows).  The episode length is the
+same for every S-OPT layer of the model.
+"""
+
+import keras
+import numpy as np
+
+from sphere_tf.layers import opt as opt_lib
+
+# Upstream episode length (iterations per episode, wy1iu/OPT sopt_gs).
+DEFAULT_EPISODE_LENGTH = 750
+
+
+def _leaf_optimizers(optimizer):
+    """The optimizer and every optimizer it wraps (LossScaleOptimizer, OPTOptimizer)."""
+    found, stack = [], [optimizer]
+    while stack:
+        opt = stack.pop()
+        if opt is None or any(opt is f for f in found):
+            continue
+        found.append(opt)
+        for attr in ("inner_optimizer", "optimizer", "rotation_optimizer"):
+            child = getattr(opt, attr, None)
+            if isinstance(child, keras.optimizers.Optimizer):
+                stack.append(child)
+    return found
+
+
+def reset_optimizer_slots(optimizer, variables):
+    """Zero the optimizer slot variables (momenta, …) that belong to `variables`.
+
+    Keras names a slot ``"<variable path with / → _>_<slot name>"``; slots are found by
+    that prefix in every optimizer reachable from `optimizer`.
+
+    Returns:
+        int, the number of slot variables reset.
+    """
+    prefixes = tuple(v.path.replace("/", "_") + "_" for v in variables)
+    seen = set()
+    for opt in _leaf_optimizers(optimizer):
+        if not opt.built:
+            continue
+        for slot in opt.variables:  # wrappers list their children's slots too: dedupe
+            if id(slot) not in seen and slot.name.startswith(prefixes):
+                slot.assign(np.zeros(slot.shape, slot.dtype))
+                seen.add(id(slot))
+    return len(seen)
+
+
+@keras.saving.register_keras_serializable(package="sphere_tf")
+class SOPTEpisodes(keras.callbacks.Callback):
+    """Every `episode_length` training steps, start a new S-OPT episode.
+
+    For each OPT layer built with `stochastic_dims` (see `sphere_tf.layers.OPTConv2D`):
+    V ← W (merge), R̃ ← I, and a new random subset of rows is drawn.
+
+    Args:
+        episode_length: int > 0, training steps per episode (upstream 750).
+        seed: None or int, seeds the row sampling.
+        reset_optimizer_state: bool, zero the optimizer slots of R̃ at each episode.
+        merge_on_train_end: bool, merge R̃ into V when `fit` ends (W is unchanged
+            either way; merging leaves V = W and R̃ = I).
+    """
+
+    def __init__(self, episode_length=DEFAULT_EPISODE_LENGTH, seed=None, reset_optimizer_state=True,
+                 merge_on_train_end=False):
+        super().__init__()
+        if isinstance(episode_length, bool) or not isinstance(episode_length, int) or episode_length <= 0:
+            raise ValueError(
+                "Invalid value for argument `episode_length`: expected a positive int. "
+                f"Received: episode_length={episode_length!r}"
+            )
+        self.episode_length = episode_length
+        self.seed = seed
+        self.reset_optimizer_state = bool(reset_optimizer_state)
+        self.merge_on_train_end = bool(merge_on_train_end)
+        self._rng = np.random.default_rng(seed)
+        self.steps_in_episode = 0
+        self.episodes_completed = 0
+
+    def _sopt_layers(self):
+        return [layer for layer in opt_lib.opt_layers(self.model) if layer.stochastic_dims is not None]
+
+    def on_train_begin(self, logs=None):
+        if not self._sopt_layers():
+            raise ValueError("SOPTEpisodes: the model has no OPT layer with `stochastic_dims` set.")
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.steps_in_episode += 1
+        if self.steps_in_episode >= self.episode_length:
+            self.new_episode()
+
+    def new_episode(self):
+        """Merge, reset and resample every S-OPT layer now."""
+        layers = self._sopt_layers()
+        for layer in layers:
+            layer.start_episode(self._rng)
+        if self.reset_optimizer_state and getattr(self.model, "optimizer", None) is not None:
+            reset_optimizer_slots(self.model.optimizer, [layer.rotation_param for layer in layers])
+        self.steps_in_episode = 0
+        self.episodes_completed += 1
+
+    def on_train_end(self, logs=None):
+        if self.merge_on_train_end:
+            for layer in self._sopt_layers():
+                layer.merge_rotation()
+
+    def get_config(self):
+        return {
+            "episode_length": self.episode_length,
+            "seed": self.seed,
+            "reset_optimizer_state": self.reset_optimizer_state,
+            "merge_on_train_end": self.merge_on_train_end,
+        }
