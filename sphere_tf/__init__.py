@@ -4,11 +4,13 @@ Subpackages: `ops` (pure maths), `layers`, `losses`, `regularizers`, `metrics`,
 `callbacks`, `energy`, `training`, `models`, `data`, `attacks`, `export`.
 """
 
+from sphere_tf import callbacks
 from sphere_tf import data
 from sphere_tf import energy
 from sphere_tf import layers
 from sphere_tf import metrics
 from sphere_tf import ops
 from sphere_tf import optimizers
+from sphere_tf import regularizers
 
 __version__ = "0.1.0"

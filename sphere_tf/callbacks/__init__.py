@@ -1,3 +1,4 @@
 """Keras callbacks for hyperspherical training."""
 
+from sphere_tf.callbacks.energy import HypersphericalEnergy
 from sphere_tf.callbacks.sopt import SOPTEpisodes

@@ -1,0 +1,147 @@
+"""Tracks the hyperspherical energy of a model's layers during `fit` [T-E.2].
+
+The default measurement is the one the thesis plots for CoMHE (Figs 6.1, 6.2,
+E.2–E.7): the *unprojected* half-space energy with s = 1 (Eq E.2, per-layer mean
+over the 2N points), per layer and summed over layers.
+"""
+
+import keras
+import numpy as np
+from keras import ops
+
+from sphere_tf import energy as energy_lib
+
+
+def kernel_layers(model):
+    """All layers of `model` (nested models included) owning a rank >= 2 `kernel`, in order."""
+    found = []
+
+    def visit(layer):
+        sub = getattr(layer, "layers", None)
+        if isinstance(layer, keras.Model) or (sub and not hasattr(layer, "kernel")):
+            for child in sub or []:
+                visit(child)
+            return
+        kernel = getattr(layer, "kernel", None)
+        if kernel is not None and len(kernel.shape) >= 2:
+            found.append(layer)
+
+    visit(model)
+    return found
+
+
+def layer_energies(model, layers=None, **energy_kwargs):
+    """Dict layer name -> float energy of `layer.kernel` (`energy.hyperspherical_energy` kwargs)."""
+    layers = kernel_layers(model) if layers is None else layers
+    return {
+        layer.name: float(ops.convert_to_numpy(energy_lib.hyperspherical_energy(layer.kernel, **energy_kwargs)))
+        for layer in layers
+    }
+
+
+@keras.saving.register_keras_serializable(package="sphere_tf")
+class HypersphericalEnergy(keras.callbacks.Callback):
+    """Logs per-layer and total hyperspherical energy to the History and TensorBoard.
+
+    Adds `<prefix><layer name>` for each tracked layer and `<prefix>total` (sum
+    over layers, as in the thesis's plots) to the epoch logs, so they appear in
+    `model.fit(...).history` (and in any TensorBoard callback placed *after*
+    this one). With `log_dir`, it also writes them as scalars itself.
+
+    Args:
+        power: float >= 0, s (default 1, the thesis's tracking metric).
+        half_space: bool (default True, Eq E.2).
+        distance: 'euclidean', 'angular' or 'normalized_angular'.
+        layer_names: optional list of layer names to track (default: every layer
+            with a kernel, including the output layer).
+        frequency: int >= 1, log every `frequency` epochs (or batches).
+        update_freq: 'epoch' or 'batch'.
+        log_dir: optional str, TensorBoard directory for the scalars.
+        prefix: str prepended to the log keys.
+    """
+
+    def __init__(self, power=1, half_space=True, distance="euclidean", layer_names=None, frequency=1,
+                 update_freq="epoch", log_dir=None, prefix="energy/"):
+        super().__init__()
+        energy_lib._check_args(power, distance, "thesis", "mean", None, False)
+        if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 1:
+            raise ValueError(f"Invalid value for argument `frequency`: expected an int >= 1. Received: frequency={frequency!r}")
+        if update_freq not in ("epoch", "batch"):
+            raise ValueError(
+                f"Invalid value for argument `update_freq`: expected 'epoch' or 'batch'. Received: update_freq={update_freq!r}"
+            )
+        self.power = power
+        self.half_space = bool(half_space)
+        self.distance = distance
+        self.layer_names = None if layer_names is None else list(layer_names)
+        self.frequency = frequency
+        self.update_freq = update_freq
+        self.log_dir = log_dir
+        self.prefix = prefix
+        self._writer = None
+        self._batches = 0
+
+    def _layers(self):
+        layers = kernel_layers(self.model)
+        if self.layer_names is not None:
+            by_name = {layer.name: layer for layer in layers}
+            missing = [n for n in self.layer_names if n not in by_name]
+            if missing:
+                raise ValueError(f"HypersphericalEnergy: no kernel layer named {missing}; have {sorted(by_name)}.")
+            layers = [by_name[n] for n in self.layer_names]
+        return layers
+
+    def measure(self):
+        """Dict `<prefix><layer>` -> energy, plus `<prefix>total`."""
+        values = layer_energies(self.model, self._layers(), power=self.power, half_space=self.half_space,
+                                distance=self.distance)
+        logs = {self.prefix + name: value for name, value in values.items()}
+        logs[self.prefix + "total"] = float(np.sum(list(values.values()))) if values else 0.0
+        return logs
+
+    def _record(self, logs, step):
+        measured = self.measure()
+        if logs is not None:
+            logs.update(measured)
+        if self.log_dir is not None:
+            import tensorflow as tf  # tf.summary: Keras has no summary writer API
+
+            if self._writer is None:
+                self._writer = tf.summary.create_file_writer(self.log_dir)
+            with self._writer.as_default():
+                for key, value in measured.items():
+                    tf.summary.scalar(key, value, step=step)
+            self._writer.flush()
+
+    def on_train_begin(self, logs=None):
+        self._batches = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._batches += 1
+        if self.update_freq == "batch" and self._batches % self.frequency == 0:
+            self._record(logs, self._batches)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.update_freq == "epoch" and (epoch + 1) % self.frequency == 0:
+            self._record(logs, epoch)
+
+    def on_train_end(self, logs=None):
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+
+    def get_config(self):
+        return {
+            "power": self.power,
+            "half_space": self.half_space,
+            "distance": self.distance,
+            "layer_names": self.layer_names,
+            "frequency": self.frequency,
+            "update_freq": self.update_freq,
+            "log_dir": self.log_dir,
+            "prefix": self.prefix,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)

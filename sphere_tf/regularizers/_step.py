@@ -1,0 +1,71 @@
+"""A step counter for regularizers that draw random numbers (private).
+
+Keras calls a weight regularizer once per regularized variable whenever the
+model's losses are collected (every train step), passing the variable itself.
+`StepCounter` advances once per such round: the first variable a regularizer
+instance ever sees is its *leader*, and the counter is incremented whenever the
+leader comes by. Every other variable of the same round reads the incremented
+value, so layers sharing one regularizer instance see the same step (this is what
+makes projections shared across layers of equal dimension).
+
+State lives in a `keras.Variable` (int64, non-trainable, aggregation
+'only_first_replica' so the update is well defined under tf.distribute; build the
+model inside `strategy.scope()`). The value is also written to the regularizer's
+config, so a model saved to `.keras` resumes the random stream where it stopped.
+Plain tensors (no `.path`) never advance the counter; call `advance()` instead.
+"""
+
+import keras
+import numpy as np
+import tensorflow as tf  # tf.init_scope: no keras.ops equivalent
+from keras import ops
+
+
+def variable_key(x):
+    """A stable name for a regularized variable, else None.
+
+    The last two components of a Keras variable's `path` ('<layer>/<weight>'):
+    the outer model prefix changes when a model is reloaded, layer names do not.
+    """
+    path = getattr(x, "path", None)
+    if not isinstance(path, str):
+        return None
+    return "/".join(path.split("/")[-2:])
+
+
+class StepCounter:
+    def __init__(self, initial_step=0):
+        self._initial_step = int(initial_step)
+        self._leader = None
+        # Created eagerly (init_scope lifts it out of any tf.function being traced).
+        with tf.init_scope():
+            self._variable = keras.Variable(
+                self._initial_step,
+                dtype="int64",
+                trainable=False,
+                aggregation="only_first_replica",
+                name="regularizer_step",
+            )
+
+    @property
+    def variable(self):
+        return self._variable
+
+    def step_for(self, x):
+        """Current step; advances first when `x` is the leader variable."""
+        var = self.variable
+        key = variable_key(x)
+        if key is not None and self._leader is None:
+            self._leader = key
+        if key is not None and key == self._leader:
+            var.assign_add(1)
+        return var.value
+
+    def advance(self, count=1):
+        self.variable.assign_add(count)
+
+    def numpy_value(self):
+        try:
+            return int(np.asarray(ops.convert_to_numpy(self._variable.value)))
+        except Exception:  # inside a trace: fall back to the constructor value
+            return self._initial_step
