@@ -8,6 +8,7 @@ from sphere_tf import callbacks
 from sphere_tf import data
 from sphere_tf import energy
 from sphere_tf import layers
+from sphere_tf import losses
 from sphere_tf import metrics
 from sphere_tf import ops
 from sphere_tf import optimizers
