@@ -1,0 +1,18 @@
+"""Training with the DCNet tricks (weight projection, weighted gradients) and pretraining init.
+
+`SphereModel` / `SphereSequential` / `SphereTrainingMixin` run weight projection
+[D §4.1] and weighted gradients [D-18] inside `train_step`; `wrap` turns an
+existing functional or Sequential model into a `SphereModel`;
+`initialize_from_pretrained` copies a trained Conv2D/Dense model into its
+decoupled twin [D §4.3]. The config-driven loop lives in `training.classifier`.
+"""
+
+from sphere_tf.training.model import SphereModel
+from sphere_tf.training.model import SphereSequential
+from sphere_tf.training.model import SphereTrainingMixin
+from sphere_tf.training.model import find_operator_layers
+from sphere_tf.training.model import project_kernel
+from sphere_tf.training.model import wrap
+from sphere_tf.training.pretrain import TransferReport
+from sphere_tf.training.pretrain import initialize_from_pretrained
+from sphere_tf.training.pretrain import parameterised_layers

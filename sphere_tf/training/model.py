@@ -1,0 +1,501 @@
+"""DCNet optimisation tricks in a Keras `train_step`: weight projection and weighted gradients.
+
+Standard (unweighted) decoupled and hyperspherical operators only see the unit
+kernel ŵ = w/‖w‖, so the gradient of the loss with respect to w is orthogonal to
+w and shrinks as 1/‖w‖ [D-17]:
+
+```
+∂(ŵᵀx̂)/∂w = (x̂ − (ŵᵀx̂)·ŵ) / ‖w‖                                   [D-17]
+```
+
+Under SGD ‖w‖ only grows (the step is ⊥ w), so learning stalls. DCNet offers two
+remedies [D §4], both implemented here, per output channel (the norm is over all
+kernel axes but the last: (kh, kw, C_in) for HWIO conv kernels, C_in for dense):
+
+```
+weight projection   w ← s·ŵ every N steps, after the update      [D §4.1]
+weighted gradients  ∂L/∂w ← ‖w‖·∂L/∂w  before the optimizer       [D-18]
+                    (for L = ŵᵀx̂ the step is x̂ − (ŵᵀx̂)·ŵ)
+```
+
+`SphereModel` (functional), `SphereSequential` and `SphereTrainingMixin` (for
+your own `keras.Model` subclasses) run both inside `train_step`, so `fit`,
+`evaluate`, callbacks, regularisation losses, `LossScaleOptimizer` (mixed
+precision) and `tf.distribute` strategies work unchanged. `wrap(model)` turns
+any functional or built Sequential model into a `SphereModel` sharing its layers.
+
+Which layers are affected: every layer, found recursively (nested models and
+layers held as attributes included), that exposes `supports_weight_projection`
+and a `kernel` variable (the protocol of `sphere_tf.layers`' decoupled and
+Sphere layers). Layers whose kernel is not trainable are left alone. A layer
+with `supports_weight_projection == False` is a *weighted* operator whose
+forward pass depends on ‖w‖; asking for either trick on a model containing one
+raises `ValueError` naming the layer [D §4, §6.1.1].
+
+Numerics follow the authors' TF code (wy1iu/DCNets): the projection is a plain
+assign of w/‖w‖ every **100** iterations (`i % 100 == 0`), the default of
+`weight_projection_every`; s = 1 as in all of the paper's experiments.
+"""
+
+import inspect
+
+import keras
+import numpy as np
+import tensorflow as tf
+from keras import ops
+
+from sphere_tf.ops import angles
+
+# Upstream: `if i % 100 == 0: sess.run(wp_op)` (wy1iu/DCNets train_resnet.py).
+DEFAULT_PROJECTION_EVERY = 100
+# s = 1 "in all experiments" [D §4.1].
+DEFAULT_PROJECTION_SCALE = 1.0
+
+_SETTINGS = ("weight_projection_every", "projection_scale", "weighted_gradients")
+
+
+def _validate_settings(weight_projection_every, projection_scale, weighted_gradients):
+    if weight_projection_every is not None and (
+        isinstance(weight_projection_every, bool)
+        or not isinstance(weight_projection_every, (int, np.integer))
+        or weight_projection_every <= 0
+    ):
+        raise ValueError(
+            "Invalid value for argument `weight_projection_every`: expected a positive int "
+            "(project every N optimizer steps) or None (never). "
+            f"Received: weight_projection_every={weight_projection_every!r}"
+        )
+    if (
+        isinstance(projection_scale, bool)
+        or not isinstance(projection_scale, (int, float, np.floating, np.integer))
+        or not np.isfinite(projection_scale)
+        or projection_scale <= 0
+    ):
+        raise ValueError(
+            "Invalid value for argument `projection_scale`: expected a finite float > 0 (the "
+            f"norm s of the projected kernels). Received: projection_scale={projection_scale!r}"
+        )
+    if not isinstance(weighted_gradients, (bool, np.bool_)):
+        raise ValueError(
+            "Invalid value for argument `weighted_gradients`: expected a bool. "
+            f"Received: weighted_gradients={weighted_gradients!r}"
+        )
+    every = None if weight_projection_every is None else int(weight_projection_every)
+    return every, float(projection_scale), bool(weighted_gradients)
+
+
+def project_kernel(kernel, scale=DEFAULT_PROJECTION_SCALE):
+    """Weight projection of one kernel, w ← s·w/‖w‖ per output channel   [D §4.1].
+
+    The norm is the plain Euclidean norm over all axes but the last (no ε), so
+    the result has per-channel norm exactly `scale` (to float32 rounding). The
+    channel is divided by its largest magnitude first, so neither tiny (1e-20)
+    nor huge (1e20) kernels under- or overflow. An all-zero channel has no
+    direction and is returned unchanged.
+
+    Args:
+        kernel: tensor `(..., units)` (Keras HWIO conv or `(in, out)` dense layout).
+        scale: float > 0, the target norm s.
+
+    Returns:
+        float32 tensor of the kernel's shape.
+    """
+    w = ops.cast(kernel, "float32")
+    axes = tuple(range(len(w.shape) - 1))
+    peak = ops.max(ops.abs(w), axis=axes)
+    nonzero = peak > 0.0
+    unit = w / ops.where(nonzero, peak, 1.0)
+    norm = ops.sqrt(ops.sum(ops.square(unit), axis=axes))
+    return ops.where(nonzero, unit * (scale / ops.where(nonzero, norm, 1.0)), w)
+
+
+def _is_operator_layer(obj):
+    return isinstance(obj, keras.layers.Layer) and hasattr(obj, "supports_weight_projection")
+
+
+def find_operator_layers(root):
+    """All layers under `root` that take part in the DCNet tricks, in a stable order.
+
+    Walks nested models (`.layers`) and layers held as attributes, lists or
+    dicts of other layers (custom blocks), without duplicates. A layer takes
+    part when it exposes `supports_weight_projection` (the decoupled / Sphere
+    layers of `sphere_tf.layers`, and any layer following the same protocol).
+
+    Args:
+        root: a `keras.Model` or `keras.layers.Layer`.
+
+    Returns:
+        list of layers (`root` itself included if it qualifies).
+    """
+    found, seen = [], set()
+
+    def visit(obj, depth):
+        if depth > 64:
+            return
+        if isinstance(obj, keras.layers.Layer):
+            if id(obj) in seen:
+                return
+            seen.add(id(obj))
+            if _is_operator_layer(obj):
+                found.append(obj)
+            if isinstance(obj, keras.Model):
+                for layer in obj.layers:
+                    visit(layer, depth + 1)
+            # Sub-layers held as attributes (custom blocks); Keras tracks them the
+            # same way, but only through private API.
+            for value in list(vars(obj).values()):
+                visit(value, depth + 1)
+        elif isinstance(obj, (list, tuple)):
+            for value in obj:
+                visit(value, depth + 1)
+        elif isinstance(obj, dict):
+            for value in list(obj.values()):
+                visit(value, depth + 1)
+
+    visit(root, 0)
+    return found
+
+
+def _describe(layer):
+    return f"'{layer.name}' ({type(layer).__name__}, weighted={getattr(layer, 'weighted', '?')!r})"
+
+
+def _per_replica_update(variables, update_fn):
+    """Runs `update_fn(v)` once on every copy of each variable, whatever the context.
+
+    In a replica context (inside `strategy.run`, as `train_step` is) the update
+    goes through `merge_call` + `strategy.extended.update`, so a mirrored
+    variable is updated once per step on each of its device copies with the same
+    value, not once per replica. tf.distribute has no keras.ops equivalent.
+    """
+    tf_vars = [v.value if isinstance(v, keras.Variable) else v for v in variables]
+
+    def merge_fn(strategy, *dist_vars):
+        for var in dist_vars:
+            strategy.extended.update(var, update_fn, group=False)
+
+    replica_context = tf.distribute.get_replica_context()
+    if replica_context is None:  # cross-replica context, e.g. `with strategy.scope():`
+        merge_fn(tf.distribute.get_strategy(), *tf_vars)
+    else:
+        replica_context.merge_call(merge_fn, args=tuple(tf_vars))
+
+
+class SphereTrainingMixin:
+    """Adds DCNet weight projection and weighted gradients to a `keras.Model` subclass.
+
+    Put it first in the bases: `class MyNet(SphereTrainingMixin, keras.Model)`.
+    The three settings are keyword arguments of `__init__` (consumed here, the
+    rest go to the Keras base class), attributes of the model, and entries of
+    `get_config` (restored by `from_config`, so `.keras` files keep them).
+
+    ```
+    every N optimizer steps (after the update):  w ← s·ŵ         [D §4.1]
+    each step, before the optimizer:             g ← ‖w‖·g       [D-18]
+    ```
+
+    Args:
+        weight_projection_every: int > 0 or None, project the kernels of all
+            standard operator layers when `optimizer.iterations` (after the
+            update) is a multiple of N; None disables it. Default 100 (upstream).
+        projection_scale: float > 0, the norm s of projected kernels (paper: 1).
+        weighted_gradients: bool, multiply each operator kernel's gradient per
+            output channel by that channel's kernel norm before the optimizer.
+
+    Raises:
+        ValueError: invalid settings, or (at construction when the layers are
+            known, else at the first training step) a trick requested on a model
+            holding a weighted operator.
+
+    Note: the weighted-gradient norm is the one the layer's forward pass divides
+    by, sqrt(‖w‖² + ε) with the layer's `epsilon` (upstream 1e-4), so the 1/‖w‖
+    factor of [D-17] cancels exactly; with `epsilon=0` it is the paper's ‖w‖.
+    The whole kernel gradient is scaled, including the part coming from
+    regularisation losses on that kernel (the paper does not say; the brief of
+    this package asks for gradient scaling before the optimizer). The projection
+    uses the exact norm (no ε), so projected kernels have norm s; the forward
+    pass changes only through ε, by a relative factor below ε/(2·min(s, ‖w‖)²).
+    """
+
+    def __init__(
+        self,
+        *args,
+        weight_projection_every=DEFAULT_PROJECTION_EVERY,
+        projection_scale=DEFAULT_PROJECTION_SCALE,
+        weighted_gradients=False,
+        **kwargs,
+    ):
+        settings = _validate_settings(weight_projection_every, projection_scale, weighted_gradients)
+        super().__init__(*args, **kwargs)
+        self._set_sphere_settings(*settings)
+        # Functional / Sequential-with-input models know their layers now: fail early.
+        if getattr(self, "built", False):
+            self.operator_layers()
+
+    def _set_sphere_settings(self, every, scale, weighted):
+        self.weight_projection_every = every
+        self.projection_scale = scale
+        self.weighted_gradients = weighted
+
+    # -- public helpers --------------------------------------------------------------
+
+    @property
+    def uses_sphere_tricks(self):
+        """Whether weight projection or weighted gradients are on."""
+        return self.weight_projection_every is not None or self.weighted_gradients
+
+    def operator_layers(self):
+        """The operator layers affected by the tricks (see `find_operator_layers`).
+
+        Raises:
+            ValueError: a trick is on and one of the layers is a weighted operator.
+        """
+        layers = [layer for layer in find_operator_layers(self) if layer is not self]
+        if self.uses_sphere_tricks:
+            weighted = [layer for layer in layers if not layer.supports_weight_projection]
+            if weighted:
+                tricks = []
+                if self.weight_projection_every is not None:
+                    tricks.append(f"weight_projection_every={self.weight_projection_every}")
+                if self.weighted_gradients:
+                    tricks.append("weighted_gradients=True")
+                raise ValueError(
+                    f"{type(self).__name__} {self.name!r}: {' and '.join(tricks)} cannot be used with "
+                    f"weighted operators, whose forward pass depends on ‖w‖ [D §4]. Weighted layer(s): "
+                    f"{', '.join(_describe(layer) for layer in weighted)}. Use weighted=None for these "
+                    "layers, or pass weight_projection_every=None and weighted_gradients=False."
+                )
+        return layers
+
+    def projected_kernels(self):
+        """Kernel variables that projection / weighted gradients act on (trainable only)."""
+        kernels = []
+        for layer in self.operator_layers():
+            kernel = getattr(layer, "kernel", None)
+            if isinstance(kernel, keras.Variable) and kernel.trainable and layer.trainable:
+                kernels.append(kernel)
+        return kernels
+
+    def project_weights(self):
+        """Projects every operator kernel to s·ŵ now (also works under a strategy scope)."""
+        kernels = self.projected_kernels()
+        if kernels:
+            _per_replica_update(kernels, self._project_variable)
+
+    # -- training ---------------------------------------------------------------------
+
+    def train_step(self, data):
+        """One step of the TF default `train_step` plus the DCNet hooks.
+
+        Forward under `tf.GradientTape` (training=True), `compute_loss` (with the
+        model's regularisation losses), `optimizer.scale_loss`, gradients,
+        `_scale_gradients` [D-18], `optimizer.apply`, `_project_weights_if_due`
+        [D §4.1], metrics.
+        """
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        self.operator_layers()  # trace time: refuse weighted operators before any update
+        with tf.GradientTape() as tape:
+            y_pred = self._call_for_training(x)
+            loss = self._compute_training_loss(x, y, y_pred, sample_weight)
+            self._track_loss(loss, x)
+            scaled_loss = self.optimizer.scale_loss(loss) if self.optimizer is not None else loss
+
+        variables = self.trainable_weights
+        if variables:
+            gradients = tape.gradient(scaled_loss, variables)
+            gradients = self._scale_gradients(gradients, variables)
+            self.optimizer.apply(gradients, variables)
+            self._project_weights_if_due()
+        return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+
+    def _call_for_training(self, x):
+        # Layer.__call__ forwards `training` only to `call`s that accept it.
+        return self(x, training=True)
+
+    def _compute_training_loss(self, x, y, y_pred, sample_weight):
+        if "training" in inspect.signature(self.compute_loss).parameters:
+            return self.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True)
+        return self.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight)
+
+    def _track_loss(self, loss, x):
+        """Updates the compiled "loss" tracker like the default step (public API only)."""
+        tracker = next((m for m in self.metrics if m.name == "loss"), None)
+        if tracker is None:
+            return
+        # Losses are divided by the replica count inside `compute_loss`; undo it for the
+        # reported value, as Keras' own step does.
+        replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        value = loss * ops.cast(replicas, loss.dtype) if replicas > 1 else loss
+        first = next(t for t in keras.tree.flatten(x) if t is not None)
+        tracker.update_state(value, sample_weight=ops.shape(first)[0])
+
+    def _scale_gradients(self, gradients, variables):
+        """Weighted gradients [D-18]: g ← sqrt(‖w‖² + ε)·g per output channel."""
+        if not self.weighted_gradients:
+            return gradients
+        epsilons = {}
+        for layer in self.operator_layers():
+            kernel = getattr(layer, "kernel", None)
+            if isinstance(kernel, keras.Variable):
+                epsilons[id(kernel)] = float(getattr(layer, "epsilon", 0.0))
+        scaled = []
+        for grad, var in zip(gradients, variables):
+            if grad is not None and id(var) in epsilons:
+                norm = angles.kernel_norm(var, epsilons[id(var)])  # float32, (units,)
+                grad = grad * ops.cast(norm, grad.dtype)
+            scaled.append(grad)
+        return scaled
+
+    def _project_weights_if_due(self):
+        """Weight projection [D §4.1] when `optimizer.iterations` is a multiple of N."""
+        if self.weight_projection_every is None:
+            return
+        kernels = self.projected_kernels()
+        if not kernels:
+            return
+        every = self.weight_projection_every
+        iterations = self.optimizer.iterations
+
+        def update(var):
+            step = ops.convert_to_tensor(iterations)
+            due = ops.logical_and(ops.greater(step, 0), ops.equal(ops.mod(step, every), 0))
+            # tf.cond (not keras.ops.cond): the branches assign to a per-device tf.Variable.
+            return tf.cond(due, lambda: self._project_variable(var), lambda: tf.constant(False))
+
+        _per_replica_update(kernels, update)
+
+    def _project_variable(self, var):
+        var.assign(ops.cast(project_kernel(var, self.projection_scale), var.dtype))
+        return tf.constant(True)
+
+    # -- serialisation ----------------------------------------------------------------
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "weight_projection_every": self.weight_projection_every,
+                "projection_scale": self.projection_scale,
+                "weighted_gradients": self.weighted_gradients,
+            }
+        )
+        return config
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        # The settings stay in `config`: the functional and subclass routes pass them to
+        # `__init__` (so the weighted-operator check sees the saved settings); Sequential's
+        # route ignores them, hence the explicit set below.
+        model = super().from_config(dict(config), custom_objects=custom_objects)
+        model._set_sphere_settings(
+            *_validate_settings(
+                config.get("weight_projection_every", DEFAULT_PROJECTION_EVERY),
+                config.get("projection_scale", DEFAULT_PROJECTION_SCALE),
+                config.get("weighted_gradients", False),
+            )
+        )
+        return model
+
+
+@keras.saving.register_keras_serializable(package="sphere_tf")
+class SphereModel(SphereTrainingMixin, keras.Model):
+    """A functional `keras.Model` that trains decoupled operators with the DCNet tricks.
+
+    ```
+    every N optimizer steps (after the update):  w ← s·ŵ         [D §4.1]
+    each step, before the optimizer:             g ← ‖w‖·g       [D-18]
+    ```
+
+    Args:
+        inputs, outputs: as `keras.Model(inputs, outputs)`.
+        weight_projection_every: int > 0 or None (default 100, as upstream).
+        projection_scale: float > 0, s (default 1, as the paper).
+        weighted_gradients: bool (default False; no upstream code, the paper is
+            the reference).
+        **kwargs: `name`, `trainable` and other `keras.Model` arguments.
+
+    Raises:
+        ValueError: invalid settings, or a trick requested on a model that holds
+            a weighted operator (the message names the layer).
+
+    Reference:
+        Liu et al., Decoupled Networks, CVPR 2018, §4, https://arxiv.org/abs/1804.08071
+
+    Example:
+
+    >>> from sphere_tf import layers
+    >>> inputs = keras.Input((8, 8, 1))
+    >>> x = layers.DecoupledConv2D(4, 3, magnitude="linear")(inputs)
+    >>> outputs = keras.layers.Dense(2)(keras.layers.Flatten()(x))
+    >>> model = SphereModel(inputs, outputs, weight_projection_every=10)
+    >>> [layer.name for layer in model.operator_layers()] == [model.layers[1].name]
+    True
+    """
+
+
+@keras.saving.register_keras_serializable(package="sphere_tf")
+class SphereSequential(SphereTrainingMixin, keras.Sequential):
+    """`keras.Sequential` trained with the DCNet tricks (see `SphereModel`).
+
+    Args:
+        layers: list of layers, as `keras.Sequential`.
+        weight_projection_every, projection_scale, weighted_gradients: as `SphereModel`.
+        **kwargs: `name`, `trainable`.
+
+    Example:
+
+    >>> from sphere_tf import layers
+    >>> model = SphereSequential(
+    ...     [keras.Input((5,)), layers.SphereDense(3), keras.layers.Dense(2)],
+    ...     weight_projection_every=1)
+    >>> model.weight_projection_every
+    1
+    """
+
+
+def wrap(
+    model,
+    weight_projection_every=DEFAULT_PROJECTION_EVERY,
+    projection_scale=DEFAULT_PROJECTION_SCALE,
+    weighted_gradients=False,
+    name=None,
+):
+    """A `SphereModel` over the layers of an existing functional or Sequential model.
+
+    The new model shares the layers (and so the weights) of `model`: training
+    one trains the other. For subclassed models use `SphereTrainingMixin`.
+
+    Args:
+        model: a functional `keras.Model` or a `keras.Sequential` built with an
+            `Input` (anything with symbolic `inputs` and `outputs`).
+        weight_projection_every, projection_scale, weighted_gradients: as `SphereModel`.
+        name: str or None, the new model's name (default: `model.name`).
+
+    Returns:
+        A `SphereModel`.
+
+    Raises:
+        ValueError: `model` has no symbolic inputs (subclassed or unbuilt Sequential).
+    """
+    try:
+        inputs, outputs = model.inputs, model.outputs
+    except (AttributeError, ValueError):
+        inputs = outputs = None
+    if not inputs or not outputs:
+        raise ValueError(
+            "Invalid value for argument `model`: `wrap` needs a functional model or a Sequential model "
+            "built with `keras.Input`; subclassed models can inherit from "
+            f"`sphere_tf.training.SphereTrainingMixin` instead. Received: model={model!r}"
+        )
+    if isinstance(inputs, (list, tuple)) and len(inputs) == 1:
+        inputs = inputs[0]
+    if isinstance(outputs, (list, tuple)) and len(outputs) == 1:
+        outputs = outputs[0]
+    return SphereModel(
+        inputs,
+        outputs,
+        weight_projection_every=weight_projection_every,
+        projection_scale=projection_scale,
+        weighted_gradients=weighted_gradients,
+        name=name or model.name,
+    )
