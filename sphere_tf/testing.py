@@ -50,6 +50,7 @@ def assert_keras_roundtrip(model, inputs, tmp_dir, rtol=1e-6, atol=1e-6):
     Returns:
         The reloaded model.
     """
+    os.makedirs(str(tmp_dir), exist_ok=True)
     path = os.path.join(str(tmp_dir), "model.keras")
     model.save(path)
     reloaded = keras.saving.load_model(path)
@@ -76,6 +77,7 @@ def assert_saved_model_roundtrip(model, inputs, tmp_dir, rtol=1e-6, atol=1e-6):
     """
     import tensorflow as tf  # only the SavedModel path needs TF directly
 
+    os.makedirs(str(tmp_dir), exist_ok=True)
     path = os.path.join(str(tmp_dir), "saved_model")
     model.export(path, verbose=False)
     loaded = tf.saved_model.load(path)

@@ -1,0 +1,689 @@
+"""Tests for SphereConv2D, SphereDense, DecoupledConv2D and DecoupledDense.
+
+The references are `sphere_tf.testing.numpy_decoupled` on explicitly extracted patches
+(`sphere_tf.testing.numpy_patches`), written from the papers' formulas in float64, with the
+upstream numerics the layers document: ε = 1e-4 inside both square roots, ρ = ρ_raw² + 1e-4,
+r = ρ·E{‖x‖} with E the batch mean of the patch norms in training and the zero-debiased moving
+average at inference, learnable k = |k_raw| + 0.05.
+"""
+
+import itertools
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from hypothesis import given
+from hypothesis import strategies as st
+from keras import ops
+
+from sphere_tf import testing
+from sphere_tf.layers import DecoupledConv2D
+from sphere_tf.layers import DecoupledDense
+from sphere_tf.layers import SphereConv2D
+from sphere_tf.layers import SphereDense
+from sphere_tf.ops import angular as angular_lib
+from sphere_tf.ops import magnitude as magnitude_lib
+
+MAGNITUDES = sorted(magnitude_lib.MAGNITUDE_FNS)
+ANGULARS = sorted(angular_lib.ANGULAR_FNS)
+COMBOS = list(itertools.product(MAGNITUDES, ANGULARS))
+RHO_EPSILON = 1e-4  # upstream: radius ** 2 + 1e-4
+K_MIN = 0.05  # upstream learnable sigmoid: |k| + 0.05
+RTOL, ATOL = 1e-5, 1e-5
+
+# (kernel_size, strides, padding, dilation_rate, (H, W)); stride 2 'same' on even and odd sizes
+# (asymmetric TF padding), dilation 2, 1x1 kernels, asymmetric kernels/strides.
+GEOMETRIES = [
+    (3, 1, "valid", 1, (6, 5)),
+    (3, 1, "same", 1, (5, 6)),
+    (3, 2, "same", 1, (6, 6)),
+    (3, 2, "same", 1, (7, 5)),
+    (2, 2, "valid", 1, (7, 6)),
+    (3, 1, "same", 2, (6, 7)),
+    (3, 1, "valid", 2, (7, 6)),
+    (1, 1, "valid", 1, (4, 3)),
+    (1, 2, "same", 1, (5, 4)),
+    ((2, 3), (2, 1), "same", 1, (5, 6)),
+]
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+def _is_conv(layer):
+    return isinstance(layer, (DecoupledConv2D, SphereConv2D))
+
+
+def _inputs(rng, shape, zero_corner=True):
+    """Random inputs with per-sample scales and a dead (all-zero) region, as after a ReLU."""
+    x = rng.normal(size=shape) * rng.uniform(0.2, 3.0, size=(shape[0],) + (1,) * (len(shape) - 1))
+    if zero_corner and len(shape) == 4:
+        x[0, :2, :2, :] = 0.0
+    elif zero_corner:
+        x[0] = 0.0
+    return x.astype(np.float32)
+
+
+def _randomise(layer, rng, x):
+    """Builds `layer` on `x` and gives every weight a random, non-trivial value."""
+    layer(x[:1], training=False)  # build (inference: no moving-average update)
+    layer.kernel.assign(rng.normal(size=layer.kernel.shape).astype(np.float32))
+    if hasattr(layer, "rho_raw"):
+        # Includes negative raw values: ρ = ρ_raw² + 1e-4 stays positive.
+        layer.rho_raw.assign(rng.uniform(-1.5, 1.5, size=layer.rho_raw.shape).astype(np.float32))
+    if getattr(layer, "learnable_k", False):
+        layer.k_raw.assign(rng.uniform(-0.8, 0.8, size=layer.k_raw.shape).astype(np.float32))
+    if getattr(layer, "rescale", False):
+        layer.rescale_scale.assign(rng.uniform(0.5, 2.0, size=layer.rescale_scale.shape))
+        layer.rescale_shift.assign(rng.normal(size=layer.rescale_shift.shape))
+    if getattr(layer, "use_bias", False):
+        layer.bias.assign(rng.normal(size=layer.bias.shape))
+
+
+def _reference(layer, x, hp, norm_mean=None):
+    """NumPy output of `layer` on `x` from the raw weights and the test's own hyperparameters."""
+    if _is_conv(layer):
+        patches = testing.numpy_patches(x, hp.get("kernel_size", 3), hp.get("strides", 1),
+                                        hp.get("padding", "valid"), hp.get("dilation_rate", 1))
+    else:
+        patches = x
+    mag = hp.get("magnitude", "sphere")
+    weighted = hp.get("weighted")
+    beta = hp.get("beta", magnitude_lib.MAGNITUDE_FNS[mag].default_beta)
+    rho = None
+    if magnitude_lib.MAGNITUDE_FNS[mag].has_radius or weighted == "nonlinear_separate":
+        rho = layer.rho_raw.numpy().astype(np.float64) ** 2 + RHO_EPSILON
+    k = hp.get("k", 0.3)
+    if hp.get("learnable_k"):
+        k = np.abs(layer.k_raw.numpy().astype(np.float64)) + K_MIN
+    out, batch_mean = testing.numpy_decoupled(
+        patches, layer.kernel.numpy(), mag, hp.get("angular", "cosine"), alpha=hp.get("alpha", 1.0),
+        beta=beta, rho=rho, norm_mean=norm_mean, k=k, weighted=weighted,
+        epsilon=hp.get("epsilon", 1e-4),
+    )
+    if hp.get("rescale"):
+        out = out * layer.rescale_scale.numpy() + layer.rescale_shift.numpy()
+    if hp.get("use_bias"):
+        out = out + layer.bias.numpy()
+    return out, batch_mean
+
+
+def _check_train_then_infer(cls, hp, rng, x_shape, momentum=0.9):
+    """Two training calls, then inference with the zero-debiased moving average E{‖x‖}."""
+    layer = cls(**hp, **({"norm_momentum": momentum} if cls in (DecoupledConv2D, DecoupledDense)
+                         else {}))
+    xs = [_inputs(rng, x_shape) for _ in range(3)]
+    _randomise(layer, rng, xs[0])
+    biased = weight = 0.0
+    for x in xs[:2]:
+        got = ops.convert_to_numpy(layer(x, training=True))
+        expected, batch_mean = _reference(layer, x, hp)
+        assert got.shape == expected.shape
+        np.testing.assert_allclose(got, expected, rtol=RTOL, atol=ATOL, err_msg="training")
+        biased = momentum * biased + (1.0 - momentum) * batch_mean
+        weight = momentum * weight + (1.0 - momentum)
+    got = ops.convert_to_numpy(layer(xs[2], training=False))
+    expected, _ = _reference(layer, xs[2], hp, norm_mean=biased / weight)
+    np.testing.assert_allclose(got, expected, rtol=RTOL, atol=ATOL, err_msg="inference")
+    return layer
+
+
+def _grads_finite(grads):
+    for g in grads:
+        if g is not None:
+            assert np.all(np.isfinite(ops.convert_to_numpy(g))), g
+
+
+# -- correctness vs NumPy ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mag,ang", COMBOS)
+def test_decoupled_conv_matches_numpy(rng, mag, ang):
+    # Cycle the geometry with the combination so that every geometry meets several operators.
+    ks, s, pad, d, hw = GEOMETRIES[COMBOS.index((mag, ang)) % len(GEOMETRIES)]
+    hp = dict(filters=4, kernel_size=ks, strides=s, padding=pad, dilation_rate=d, magnitude=mag,
+              angular=ang, alpha=1.3)
+    _check_train_then_infer(DecoupledConv2D, hp, rng, (3, *hw, 2))
+
+
+@pytest.mark.parametrize("mag,ang", COMBOS)
+def test_decoupled_dense_matches_numpy(rng, mag, ang):
+    hp = dict(units=5, magnitude=mag, angular=ang, alpha=0.7)
+    _check_train_then_infer(DecoupledDense, hp, rng, (6, 7))
+
+
+@pytest.mark.parametrize("kernel_size,strides,padding,dilation,hw", GEOMETRIES)
+@pytest.mark.parametrize("mag,ang", [("tanh", "cosine"), ("seg", "linear"), ("ball", "sqcosine")])
+def test_decoupled_conv_geometries(rng, kernel_size, strides, padding, dilation, hw, mag, ang):
+    hp = dict(filters=3, kernel_size=kernel_size, strides=strides, padding=padding,
+              dilation_rate=dilation, magnitude=mag, angular=ang)
+    _check_train_then_infer(DecoupledConv2D, hp, rng, (2, *hw, 3))
+
+
+@pytest.mark.parametrize("mag", MAGNITUDES)
+@pytest.mark.parametrize("cls", [DecoupledConv2D, DecoupledDense])
+def test_linearly_weighted_operators(rng, mag, cls):
+    hp = dict(magnitude=mag, angular="cosine", weighted="linear")
+    if cls is DecoupledConv2D:
+        _check_train_then_infer(cls, dict(filters=3, kernel_size=3, padding="same", **hp), rng,
+                                (2, 5, 5, 2))
+    else:
+        _check_train_then_infer(cls, dict(units=3, **hp), rng, (5, 6))
+
+
+@pytest.mark.parametrize("weighted", ["nonlinear", "nonlinear_separate"])
+@pytest.mark.parametrize("ang", ANGULARS)
+@pytest.mark.parametrize("cls", [DecoupledConv2D, DecoupledDense])
+def test_nonlinearly_weighted_tanh(rng, weighted, ang, cls):
+    hp = dict(magnitude="tanh", angular=ang, weighted=weighted, alpha=1.5)
+    if cls is DecoupledConv2D:
+        _check_train_then_infer(cls, dict(filters=3, kernel_size=3, strides=2, padding="same", **hp),
+                                rng, (2, 6, 6, 2))
+    else:
+        _check_train_then_infer(cls, dict(units=3, **hp), rng, (5, 6))
+
+
+@pytest.mark.parametrize("mag,beta", [("seg", 0.2), ("mix", 2.5)])
+def test_explicit_beta(rng, mag, beta):
+    hp = dict(filters=3, kernel_size=2, magnitude=mag, angular="cosine", beta=beta, alpha=0.5)
+    _check_train_then_infer(DecoupledConv2D, hp, rng, (2, 5, 5, 2))
+
+
+@pytest.mark.parametrize("ang", ANGULARS)
+@pytest.mark.parametrize("variant", ["plain", "k=0.7", "learnable_k", "rescale+bias"])
+@pytest.mark.parametrize("cls", [SphereConv2D, SphereDense])
+def test_sphere_layers_match_numpy(rng, ang, variant, cls):
+    hp = dict(angular=ang)
+    if variant == "k=0.7":
+        hp["k"] = 0.7
+    elif variant == "learnable_k":
+        if ang not in angular_lib.USES_K:
+            pytest.skip("learnable k needs an angular function with a parameter k")
+        hp["learnable_k"] = True
+    elif variant == "rescale+bias":
+        hp.update(rescale=True, use_bias=True)
+    if cls is SphereConv2D:
+        hp.update(filters=4, kernel_size=3, strides=2, padding="same")
+        layer = _check_train_then_infer(cls, hp, rng, (2, 7, 6, 3))
+    else:
+        hp.update(units=4)
+        layer = _check_train_then_infer(cls, hp, rng, (5, 6))
+    if not hp.get("rescale"):
+        assert np.all(np.abs(ops.convert_to_numpy(layer(_inputs(rng, (2, 7, 6, 3) if cls is SphereConv2D
+                                                                    else (5, 6))))) <= 1.0 + 1e-6)
+
+
+def test_dense_on_rank3_inputs(rng):
+    hp = dict(units=3, magnitude="tanh", angular="linear")
+    _check_train_then_infer(DecoupledDense, hp, rng, (2, 4, 5))
+
+
+def test_learnable_k_initialised_per_filter_to_half(rng):
+    layer = SphereConv2D(5, 3, angular="sigmoid", learnable_k=True)
+    layer(_inputs(rng, (1, 4, 4, 2)))
+    np.testing.assert_allclose(ops.convert_to_numpy(layer.effective_k()), [0.5] * 5, rtol=1e-6)
+    layer = DecoupledDense(4, magnitude="ball")
+    layer(_inputs(rng, (2, 3)))
+    np.testing.assert_allclose(ops.convert_to_numpy(layer.effective_rho()), 1.0 + RHO_EPSILON,
+                               rtol=1e-6)
+    assert layer.norm_momentum == 0.999  # upstream EMA momentum
+
+
+def test_moving_average_before_training_is_one(rng):
+    layer = DecoupledDense(3, magnitude="tanh", angular="cosine")
+    x = _inputs(rng, (4, 5))
+    got = ops.convert_to_numpy(layer(x, training=False))
+    expected, _ = _reference(layer, x, dict(magnitude="tanh"), norm_mean=1.0)
+    np.testing.assert_allclose(got, expected, rtol=RTOL, atol=ATOL)
+    assert float(layer.norm_mean()) == 1.0
+
+
+# -- geometry ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kernel_size", [1, 2, 3, (3, 2)])
+@pytest.mark.parametrize("strides,dilation", [(1, 1), (2, 1), (3, 1), ((1, 2), 1), (1, 2)])
+@pytest.mark.parametrize("padding", ["valid", "same"])
+@pytest.mark.parametrize("size", [(7, 8), (9, 9)])
+def test_output_shape_equals_conv2d(kernel_size, strides, dilation, padding, size):
+    x = np.zeros((1, *size, 2), np.float32)
+    conv = keras.layers.Conv2D(3, kernel_size, strides=strides, padding=padding,
+                               dilation_rate=dilation)
+    expected = tuple(conv(x).shape)
+    for cls in (DecoupledConv2D, SphereConv2D):
+        layer = cls(3, kernel_size, strides=strides, padding=padding, dilation_rate=dilation)
+        assert tuple(layer(x).shape) == expected
+        assert tuple(layer.compute_output_shape((1, *size, 2))) == expected
+        assert tuple(layer.compute_output_shape((None, None, None, 2))) == (None, None, None, 3)
+
+
+# -- invariances and special cases -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ang", ANGULARS)
+def test_sphere_conv_invariant_to_positive_scaling(rng, ang):
+    # ε = 0 makes the invariance exact (with ε the norms carry a tiny ε/‖x‖² error).
+    layer = SphereConv2D(4, 3, padding="valid", angular=ang, epsilon=0.0)
+    x = _inputs(rng, (2, 6, 6, 3), zero_corner=False)
+    _randomise(layer, rng, x)
+    base = ops.convert_to_numpy(layer(x))
+    kernel = layer.kernel.numpy()
+    for scale in (1e-3, 0.37, 25.0, 1e3):
+        np.testing.assert_allclose(ops.convert_to_numpy(layer(x * scale)), base, rtol=1e-5,
+                                   atol=1e-5, err_msg=f"input x{scale}")
+        layer.kernel.assign(kernel * scale)
+        np.testing.assert_allclose(ops.convert_to_numpy(layer(x)), base, rtol=1e-5, atol=1e-5,
+                                   err_msg=f"kernel x{scale}")
+        layer.kernel.assign(kernel)
+
+
+@pytest.mark.parametrize("kernel_size,strides,padding,dilation,hw", GEOMETRIES)
+def test_linearly_weighted_linear_cosine_is_plain_conv(rng, kernel_size, strides, padding, dilation,
+                                                      hw):
+    x = _inputs(rng, (2, *hw, 3), zero_corner=False)
+    conv = keras.layers.Conv2D(4, kernel_size, strides=strides, padding=padding,
+                               dilation_rate=dilation, use_bias=True, bias_initializer="random_normal")
+    layer = DecoupledConv2D(4, kernel_size, strides=strides, padding=padding, dilation_rate=dilation,
+                            magnitude="linear", angular="cosine", weighted="linear", epsilon=0.0,
+                            use_bias=True)
+    expected = ops.convert_to_numpy(conv(x))
+    layer(x)
+    layer.kernel.assign(conv.kernel)
+    layer.bias.assign(conv.bias)
+    np.testing.assert_allclose(ops.convert_to_numpy(layer(x, training=True)), expected, rtol=1e-5,
+                               atol=1e-5)
+    np.testing.assert_allclose(ops.convert_to_numpy(layer(x, training=False)), expected, rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_linearly_weighted_linear_cosine_dense_is_plain_dense(rng):
+    x = _inputs(rng, (4, 6), zero_corner=False)
+    dense = keras.layers.Dense(3, use_bias=False)
+    expected = ops.convert_to_numpy(dense(x))
+    layer = DecoupledDense(3, magnitude="linear", angular="cosine", weighted="linear", epsilon=0.0)
+    layer(x)
+    layer.kernel.assign(dense.kernel)
+    np.testing.assert_allclose(ops.convert_to_numpy(layer(x)), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_standard_operators_ignore_kernel_norm(rng):
+    layer = DecoupledConv2D(3, 3, magnitude="tanh", angular="linear")
+    assert layer.supports_weight_projection
+    assert not DecoupledConv2D(3, 3, weighted="linear").supports_weight_projection
+    x = _inputs(rng, (2, 5, 5, 2))
+    _randomise(layer, rng, x)
+    base = ops.convert_to_numpy(layer(x))
+    kernel = layer.kernel.numpy()
+    layer.kernel.assign(kernel * 40.0)  # ε inside ‖w‖ is negligible at this scale
+    np.testing.assert_allclose(ops.convert_to_numpy(layer(x)), base, rtol=1e-4, atol=1e-5)
+
+
+# -- degenerate inputs (hypothesis) ---------------------------------------------------------------
+
+SCALES = [0.0, 1e-8, 1e-3, 1.0, 1e3, 1e6]
+
+
+@st.composite
+def _operator_case(draw):
+    mag = draw(st.sampled_from(MAGNITUDES))
+    ang = draw(st.sampled_from(ANGULARS))
+    weighted = draw(st.sampled_from([None, "linear"] + (["nonlinear", "nonlinear_separate"]
+                                                        if mag == "tanh" else [])))
+    return dict(
+        conv=draw(st.booleans()), magnitude=mag, angular=ang, weighted=weighted,
+        learnable_k=ang in angular_lib.USES_K and draw(st.booleans()),
+        pattern=draw(st.sampled_from(["random", "parallel", "antiparallel", "zero_input",
+                                      "zero_kernel"])),
+        x_scale=draw(st.sampled_from(SCALES)), w_scale=draw(st.sampled_from(SCALES[1:])),
+        sphere=draw(st.booleans()), seed=draw(st.integers(0, 2**16)),
+    )
+
+
+@given(_operator_case())
+def test_outputs_and_gradients_finite_for_degenerate_inputs(case):
+    rng = np.random.default_rng(case["seed"])
+    kwargs = dict(angular=case["angular"], learnable_k=case["learnable_k"])
+    if case["sphere"]:
+        layer = SphereConv2D(3, 2, **kwargs) if case["conv"] else SphereDense(3, **kwargs)
+    else:
+        kwargs.update(magnitude=case["magnitude"], weighted=case["weighted"])
+        layer = DecoupledConv2D(3, 2, **kwargs) if case["conv"] else DecoupledDense(3, **kwargs)
+    shape = (2, 2, 2, 3) if case["conv"] else (2, 12)  # one conv patch per sample
+    layer(np.zeros(shape, np.float32), training=False)
+    kernel = rng.normal(size=layer.kernel.shape) * case["w_scale"]
+    if case["pattern"] == "zero_kernel":
+        kernel[...] = 0.0
+    layer.kernel.assign(kernel.astype(np.float32))
+    x = rng.normal(size=shape) * case["x_scale"]
+    if case["pattern"] in ("parallel", "antiparallel"):
+        # Sample 0 is ±(a multiple of) filter 0, sample 1 the opposite direction.
+        sign = 1.0 if case["pattern"] == "parallel" else -1.0
+        direction = kernel[..., 0] / (np.abs(kernel[..., 0]).max() + 1e-30)
+        x[0] = sign * case["x_scale"] * direction.reshape(shape[1:])
+        x[1] = -x[0]
+    elif case["pattern"] == "zero_input":
+        x[...] = 0.0
+    x = tf.constant(x.astype(np.float32))
+    variables = [v for v in layer.trainable_variables]
+    for training in (True, False):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x, training=training)
+            loss = tf.reduce_sum(y * tf.constant(rng.normal(size=y.shape), y.dtype))
+        grads = tape.gradient(loss, [x] + variables)
+        assert np.all(np.isfinite(y.numpy())), case
+        _grads_finite(grads)
+        assert all(g is not None for g in grads[1:]), [v.name for v, g in zip(variables, grads[1:])
+                                                       if g is None]
+    if case["pattern"] == "parallel" and case["x_scale"] >= 1.0 and case["w_scale"] >= 1.0:
+        # cos θ = 1 for sample 0 / filter 0 (up to ε): g ≈ 1 for every angular function.
+        cos_out = SphereDense(3, angular="cosine") if not case["conv"] else SphereConv2D(3, 2)
+        cos_out(x)
+        cos_out.kernel.assign(layer.kernel)
+        np.testing.assert_allclose(ops.convert_to_numpy(cos_out(x)).reshape(2, 3)[:, 0], [1.0, -1.0],
+                                   atol=1e-3)
+
+
+# -- mixed precision ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy,tol", [("mixed_float16", 5e-3), ("mixed_bfloat16", 4e-2)])
+@pytest.mark.parametrize("cls,mag,ang", [
+    (DecoupledConv2D, m, a) for m, a in itertools.product(MAGNITUDES, ["cosine"])
+] + [(SphereConv2D, None, a) for a in ANGULARS] + [
+    (DecoupledDense, "tanh", "sqcosine"), (SphereDense, None, "sigmoid"),
+    (DecoupledConv2D, "linear", "linear"),
+])
+def test_mixed_precision_close_to_float32(rng, policy, tol, cls, mag, ang):
+    conv = cls in (DecoupledConv2D, SphereConv2D)
+    hp = dict(angular=ang, **({"magnitude": mag} if mag else {}))
+    args = (4, 3) if conv else (4,)
+    if conv:
+        hp.update(padding="same")
+    # Elements of ~100: a 3x3x2 window has Σx² ≈ 1.8e5 > float16's max 65504, so norms computed in
+    # float16 would overflow.
+    x = (_inputs(rng, (2, 5, 5, 2) if conv else (4, 18)) * 40.0).astype(np.float32)
+    ref_layer = cls(*args, **hp)
+    _randomise(ref_layer, rng, x)
+    expected_train = ops.convert_to_numpy(ref_layer(x, training=True))
+    expected_infer = ops.convert_to_numpy(ref_layer(x, training=False))
+    keras.mixed_precision.set_global_policy(policy)
+    layer = cls(*args, **hp)
+    layer(x[:1], training=False)
+    for v in layer.weights:
+        assert v.dtype == "float32", v.name  # variables stay float32
+    layer.set_weights(ref_layer.get_weights())
+    compute_dtype = policy.split("_")[1]
+    for training, expected in ((True, expected_train), (False, expected_infer)):
+        y = layer(x, training=training)
+        assert y.dtype == compute_dtype
+        y = ops.convert_to_numpy(ops.cast(y, "float32"))
+        assert np.all(np.isfinite(y))
+        scale = np.max(np.abs(expected))
+        np.testing.assert_allclose(y, expected, rtol=tol, atol=tol * scale)
+    # Gradients in low precision are finite too.
+    with tf.GradientTape() as tape:
+        xt = tf.constant(x)
+        tape.watch(xt)
+        loss = tf.reduce_sum(tf.cast(layer(xt, training=True), "float32"))
+    _grads_finite(tape.gradient(loss, [xt] + layer.trainable_variables))
+
+
+# -- learnable parameters -------------------------------------------------------------------------
+
+
+def test_learnable_k_and_rho_get_gradients_and_stay_positive(rng):
+    x = np.abs(_inputs(rng, (4, 5, 5, 2), zero_corner=False))
+    sphere = SphereConv2D(3, 3, angular="sigmoid", learnable_k=True)
+    tanh = DecoupledConv2D(3, 3, magnitude="tanh", angular="sigmoid", learnable_k=True)
+    ball = DecoupledDense(3, magnitude="ball", angular="cosine")
+    xd = x.reshape(4, -1)
+    for layer, inp in ((sphere, x), (tanh, x), (ball, xd)):
+        layer(inp)
+        # Kernels in the positive orthant: every cos θ > 0, so the losses below push k (sharper
+        # sigmoid) and ρ (larger tanh / ball output) towards zero and beyond.
+        layer.kernel.assign(np.abs(layer.kernel.numpy()))
+    optimizer = keras.optimizers.SGD(learning_rate=10.0)
+    learnables = [sphere.k_raw, tanh.k_raw, tanh.rho_raw, ball.rho_raw]
+    for _ in range(5):
+        with tf.GradientTape() as tape:
+            loss = -(tf.reduce_sum(sphere(x, training=True)) + tf.reduce_sum(tanh(x, training=True))
+                     + tf.reduce_sum(ball(xd, training=True)))
+        grads = tape.gradient(loss, learnables)
+        for v, g in zip(learnables, grads):
+            assert g is not None, v.name
+            g = g.numpy()
+            assert np.all(np.isfinite(g)) and np.any(g != 0.0), v.name
+        optimizer.apply_gradients(zip(grads, learnables))
+    # The raw variables were pushed through zero, the effective values stay positive.
+    assert np.any(sphere.k_raw.numpy() < 0.0) or np.any(tanh.k_raw.numpy() < 0.0)
+    for k in (sphere.effective_k(), tanh.effective_k()):
+        assert np.all(ops.convert_to_numpy(k) >= K_MIN)
+    for rho in (tanh.effective_rho(), ball.effective_rho()):
+        assert np.all(ops.convert_to_numpy(rho) >= RHO_EPSILON)
+    for layer, inp in ((sphere, x), (tanh, x), (ball, xd)):
+        for training in (True, False):
+            assert np.all(np.isfinite(ops.convert_to_numpy(layer(inp, training=training))))
+
+
+def test_fixed_rho_is_not_trainable(rng):
+    layer = DecoupledConv2D(3, 3, magnitude="tanh", learnable_rho=False, rho=2.0)
+    layer(_inputs(rng, (1, 4, 4, 2)))
+    assert all(v is not layer.rho_raw for v in layer.trainable_variables)
+    assert any(v is layer.rho_raw for v in layer.non_trainable_variables)
+    np.testing.assert_allclose(ops.convert_to_numpy(layer.effective_rho()), 2.0 + RHO_EPSILON,
+                               rtol=1e-6)
+
+
+# -- the E{‖x‖} moving average -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", [DecoupledConv2D, DecoupledDense])
+def test_moving_average_recurrence(rng, cls):
+    momentum = 0.8
+    if cls is DecoupledConv2D:
+        layer = cls(3, 3, strides=2, padding="same", magnitude="seg", norm_momentum=momentum)
+        shape, patches = (2, 6, 5, 2), lambda x: testing.numpy_patches(x, 3, 2, "same", 1)
+    else:
+        layer = cls(3, magnitude="ball", norm_momentum=momentum)
+        shape, patches = (5, 4), lambda x: x
+    layer(_inputs(rng, shape), training=False)
+    assert float(layer.norm_mean()) == 1.0
+    biased = weight = 0.0
+    for step in range(4):
+        x = _inputs(rng, shape) * (step + 1.0)
+        batch_mean = np.mean(np.sqrt(np.sum(patches(x).astype(np.float64) ** 2, -1) + 1e-4))
+        layer(x, training=True)
+        biased = momentum * biased + (1.0 - momentum) * batch_mean
+        weight = momentum * weight + (1.0 - momentum)
+        np.testing.assert_allclose(float(layer.norm_mean()), biased / weight, rtol=1e-5)
+        # Inference calls (and calls without `training`) leave it alone.
+        before = (layer.norm_mean_biased.numpy(), layer.norm_mean_weight.numpy())
+        layer(x * 3.0, training=False)
+        layer(x * 5.0)
+        assert (layer.norm_mean_biased.numpy(), layer.norm_mean_weight.numpy()) == before
+    # After one step the debiased average is exactly the first batch mean (no bias towards 0).
+    fresh = cls(3, 3, magnitude="tanh") if cls is DecoupledConv2D else cls(3, magnitude="tanh")
+    x = _inputs(rng, (2, 5, 5, 2) if cls is DecoupledConv2D else (5, 4))
+    fresh(x, training=True)
+    p = testing.numpy_patches(x, 3, 1, "valid", 1) if cls is DecoupledConv2D else x
+    np.testing.assert_allclose(float(fresh.norm_mean()),
+                               np.mean(np.sqrt(np.sum(p**2, -1) + 1e-4)), rtol=1e-5)
+
+
+def test_operators_without_radius_have_no_moving_average(rng):
+    for mag in ("sphere", "linear", "log", "mix"):
+        layer = DecoupledDense(2, magnitude=mag)
+        layer(_inputs(rng, (2, 3)))
+        assert not hasattr(layer, "norm_mean_biased") and layer.effective_rho() is None
+        assert len(layer.non_trainable_weights) == 0
+
+
+# -- Keras citizenship ----------------------------------------------------------------------------
+
+LAYER_FACTORIES = {
+    "decoupled_conv": lambda: DecoupledConv2D(4, 3, strides=2, padding="same", magnitude="tanh",
+                                              angular="sigmoid", learnable_k=True, use_bias=True),
+    "decoupled_conv_weighted": lambda: DecoupledConv2D(4, 2, dilation_rate=2, magnitude="tanh",
+                                                       weighted="nonlinear_separate"),
+    "sphere_conv": lambda: SphereConv2D(4, 3, padding="same", angular="linear", rescale=True),
+    "decoupled_dense": lambda: DecoupledDense(4, magnitude="seg", angular="sqcosine", beta=0.3),
+    "sphere_dense": lambda: SphereDense(4, angular="sigmoid", learnable_k=True, use_bias=True),
+}
+
+
+def _fit_two_steps(model, x):
+    y = np.random.default_rng(1).normal(size=model(x[:2]).shape[1:])[None].repeat(x.shape[0], 0)
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss="mse")
+    history = model.fit(x, y.astype(np.float32), batch_size=x.shape[0] // 2, epochs=1, verbose=0)
+    assert np.all(np.isfinite(history.history["loss"]))
+
+
+@pytest.mark.parametrize("name", sorted(LAYER_FACTORIES))
+def test_config_roundtrip(name):
+    layer = LAYER_FACTORIES[name]()
+    rebuilt = testing.assert_config_roundtrip(layer)
+    config = layer.get_config()
+    if isinstance(layer, (SphereConv2D, SphereDense)):
+        assert "magnitude" not in config and "rho" not in config
+    for key in ("angular", "k", "learnable_k", "epsilon", "use_bias", "rescale"):
+        assert config[key] == getattr(rebuilt, key)
+
+
+@pytest.mark.parametrize("name", sorted(LAYER_FACTORIES))
+def test_sequential_fit_and_save_roundtrips(rng, tmp_path, name):
+    dense = "dense" in name
+    x = _inputs(rng, (8, 6) if dense else (8, 6, 6, 2))
+    model = keras.Sequential()
+    model.add(keras.Input(x.shape[1:]))
+    model.add(LAYER_FACTORIES[name]())
+    _fit_two_steps(model, x)
+    layer = model.layers[0]
+    if hasattr(layer, "norm_mean_weight"):
+        assert float(layer.norm_mean_weight.numpy()) > 0.0  # moving average is non-trivial
+    testing.assert_keras_roundtrip(model, x, tmp_path / "keras", rtol=1e-6, atol=1e-6)
+    testing.assert_saved_model_roundtrip(model, x, tmp_path / "sm", rtol=1e-6, atol=1e-6)
+
+
+def test_functional_model_fit_and_roundtrips(rng, tmp_path):
+    inputs = keras.Input((6, 6, 2))
+    h = DecoupledConv2D(4, 3, padding="same", magnitude="ball", angular="linear")(inputs)
+    h = SphereConv2D(4, 1, angular="sqcosine")(h)
+    h = keras.layers.Flatten()(h)
+    outputs = DecoupledDense(3, magnitude="tanh", weighted="nonlinear")(h)
+    model = keras.Model(inputs, outputs)
+    x = _inputs(rng, (8, 6, 6, 2))
+    _fit_two_steps(model, x)
+    testing.assert_keras_roundtrip(model, x, tmp_path)
+    testing.assert_saved_model_roundtrip(model, x, tmp_path)
+
+
+class SubclassedNet(keras.Model):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.conv = DecoupledConv2D(4, 3, magnitude="tanh", angular="cosine")
+        self.pool = keras.layers.GlobalAveragePooling2D()
+        self.head = SphereDense(3, angular="linear")
+
+    def call(self, inputs, training=None):
+        return self.head(self.pool(self.conv(inputs, training=training)), training=training)
+
+
+def test_subclassed_model_fit_and_saved_model(rng, tmp_path):
+    model = SubclassedNet()
+    x = _inputs(rng, (8, 6, 6, 2))
+    model(x[:1])
+    _fit_two_steps(model, x)
+    assert float(model.conv.norm_mean_weight.numpy()) > 0.0
+    testing.assert_saved_model_roundtrip(model, x, tmp_path)
+
+
+# -- eager vs XLA -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("factory", [
+    lambda: DecoupledConv2D(3, 3, strides=2, padding="same", magnitude="tanh", angular="sigmoid",
+                            learnable_k=True),
+    lambda: DecoupledConv2D(3, 3, dilation_rate=2, padding="same", magnitude="seg",
+                            angular="linear"),
+    lambda: DecoupledConv2D(3, 1, magnitude="tanh", angular="sqcosine", weighted="nonlinear"),
+    lambda: SphereConv2D(3, 3, angular="linear", rescale=True),
+    lambda: DecoupledDense(3, magnitude="mix", angular="cosine", weighted="linear"),
+    lambda: SphereDense(3, angular="sigmoid"),
+])
+def test_eager_and_jit_compiled_agree(rng, factory):
+    layer = factory()
+    dense = isinstance(layer, (DecoupledDense, SphereDense))
+    x = _inputs(rng, (4, 7) if dense else (2, 6, 6, 2))
+    _randomise(layer, rng, x)
+    jit = tf.function(lambda inp, training: layer(inp, training=training), jit_compile=True)
+
+    def value_and_grads(fn, training):
+        xt = tf.constant(x)
+        with tf.GradientTape() as tape:
+            tape.watch(xt)
+            y = fn(xt, training)
+            loss = tf.reduce_sum(y * y)
+        return [y] + tape.gradient(loss, [xt] + layer.trainable_variables)
+
+    for training in (True, False):
+        eager = value_and_grads(lambda inp, t: layer(inp, training=t), training)
+        compiled = value_and_grads(jit, training)
+        np.testing.assert_allclose(compiled[0].numpy(), eager[0].numpy(), rtol=1e-5, atol=1e-5)
+        # Gradients are sums over positions; XLA reorders them, so compare relative to their scale.
+        for e, c in zip(eager[1:], compiled[1:]):
+            e, c = e.numpy(), c.numpy()
+            np.testing.assert_allclose(c, e, rtol=1e-4, atol=1e-4 * np.max(np.abs(e)))
+
+
+# -- bad arguments ---------------------------------------------------------------------------------
+
+BAD_ARGS = [
+    (DecoupledConv2D, dict(filters=2, kernel_size=3, magnitude="tanhh"), "tanhh"),
+    (DecoupledConv2D, dict(filters=2, kernel_size=3, angular="cos"), "cos"),
+    (SphereConv2D, dict(filters=2, kernel_size=3, angular="arc"), "arc"),
+    (SphereConv2D, dict(filters=2, kernel_size=3, angular="sigmoid", k=0.0), "`k`"),
+    (SphereDense, dict(units=2, angular="sigmoid", k=-1.0), "`k`"),
+    (DecoupledConv2D, dict(filters=2, kernel_size=3, rho=0.0), "`rho`"),
+    (DecoupledDense, dict(units=2, rho=-2.0), "`rho`"),
+    (DecoupledConv2D, dict(filters=2, kernel_size=3, alpha=0.0), "`alpha`"),
+    (DecoupledDense, dict(units=2, alpha=-1.0), "`alpha`"),
+    (DecoupledConv2D, dict(filters=2, kernel_size=3, magnitude="tanh", beta=0.5), "`beta`"),
+    (DecoupledConv2D, dict(filters=2, kernel_size=3, magnitude="seg", beta=-0.5), "`beta`"),
+    (DecoupledConv2D, dict(filters=2, kernel_size=3, magnitude="ball", weighted="nonlinear"),
+     "`weighted`"),
+    (DecoupledDense, dict(units=2, magnitude="linear", weighted="nonlinear_separate"), "`weighted`"),
+    (DecoupledDense, dict(units=2, weighted="quadratic"), "`weighted`"),
+    (SphereConv2D, dict(filters=2, kernel_size=3, angular="cosine", learnable_k=True),
+     "`learnable_k`"),
+    (DecoupledConv2D, dict(filters=2, kernel_size=3, angular="linear", learnable_k=True),
+     "`learnable_k`"),
+    (SphereConv2D, dict(filters=2, kernel_size=3, angular="sigmoid", learnable_k=True,
+                        learnable_k_init=0.01), "`learnable_k_init`"),
+    (DecoupledConv2D, dict(filters=2, kernel_size=3, padding="causal"), "`padding`"),
+    (SphereConv2D, dict(filters=2, kernel_size=3, padding=1), "`padding`"),
+    (DecoupledConv2D, dict(filters=2, kernel_size=3, strides=0), "`strides`"),
+    (SphereConv2D, dict(filters=2, kernel_size=3, strides=(1, 2, 3)), "`strides`"),
+    (DecoupledConv2D, dict(filters=2, kernel_size=0), "`kernel_size`"),
+    (SphereConv2D, dict(filters=2, kernel_size=(3, -1)), "`kernel_size`"),
+    (DecoupledConv2D, dict(filters=0, kernel_size=3), "`filters`"),
+    (SphereConv2D, dict(filters=2.5, kernel_size=3), "`filters`"),
+    (DecoupledDense, dict(units=0), "`units`"),
+    (SphereConv2D, dict(filters=2, kernel_size=3, dilation_rate=0), "`dilation_rate`"),
+    (DecoupledConv2D, dict(filters=2, kernel_size=3, strides=2, dilation_rate=2), "strides"),
+    (DecoupledConv2D, dict(filters=2, kernel_size=3, epsilon=-1e-4), "`epsilon`"),
+    (DecoupledConv2D, dict(filters=2, kernel_size=3, norm_momentum=1.0), "`norm_momentum`"),
+]
+
+
+@pytest.mark.parametrize("cls,kwargs,fragment", BAD_ARGS,
+                         ids=[f"{c.__name__}-{'-'.join(map(str, k.items()))}" for c, k, _ in BAD_ARGS])
+def test_bad_arguments_raise_value_error_naming_the_argument(cls, kwargs, fragment):
+    with pytest.raises(ValueError, match=fragment.replace("(", r"\(")):
+        cls(**kwargs)
+
+
+def test_sphere_layers_reject_decoupled_only_arguments():
+    with pytest.raises(TypeError):
+        SphereConv2D(2, 3, magnitude="tanh")
