@@ -1,0 +1,236 @@
+"""Tests for sphere_tf.regularizers.CoMHE: NumPy references for every projection type."""
+
+import itertools
+import math
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from sphere_tf import regularizers
+
+
+def np_hs_energy(w2d, power=2, eps=1e-4, half_space=True):
+    """Half-space energy (code form) by explicit loops over the 2N points; float64."""
+    w2d = np.asarray(w2d, np.float64)
+    pts = [w2d[:, i] / math.sqrt(np.sum(w2d[:, i] ** 2) + eps) for i in range(w2d.shape[1])]
+    if half_space:
+        pts = pts + [-p for p in pts]
+    vals = [max(2 - 2 * float(np.dot(pts[i], pts[j])), 1e-6) ** (-power / 2)
+            for i, j in itertools.permutations(range(len(pts)), 2)]
+    return float(np.mean(vals))
+
+
+def np_unit_columns(w2d, eps=1e-4):
+    w2d = np.asarray(w2d, np.float64)
+    return w2d / np.sqrt(np.sum(w2d**2, axis=0, keepdims=True) + eps)
+
+
+def test_low_dimensional_layer_is_plain_half_space_mhe(rng):
+    w = rng.standard_normal((3, 3, 3, 8)).astype(np.float32)  # d = 27 <= 30
+    reg = regularizers.CoMHE()
+    np.testing.assert_allclose(float(reg(w)), np_hs_energy(w.reshape(-1, 8)), rtol=2e-5)
+    mhe = regularizers.MHE(half_space=True)
+    np.testing.assert_allclose(float(reg(w)), float(mhe(w)), rtol=1e-6)
+
+
+@pytest.mark.parametrize("k", [12, 20])
+def test_orthogonal_projection_equals_mhe(rng, k):
+    """P with orthonormal rows spanning the neurons' space preserves all angles."""
+    d, n = 12, 5
+    w = rng.standard_normal((d, n)).astype(np.float32)
+    q, _ = np.linalg.qr(rng.standard_normal((k, k)))
+    p = q[:, :d]  # (k, d) with orthonormal columns: ‖Px‖ = ‖x‖
+    reg = regularizers.CoMHE(projection_dim=k - 1)  # d > projection_dim is irrelevant here
+    got = float(reg.projected_energy(w, np.stack([p, p]).astype(np.float32)))
+    np.testing.assert_allclose(got, float(regularizers.MHE(half_space=True)(w)), rtol=1e-4)
+
+
+def test_random_projection_value_matches_reference(rng):
+    w = rng.standard_normal((3, 3, 8, 6)).astype(np.float32)  # d = 72
+    for aggregation in ("mean", "max"):
+        reg = regularizers.CoMHE(projection_dim=10, num_projections=3, aggregation=aggregation, seed=7)
+        got = float(reg(w))  # plain tensor: step stays 0
+        p = reg.random_projections(72, 0).numpy()
+        assert p.shape == (3, 10, 72)
+        u = np_unit_columns(w.reshape(-1, 6))
+        per = [np_hs_energy(p[c] @ u) for c in range(3)]
+        want = max(per) if aggregation == "max" else np.mean(per)
+        np.testing.assert_allclose(got, want, rtol=1e-4)
+    # Entries are N(0, 1).
+    big = regularizers.CoMHE(projection_dim=30, num_projections=5).random_projections(400, 3).numpy()
+    assert abs(big.mean()) < 0.02 and abs(big.std() - 1) < 0.02
+
+
+def test_resampling_changes_and_reproduces(rng):
+    w = rng.standard_normal((40, 6)).astype(np.float32)
+
+    def run(seed, resample_every=1, steps=6):
+        reg = regularizers.CoMHE(projection_dim=5, num_projections=2, seed=seed, resample_every=resample_every)
+        var = keras.Variable(w, name="kernel")
+        return [float(reg(var)) for _ in range(steps)], reg
+
+    values, reg = run(seed=1)
+    assert len(set(values)) == len(values)  # a new P every step
+    assert int(reg.step.numpy()) == 6
+    assert values == run(seed=1)[0]
+    assert values != run(seed=2)[0]
+    every3, _ = run(seed=1, resample_every=3)
+    assert every3[0] == every3[1] and every3[2] != every3[1] and every3[2] == every3[4]
+    p1, p2 = reg.random_projections(40, 1).numpy(), reg.random_projections(40, 2).numpy()
+    assert not np.allclose(p1, p2)
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_layers_of_equal_dimension_share_projections(rng, share):
+    w1 = rng.standard_normal((3, 3, 4, 5)).astype(np.float32)
+    w2 = rng.standard_normal((3, 3, 4, 7)).astype(np.float32)  # same d = 36, other width
+    reg = regularizers.CoMHE(projection_dim=6, num_projections=2, share_projections=share, seed=3)
+    v1, v2 = keras.Variable(w1, name="a"), keras.Variable(w2, name="b")
+    e1, e2 = float(reg(v1)), float(reg(v2))  # one "step": v1 leads, advances to step 1
+    shared = reg.random_projections(36, 1).numpy()
+    want1 = np.mean([np_hs_energy(shared[c] @ np_unit_columns(w1.reshape(-1, 5))) for c in range(2)])
+    want2 = np.mean([np_hs_energy(shared[c] @ np_unit_columns(w2.reshape(-1, 7))) for c in range(2)])
+    if share:
+        np.testing.assert_allclose([e1, e2], [want1, want2], rtol=1e-4)
+    else:
+        assert abs(e1 - want1) > 1e-4 * want1 and abs(e2 - want2) > 1e-4 * want2
+
+
+def test_group_comhe_matches_reference(rng):
+    w = rng.standard_normal((3, 3, 20, 6)).astype(np.float32)
+    reg = regularizers.CoMHE(projection="group", group_size=8)
+    groups = [w[:, :, s : s + 8, :].reshape(-1, 6) for s in (0, 8, 16)]
+    np.testing.assert_allclose(float(reg(w)), np.mean([np_hs_energy(g) for g in groups]), rtol=2e-5)
+    dense = rng.standard_normal((16, 4)).astype(np.float32)
+    np.testing.assert_allclose(float(reg(dense)), np.mean([np_hs_energy(dense[s : s + 8]) for s in (0, 8)]),
+                               rtol=2e-5)
+
+
+def _np_angle_loss(p, u):
+    def cos_gram(m):
+        m = m / np.sqrt(np.sum(m**2, axis=0, keepdims=True) + 1e-4)
+        return m.T @ m
+
+    return math.sqrt(np.sum((cos_gram(p @ u) - cos_gram_raw(u)) ** 2) + 1e-12)
+
+
+def cos_gram_raw(u):
+    # u already has columns w/sqrt(|w|^2+eps); the reference cosine of W uses the same normalisation.
+    return u.T @ u
+
+
+def test_angle_preserving_unrolled_value_and_own_step(rng):
+    d, n, k, lr = 8, 4, 3, 0.05
+    w = rng.standard_normal((d, n)).astype(np.float32)
+    reg = regularizers.CoMHE(projection="angle_preserving", projection_dim=k, inner_lr=lr, projection_decay=0.0)
+    got = float(reg(w))  # plain array: P is created lazily, keyed by shape
+    (p_var,) = reg.projection_variables().values()
+    # Recreate the initial P from the seed, then the unrolled step by central finite differences.
+    p0 = tf.random.stateless_normal((k, d), seed=[regularizers.mhe.stable_key(f"dim{d}x{n}") ^ 0, 0]).numpy()
+    p0 = p0.astype(np.float64)
+    u = np_unit_columns(w)
+    grad = np.zeros_like(p0)
+    for idx in np.ndindex(*p0.shape):
+        e = np.zeros_like(p0)
+        e[idx] = 1e-6
+        grad[idx] = (_np_angle_loss(p0 + e, u) - _np_angle_loss(p0 - e, u)) / 2e-6
+    p1 = p0 - lr * grad
+    np.testing.assert_allclose(got, np_hs_energy(p1 @ u), rtol=1e-3)
+    # P took one own SGD step (same gradient, decay 0) and is not trainable.
+    np.testing.assert_allclose(p_var.numpy(), p1, rtol=1e-3, atol=1e-4)
+    assert not p_var.trainable
+
+
+def test_angle_preserving_in_a_model_excludes_projection_from_optimizer(rng, tmp_path):
+    reg = regularizers.CoMHE(projection="angle_preserving", projection_dim=4)
+    model = keras.Sequential([keras.Input((6, 6, 3)), keras.layers.Conv2D(6, 3, kernel_regularizer=reg),
+                              keras.layers.Flatten(), keras.layers.Dense(2)])
+    model.compile(keras.optimizers.SGD(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x, y = rng.standard_normal((8, 6, 6, 3)).astype(np.float32), rng.integers(0, 2, 8)
+    model.fit(x, y, epochs=1, batch_size=4, verbose=0)
+    (p_var,) = reg.projection_variables().values()
+    before = p_var.numpy().copy()
+    model.fit(x, y, epochs=1, batch_size=4, verbose=0)
+    assert not np.allclose(before, p_var.numpy())  # updated by its own step
+    assert all(v is not p_var for v in model.trainable_variables + model.non_trainable_variables)
+    # The learned P survives a .keras round trip through the regularizer config.
+    path = str(tmp_path / "ap.keras")
+    model.save(path)
+    reloaded = keras.saving.load_model(path)
+    reg2 = reloaded.layers[0].kernel_regularizer
+    key = next(iter(reg.projection_variables()))
+    np.testing.assert_allclose(np.array(reg2.get_config()["projection_state"][key]), p_var.numpy(), rtol=1e-6)
+
+
+def test_unrolled_gradient_has_second_order_term(rng):
+    w = tf.Variable(rng.standard_normal((10, 5)).astype(np.float32))
+    grads = []
+    for unroll in (True, False):
+        reg = regularizers.CoMHE(projection="angle_preserving", projection_dim=4, unroll=unroll,
+                                 projection_steps=0, inner_lr=0.5)
+        with tf.GradientTape() as tape:
+            value = reg(w)
+        grads.append(tape.gradient(value, w).numpy())
+        assert np.all(np.isfinite(grads[-1]))
+    assert not np.allclose(grads[0], grads[1], rtol=1e-3)
+
+
+def test_adversarial_projection_ascends(rng):
+    w = rng.standard_normal((12, 5)).astype(np.float32)
+    reg = regularizers.CoMHE(projection="adversarial", projection_dim=3, inner_lr=0.01, projection_lr=0.01,
+                             half_space=False)
+    value = float(reg(w))
+    (p_var,) = reg.projection_variables().values()
+    p0 = tf.random.stateless_normal((3, 12), seed=[regularizers.mhe.stable_key("dim12x5"), 0]).numpy()
+    u = np_unit_columns(w)
+    assert value > np_hs_energy(p0 @ u, half_space=False)  # unrolled ascent step
+    assert np_hs_energy(p_var.numpy() @ u, half_space=False) > np_hs_energy(p0 @ u, half_space=False)
+
+
+def test_fit_under_mirrored_strategy_and_roundtrip(rng, tmp_path):
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    with strategy.scope():
+        reg = regularizers.CoMHE(projection_dim=8, num_projections=2)
+        model = keras.Sequential([keras.Input((6, 6, 4)), keras.layers.Conv2D(6, 3, kernel_regularizer=reg),
+                                  keras.layers.Conv2D(6, 3, kernel_regularizer=reg),
+                                  keras.layers.Flatten(), keras.layers.Dense(2)])
+        model.compile(keras.optimizers.SGD(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x, y = rng.standard_normal((8, 6, 6, 4)).astype(np.float32), rng.integers(0, 2, 8)
+    history = model.fit(x, y, epochs=2, batch_size=4, verbose=0)
+    assert np.all(np.isfinite(history.history["loss"]))
+    step = int(reg.step.numpy())
+    assert step >= 4  # advanced once per train step, not once per layer
+    path = str(tmp_path / "rp.keras")
+    model.save(path)
+    reloaded = keras.saving.load_model(path)
+    assert reloaded.layers[0].kernel_regularizer.get_config()["step"] == step
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"projection": "learned"}, "`projection`"),
+        ({"projection_dim": 0}, "`projection_dim`"),
+        ({"num_projections": 0}, "`num_projections`"),
+        ({"aggregation": "sum"}, "`aggregation`"),
+        ({"resample_every": 0}, "`resample_every`"),
+        ({"inner_lr": 0.0}, "`inner_lr`"),
+        ({"projection_steps": -1}, "`projection_steps`"),
+        ({"group_size": 0}, "`group_size`"),
+        ({"factor": -1}, "`factor`"),
+    ],
+)
+def test_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        regularizers.CoMHE(**kwargs)
+
+
+def test_config_roundtrip():
+    reg = regularizers.CoMHE(projection="random", projection_dim=20, num_projections=3, aggregation="max",
+                             resample_every=5, seed=9)
+    clone = regularizers.CoMHE.from_config(reg.get_config())
+    assert clone.get_config() == reg.get_config()
+    assert regularizers.CoMHE(projection="angle_preserving").num_projections == 1
+    assert regularizers.CoMHE(projection="adversarial").projection_steps == 10
