@@ -54,8 +54,9 @@ class HypersphericalEnergy(keras.callbacks.Callback):
         distance: 'euclidean', 'angular' or 'normalized_angular'.
         layer_names: optional list of layer names to track (default: every layer
             with a kernel, including the output layer).
-        frequency: int >= 1, log every `frequency` epochs (or batches).
-        update_freq: 'epoch' or 'batch'.
+        frequency: int >= 1, write to TensorBoard every `frequency` epochs (or
+            batches). The History gets a value at the end of every epoch.
+        update_freq: 'epoch' or 'batch' (TensorBoard granularity).
         log_dir: optional str, TensorBoard directory for the scalars.
         prefix: str prepended to the log keys.
     """
@@ -99,11 +100,11 @@ class HypersphericalEnergy(keras.callbacks.Callback):
         logs[self.prefix + "total"] = float(np.sum(list(values.values()))) if values else 0.0
         return logs
 
-    def _record(self, logs, step):
+    def _record(self, logs, step, write=True):
         measured = self.measure()
         if logs is not None:
             logs.update(measured)
-        if self.log_dir is not None:
+        if write and self.log_dir is not None:
             import tensorflow as tf  # tf.summary: Keras has no summary writer API
 
             if self._writer is None:
@@ -122,8 +123,9 @@ class HypersphericalEnergy(keras.callbacks.Callback):
             self._record(logs, self._batches)
 
     def on_epoch_end(self, epoch, logs=None):
-        if self.update_freq == "epoch" and (epoch + 1) % self.frequency == 0:
-            self._record(logs, epoch)
+        # The History always gets one value per epoch; `frequency` thins the TensorBoard writes.
+        write = self.update_freq == "epoch" and (epoch + 1) % self.frequency == 0
+        self._record(logs, epoch, write=write)
 
     def on_train_end(self, logs=None):
         if self._writer is not None:

@@ -1,0 +1,112 @@
+"""Tests for sphere_tf.callbacks.HypersphericalEnergy."""
+
+import glob
+import itertools
+import math
+import os
+
+import keras
+import numpy as np
+import pytest
+
+from sphere_tf import callbacks
+from sphere_tf import layers as sphere_layers
+from sphere_tf import regularizers
+from sphere_tf.data import fashion_mnist
+
+
+def np_hs_s1(kernel, eps=1e-4):
+    """Eq E.2: half-space s = 1 energy, mean over the 2N points (explicit loops)."""
+    w2d = np.asarray(kernel, np.float64).reshape(-1, np.shape(kernel)[-1])
+    pts = [w2d[:, i] / math.sqrt(np.sum(w2d[:, i] ** 2) + eps) for i in range(w2d.shape[1])]
+    pts = pts + [-p for p in pts]
+    return float(np.mean([max(2 - 2 * float(np.dot(pts[i], pts[j])), 1e-6) ** -0.5
+                          for i, j in itertools.permutations(range(len(pts)), 2)]))
+
+
+def _model():
+    return keras.Sequential([
+        keras.Input((6, 6, 2)),
+        keras.layers.Conv2D(4, 3, name="c1"),
+        sphere_layers.SphereConv2D(3, 3, name="s1"),
+        keras.layers.Flatten(),
+        keras.layers.Dense(5, name="d1"),
+    ])
+
+
+def _fit(model, cbs, epochs=2):
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((8, 6, 6, 2)).astype(np.float32), rng.integers(0, 5, 8)
+    model.compile(keras.optimizers.SGD(0.1), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return model.fit(x, y, epochs=epochs, batch_size=4, verbose=0, callbacks=cbs)
+
+
+def test_history_has_per_layer_and_total_energy():
+    model = _model()
+    history = _fit(model, [callbacks.HypersphericalEnergy()])
+    names = ["c1", "s1", "d1"]
+    for name in names:
+        assert len(history.history[f"energy/{name}"]) == 2
+    final = {name: np_hs_s1(model.get_layer(name).kernel.numpy()) for name in names}
+    for name in names:
+        np.testing.assert_allclose(history.history[f"energy/{name}"][-1], final[name], rtol=2e-5)
+    np.testing.assert_allclose(history.history["energy/total"][-1], sum(final.values()), rtol=2e-5)
+
+
+def test_layer_selection_options_and_tensorboard(tmp_path):
+    model = _model()
+    log_dir = str(tmp_path / "tb")
+    cb = callbacks.HypersphericalEnergy(power=2, half_space=False, layer_names=["d1"], update_freq="batch",
+                                        log_dir=log_dir, prefix="e_")
+    history = _fit(model, [cb], epochs=1)
+    assert "e_d1" in history.history and "e_c1" not in history.history
+    assert glob.glob(os.path.join(log_dir, "events.out.tfevents.*"))
+    with pytest.raises(ValueError, match="no kernel layer"):
+        _fit(_model(), [callbacks.HypersphericalEnergy(layer_names=["nope"])], epochs=1)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [({"power": -1}, "`power`"), ({"frequency": 0}, "`frequency`"), ({"update_freq": "step"}, "`update_freq`"),
+     ({"distance": "x"}, "`distance`")],
+)
+def test_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        callbacks.HypersphericalEnergy(**kwargs)
+
+
+def test_config_roundtrip():
+    cb = callbacks.HypersphericalEnergy(power=2, layer_names=["a"], frequency=3)
+    assert callbacks.HypersphericalEnergy.from_config(cb.get_config()).get_config() == cb.get_config()
+
+
+def _narrow_cnn(hidden, output):
+    return keras.Sequential([
+        keras.Input((28, 28, 1)),
+        keras.layers.Conv2D(8, 3, padding="same", activation="relu", kernel_regularizer=hidden, name="conv1"),
+        keras.layers.MaxPooling2D(2),
+        keras.layers.Conv2D(16, 3, padding="same", activation="relu", kernel_regularizer=hidden, name="conv2"),
+        keras.layers.MaxPooling2D(2),
+        keras.layers.Flatten(),
+        keras.layers.Dense(32, activation="relu", kernel_regularizer=hidden, name="fc"),
+        keras.layers.Dense(10, kernel_regularizer=output, name="logits"),
+    ])
+
+
+def test_fashion_mnist_mhe_and_comhe_lower_tracked_energy():
+    """Short real-data run: both regularizers end with a lower tracked energy than no regularizer."""
+    (x_train, y_train), _ = fashion_mnist.load_fashion_mnist()
+    x = fashion_mnist.as_float_images(x_train[:1024])
+    y = y_train[:1024].astype(np.int32)
+    finals = {}
+    for name, hidden in [("none", None), ("mhe", regularizers.MHE(power=2, half_space=True)),
+                         ("comhe", regularizers.CoMHE(projection_dim=30))]:
+        keras.utils.set_random_seed(0)
+        model = _narrow_cnn(hidden, regularizers.MHE(role="output") if hidden is not None else None)
+        model.compile(keras.optimizers.SGD(0.05, momentum=0.9),
+                      keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        history = model.fit(x, y, epochs=2, batch_size=64, verbose=0,
+                            callbacks=[callbacks.HypersphericalEnergy(layer_names=["conv1", "conv2", "fc"])])
+        finals[name] = history.history["energy/total"][-1]
+    assert finals["mhe"] < finals["none"], finals
+    assert finals["comhe"] < finals["none"], finals
