@@ -13,5 +13,6 @@ from sphere_tf import metrics
 from sphere_tf import ops
 from sphere_tf import optimizers
 from sphere_tf import regularizers
+from sphere_tf import training
 
 __version__ = "0.1.0"
