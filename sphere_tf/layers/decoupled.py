@@ -22,6 +22,8 @@ Numerics follow the authors' TF code (wy1iu/SphereNet, wy1iu/DCNets):
 * kernels start from N(0, 2/fan_in) (upstream; He initialisation).
 """
 
+import numbers
+
 import keras
 from keras import ops
 
@@ -35,6 +37,9 @@ RHO_EPSILON = 1e-4
 K_MIN = 0.05
 DEFAULT_NORM_MOMENTUM = 0.999
 DEFAULT_LEARNABLE_K = 0.5
+# Floor under the norms' ε: with epsilon=0 an all-zero patch or kernel still gives a finite
+# norm (cos θ = 0) instead of 0/0; 1e-30 is below float32 resolution for any non-zero norm.
+_MIN_SQRT_EPSILON = 1e-30
 
 
 def _upstream_kernel_initializer():
@@ -47,7 +52,7 @@ def _upstream_kernel_initializer():
 def _positive_float(value, name, allow_none=False):
     if value is None and allow_none:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
         raise ValueError(
             f"Invalid value for argument `{name}`: expected a float > 0. Received: {name}={value!r}"
         )
@@ -55,21 +60,29 @@ def _positive_float(value, name, allow_none=False):
 
 
 def _positive_int(value, name):
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
         raise ValueError(
             f"Invalid value for argument `{name}`: expected a positive int. Received: {name}={value!r}"
         )
-    return value
+    return int(value)
 
 
 def _int_pair(value, name):
-    pair = (value, value) if isinstance(value, int) else tuple(value)
-    if len(pair) != 2 or any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in pair):
+    if isinstance(value, numbers.Integral):
+        pair = (value, value)
+    else:
+        try:
+            pair = tuple(value)
+        except TypeError:
+            pair = ()
+    if len(pair) != 2 or any(
+        isinstance(v, bool) or not isinstance(v, numbers.Integral) or v <= 0 for v in pair
+    ):
         raise ValueError(
             f"Invalid value for argument `{name}`: expected a positive int or a pair of "
             f"positive ints. Received: {name}={value!r}"
         )
-    return pair
+    return tuple(int(v) for v in pair)
 
 
 class _HypersphericalOperator(keras.layers.Layer):
@@ -123,7 +136,7 @@ class _HypersphericalOperator(keras.layers.Layer):
                 f"(only 'seg' and 'mix' do). Received: beta={beta!r}"
             )
         else:
-            if isinstance(beta, bool) or not isinstance(beta, (int, float)) or beta < 0:
+            if isinstance(beta, bool) or not isinstance(beta, numbers.Real) or beta < 0:
                 raise ValueError(
                     f"Invalid value for argument `beta`: expected a float >= 0. Received: beta={beta!r}"
                 )
@@ -158,12 +171,12 @@ class _HypersphericalOperator(keras.layers.Layer):
                 f"(k = |k_raw| + {K_MIN}). Received: learnable_k_init={learnable_k_init!r}"
             )
         self.use_bias = bool(use_bias)
-        if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or epsilon < 0:
+        if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or epsilon < 0:
             raise ValueError(
                 f"Invalid value for argument `epsilon`: expected a float >= 0. Received: epsilon={epsilon!r}"
             )
         self.epsilon = float(epsilon)
-        if not isinstance(norm_momentum, (int, float)) or not 0.0 <= norm_momentum < 1.0:
+        if not isinstance(norm_momentum, numbers.Real) or not 0.0 <= norm_momentum < 1.0:
             raise ValueError(
                 "Invalid value for argument `norm_momentum`: expected a float in [0, 1). "
                 f"Received: norm_momentum={norm_momentum!r}"
@@ -185,6 +198,11 @@ class _HypersphericalOperator(keras.layers.Layer):
     def has_radius(self):
         """Whether the operator has an operator radius ρ·E{‖x‖} (ball, tanh, seg)."""
         return self._magnitude.has_radius or self.weighted == "nonlinear_separate"
+
+    @property
+    def _sqrt_epsilon(self):
+        # ε inside the norms' square roots, floored so that epsilon=0 stays finite.
+        return max(self.epsilon, _MIN_SQRT_EPSILON)
 
     @property
     def supports_weight_projection(self):
@@ -262,9 +280,9 @@ class _HypersphericalOperator(keras.layers.Layer):
         self.input_spec = keras.layers.InputSpec(min_ndim=2, axes={-1: input_shape[-1]})
 
     def call(self, inputs, training=None):
-        w_hat, w_norm = angles.normalize_kernel(self.kernel, self.epsilon)
+        w_hat, w_norm = angles.normalize_kernel(self.kernel, self._sqrt_epsilon)
         dot, x_sq = self._dot_and_patch_sq(inputs, ops.cast(w_hat, self.compute_dtype))
-        x_norm = ops.sqrt(x_sq + self.epsilon)
+        x_norm = ops.sqrt(x_sq + self._sqrt_epsilon)
         cos_theta = ops.cast(dot, "float32") / x_norm
         radius = weight_radius = None
         if self.has_radius:

@@ -687,3 +687,40 @@ def test_bad_arguments_raise_value_error_naming_the_argument(cls, kwargs, fragme
 def test_sphere_layers_reject_decoupled_only_arguments():
     with pytest.raises(TypeError):
         SphereConv2D(2, 3, magnitude="tanh")
+
+
+def test_float_kernel_size_raises_value_error():
+    with pytest.raises(ValueError, match="`kernel_size`"):
+        DecoupledConv2D(2, 3.0)
+
+
+def test_numpy_scalar_arguments_are_accepted_and_stored_as_python_numbers(tmp_path):
+    layer = DecoupledConv2D(np.int64(3), np.int32(3), strides=(np.int64(1), 1), magnitude="seg",
+                            angular="sigmoid", k=np.float32(0.3), rho=np.float64(2.0),
+                            beta=np.float32(0.25), alpha=np.float32(1.5), epsilon=np.float32(1e-4))
+    config = layer.get_config()
+    for key in ("filters", "kernel_size", "strides", "k", "rho", "beta", "alpha", "epsilon"):
+        values = config[key] if isinstance(config[key], tuple) else (config[key],)
+        assert all(type(v) in (int, float) for v in values), (key, config[key])
+    testing.assert_config_roundtrip(layer)
+
+
+@pytest.mark.parametrize("factory", [
+    lambda: DecoupledConv2D(2, 3, padding="same", magnitude="linear", angular="cosine",
+                            weighted="linear", epsilon=0.0),
+    lambda: SphereConv2D(2, 3, padding="same", angular="linear", epsilon=0.0),
+    lambda: DecoupledDense(2, magnitude="tanh", angular="sigmoid", epsilon=0.0),
+])
+def test_zero_epsilon_stays_finite_for_zero_patches_and_kernels(factory):
+    layer = factory()
+    dense = isinstance(layer, DecoupledDense)
+    x = tf.zeros((2, 4) if dense else (1, 4, 4, 2))
+    layer(x)
+    for kernel in (np.ones(layer.kernel.shape), np.zeros(layer.kernel.shape)):
+        layer.kernel.assign(kernel.astype(np.float32))
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x, training=True)
+        assert np.all(np.isfinite(y.numpy()))
+        np.testing.assert_allclose(y.numpy(), 0.0, atol=1e-6)  # cos θ = 0 → g(π/2) = 0
+        _grads_finite(tape.gradient(y, [x] + layer.trainable_variables))
