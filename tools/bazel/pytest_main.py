@@ -5,10 +5,10 @@ test file as a script would execute nothing. Bazel passes the file's runfiles pa
 argument (`args = ["$(rootpath tests/ops/test_x.py)"]` in //:BUILD).
 
 Two things keep the run honest inside Bazel's sandbox:
-  * the editable install of sphere_tf adds the source checkout to `sys.path` (through
-    easy-install.pth); that entry is dropped so every import resolves to the runfiles
-    tree, and a test that lacks a `deps` entry fails instead of silently reading the
-    checkout;
+  * the editable install of sphere_tf points at the source checkout (a `sys.path` entry
+    from easy-install.pth, or a meta-path finder from a PEP 660 `__editable__` .pth);
+    both are dropped so every import resolves to the runfiles tree, and a module missing
+    from BUILD fails the test instead of being read silently from the checkout;
   * pytest's temporary directories, hypothesis' example database and matplotlib's cache
     go to $TEST_TMPDIR, since the runfiles tree and $HOME are read-only in the sandbox.
 """
@@ -29,6 +29,14 @@ def _drop_source_checkout_from_path():
             continue
         kept.append(entry)
     sys.path[:] = kept
+    # New-style (PEP 660) editable installs map `sphere_tf.*` to the checkout through a
+    # meta-path finder instead of a sys.path entry: a submodule missing from the runfiles
+    # would still be found there. Drop those finders too.
+    for finder in list(sys.meta_path):
+        module = sys.modules.get(getattr(finder, "__module__", ""))
+        mapping = getattr(module, "MAPPING", None)
+        if isinstance(mapping, dict) and "sphere_tf" in mapping:
+            sys.meta_path.remove(finder)
 
 
 def main(argv):
