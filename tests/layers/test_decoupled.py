@@ -342,6 +342,22 @@ def _operator_case(draw):
 
 @given(_operator_case())
 def test_outputs_and_gradients_finite_for_degenerate_inputs(case):
+    _check_degenerate_case(case)
+
+
+@given(_operator_case(), st.sampled_from(["mixed_float16", "mixed_bfloat16"]))
+def test_low_precision_outputs_and_gradients_finite_for_degenerate_inputs(case, policy):
+    # float16 holds inputs up to 65504: cap the input scale at 1e3 (Σx² over a patch still
+    # overflows float16, so this also checks that the norms are computed in float32).
+    case = dict(case, x_scale=min(case["x_scale"], 1e3))
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        _check_degenerate_case(case)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+def _check_degenerate_case(case):
     rng = np.random.default_rng(case["seed"])
     kwargs = dict(angular=case["angular"], learnable_k=case["learnable_k"])
     if case["sphere"]:
@@ -370,8 +386,9 @@ def test_outputs_and_gradients_finite_for_degenerate_inputs(case):
         with tf.GradientTape() as tape:
             tape.watch(x)
             y = layer(x, training=training)
-            loss = tf.reduce_sum(y * tf.constant(rng.normal(size=y.shape), y.dtype))
+            loss = tf.reduce_sum(tf.cast(y, "float32") * rng.normal(size=y.shape).astype(np.float32))
         grads = tape.gradient(loss, [x] + variables)
+        assert y.dtype == layer.compute_dtype
         assert np.all(np.isfinite(y.numpy())), case
         _grads_finite(grads)
         assert all(g is not None for g in grads[1:]), [v.name for v, g in zip(variables, grads[1:])
@@ -381,8 +398,9 @@ def test_outputs_and_gradients_finite_for_degenerate_inputs(case):
         cos_out = SphereDense(3, angular="cosine") if not case["conv"] else SphereConv2D(3, 2)
         cos_out(x)
         cos_out.kernel.assign(layer.kernel)
-        np.testing.assert_allclose(ops.convert_to_numpy(cos_out(x)).reshape(2, 3)[:, 0], [1.0, -1.0],
-                                   atol=1e-3)
+        got = ops.convert_to_numpy(ops.cast(cos_out(x), "float32")).reshape(2, 3)[:, 0]
+        np.testing.assert_allclose(got, [1.0, -1.0], atol=1e-3 if layer.compute_dtype == "float32"
+                                   else 2e-2)
 
 
 # -- mixed precision ------------------------------------------------------------------------------
