@@ -1,0 +1,124 @@
+"""Train-step overhead of MHE and RP-CoMHE on the 9-layer CNN (ratios to no regularizer).
+
+Cases, timed round-robin in one process so machine load hits all alike:
+
+* train steps of `cnn9(Conv2D)` (Adam, forward + loss + backward + update):
+  `none`; `mhe_s2` (MHE s = 2 on all 9 convs and the dense-256 layer, output
+  MHE ×10, upstream setting); `hs_mhe_s2` (half-space hidden); `rp_comhe`
+  (CoMHE pd 30, 5 projections, re-sampled each step, output MHE ×10);
+* the regularizer alone (value + gradient) on the widest layer, the dense
+  kernel (2048, 256): `widest_mhe_s2`, `widest_hs_mhe_s2`, `widest_rp_comhe`.
+
+    python bench/bench_regularizers.py --batch_size 64 --num_iters 15 \
+        --results_file bench/results/cpu/regularizers.jsonl
+"""
+
+import statistics
+import time
+
+import keras
+import tensorflow as tf
+from absl import app
+from absl import flags
+
+from bench import common
+from sphere_tf import regularizers
+
+FLAGS = flags.FLAGS
+flags.DEFINE_integer("batch_size", 64, "Batch size.")
+flags.DEFINE_integer("num_warmup", 3, "Untimed calls per case.")
+flags.DEFINE_integer("num_iters", 15, "Timed calls per case (median reported).")
+flags.DEFINE_bool("jit_compile", False, "XLA-compile the train step.")
+flags.DEFINE_string("results_file", None, "JSON-lines output file.")
+
+
+def _conv(reg):
+    return lambda filters: keras.layers.Conv2D(filters, 3, padding="same", kernel_regularizer=reg)
+
+
+def _model(hidden_reg, output_reg):
+    model = common.cnn9(_conv(hidden_reg))
+    if hidden_reg is not None or output_reg is not None:
+        # cnn9 builds its dense layers unregularized: attach the regularizers to their kernels.
+        dense_hidden, dense_out = model.layers[-2], model.layers[-1]
+        dense_hidden.kernel.regularizer = hidden_reg
+        dense_out.kernel.regularizer = output_reg
+    return model
+
+
+def _train_cases(batch):
+    keras.utils.set_random_seed(0)
+    setups = {
+        "none": (None, None),
+        "mhe_s2": (regularizers.MHE(power=2), regularizers.MHE(power=2, role="output")),
+        "hs_mhe_s2": (regularizers.MHE(power=2, half_space=True), regularizers.MHE(power=2, role="output")),
+        "rp_comhe": (regularizers.CoMHE(), regularizers.MHE(power=2, role="output")),
+    }
+    cases = {}
+    for name, (hidden, output) in setups.items():
+        model = _model(hidden, output)
+        step = common.make_train_step(model, keras.optimizers.Adam(1e-3), jit_compile=FLAGS.jit_compile)
+        cases[name] = (step, batch)
+    return cases
+
+
+def _widest_cases():
+    kernel = tf.Variable(tf.random.normal((2048, 256), stddev=0.03))
+    cases = {}
+    for name, reg in {
+        "widest_mhe_s2": regularizers.MHE(power=2),
+        "widest_hs_mhe_s2": regularizers.MHE(power=2, half_space=True),
+        "widest_rp_comhe": regularizers.CoMHE(),
+    }.items():
+
+        def fn(reg=reg):
+            with tf.GradientTape() as tape:
+                value = reg(kernel)
+            return value, tape.gradient(value, kernel)
+
+        cases[name] = (tf.function(fn, jit_compile=FLAGS.jit_compile), ())
+    return cases
+
+
+def _block(result):
+    for t in tf.nest.flatten(result):
+        if hasattr(t, "numpy"):
+            t.numpy()
+
+
+def main(argv):
+    del argv
+    batch = common.random_batch(FLAGS.batch_size)
+    cases = {**_train_cases(batch), **_widest_cases()}
+    for fn, args in cases.values():
+        for _ in range(FLAGS.num_warmup):
+            _block(fn(*args))
+    times = {name: [] for name in cases}
+    for _ in range(FLAGS.num_iters):
+        for name, (fn, args) in cases.items():
+            start = time.perf_counter()
+            _block(fn(*args))
+            times[name].append(time.perf_counter() - start)
+    env = common.environment()
+    median = {name: statistics.median(t) for name, t in times.items()}
+    rows = []
+    for name, t in times.items():
+        t = sorted(t)
+        baseline = "none" if not name.startswith("widest") else "widest_mhe_s2"
+        rows.append({
+            **env,
+            "bench": "regularizers",
+            "case": name,
+            "batch_size": FLAGS.batch_size,
+            "jit_compile": FLAGS.jit_compile,
+            "median_s": median[name],
+            "p90_s": t[min(len(t) - 1, int(0.9 * len(t)))],
+            "baseline": baseline,
+            "ratio_to_baseline": median[name] / median[baseline],
+            "num_iters": FLAGS.num_iters,
+        })
+    common.write_results(rows, FLAGS.results_file)
+
+
+if __name__ == "__main__":
+    app.run(main)
