@@ -170,7 +170,9 @@ class MarginHead(keras.layers.Layer):
             added with `add_loss` whenever the head is called with labels in
             training (e.g. SphereFace+'s data-dependent output-layer MHE); it must
             be Keras-serializable to survive `.keras` round trips.
-        epsilon: float >= 0, inside the square roots of ‖x‖ and ‖W_j‖.
+        epsilon: float >= 0, inside the square roots of ‖x‖ and ‖W_j‖; None gives
+            1e-4 for the types with normalised features (bounds the gradient at a
+            zero feature by 100·s, float16-safe) and 1e-12 otherwise.
         kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer,
         kernel_constraint, bias_constraint: as for `keras.layers.Dense`. The kernel
             default is the Caffe "msra" filler N(0, 2/fan_in) of the L-Softmax layer.
@@ -209,7 +211,7 @@ class MarginHead(keras.layers.Layer):
         annealing=None,
         use_bias=False,
         label_penalty=None,
-        epsilon=margin_lib.NORM_EPSILON,
+        epsilon=None,
         kernel_initializer=None,
         bias_initializer="zeros",
         kernel_regularizer=None,
@@ -218,7 +220,7 @@ class MarginHead(keras.layers.Layer):
         bias_constraint=None,
         **kwargs,
     ):
-        kwargs["autocast"] = False  # float32 maths; see the class docstring
+        kwargs["autocast"] = False  # inputs are not cast down; the maths is float32
         super().__init__(**kwargs)
         if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
             raise _bad("num_classes", "a positive int", num_classes)
@@ -244,6 +246,8 @@ class MarginHead(keras.layers.Layer):
             scale = float(scale)
         elif scale is not None:
             raise _bad("scale", f"None for loss_type={loss_type!r} (its radius is the feature norm)", scale)
+        if epsilon is None:
+            epsilon = margin_lib.default_epsilon(loss_type)
         if not _is_number(epsilon) or epsilon < 0:
             raise _bad("epsilon", "a float >= 0", epsilon)
         if label_penalty is not None and not callable(label_penalty):
@@ -276,6 +280,7 @@ class MarginHead(keras.layers.Layer):
             initializer=self.kernel_initializer,
             regularizer=self.kernel_regularizer,
             constraint=self.kernel_constraint,
+            autocast=False,  # float32 maths under mixed policies (see the class docstring)
         )
         if self.use_bias:
             self.bias = self.add_weight(
@@ -284,6 +289,7 @@ class MarginHead(keras.layers.Layer):
                 initializer=self.bias_initializer,
                 regularizer=self.bias_regularizer,
                 constraint=self.bias_constraint,
+                autocast=False,
             )
         else:
             self.bias = None

@@ -223,6 +223,14 @@ NORMALIZED_FEATURES = frozenset({"ssoftmax", "cosface", "arcface", "combined"})
 # Note: the Caffe layers add 1e-9 to the denominator ‖x‖‖w‖ instead; with autodiff the
 # ε must sit inside the root so that d‖x‖/dx is finite at x = 0.
 NORM_EPSILON = 1e-12
+# With normalised features the gradient at x = 0 is s/√ε: ε = 1e-4 (the project-wide
+# upstream SphereNet/DCNet epsilon) bounds it by 100·s, inside float16 range for s <= 650.
+NORMALIZED_FEATURE_EPSILON = 1e-4
+
+
+def default_epsilon(loss_type):
+    """ε inside the norms for `loss_type`: 1e-4 with normalised features, else 1e-12."""
+    return NORMALIZED_FEATURE_EPSILON if loss_type in NORMALIZED_FEATURES else NORM_EPSILON
 
 
 def target_score(cos_theta, loss_type, margin, angular="cosine", k=0.3):
@@ -254,7 +262,7 @@ def margin_logits(
     scale=None,
     bias=None,
     lam=0.0,
-    epsilon=NORM_EPSILON,
+    epsilon=None,
 ):
     """Logits of the margin-softmax family; the margin touches the target logit only.
 
@@ -279,11 +287,13 @@ def margin_logits(
         scale: float s for ssoftmax/cosface/arcface/combined.
         bias: optional `(C,)` bias.
         lam: float or scalar tensor, the annealing weight λ >= 0.
-        epsilon: float >= 0 inside the norms.
+        epsilon: float >= 0 inside the norms, or None for `default_epsilon(loss_type)`.
 
     Returns:
         float32 logits `(N, C)`.
     """
+    if epsilon is None:
+        epsilon = default_epsilon(loss_type)
     x = ops.cast(features, "float32")
     w = ops.cast(kernel, "float32")
     dot = ops.matmul(x, w)

@@ -72,14 +72,15 @@ def np_lambda(t, base, gamma, power, lambda_min):
 
 
 def np_margin_logits(x, w, y, loss_type, m, angular="cosine", k=0.3, s=None, b=None, lam=0.0):
-    """Logits by explicit loops over samples and classes (float64)."""
+    """Logits by explicit loops over samples and classes (float64); ε inside the norms."""
+    eps = 1e-4 if loss_type in ("ssoftmax", "cosface", "arcface", "combined") else 1e-12
     x, w = np.asarray(x, np.float64), np.asarray(w, np.float64)
     n, c = x.shape[0], w.shape[1]
     out = np.zeros((n, c))
     for i in range(n):
-        xn = np.linalg.norm(x[i])
+        xn = math.sqrt(np.sum(x[i] ** 2) + eps)
         for j in range(c):
-            wn = np.linalg.norm(w[:, j])
+            wn = math.sqrt(np.sum(w[:, j] ** 2) + eps)
             cos = np.clip(x[i] @ w[:, j] / (xn * wn), -1.0, 1.0)
             theta = math.acos(cos)
             if loss_type == "lsoftmax":

@@ -1,0 +1,414 @@
+"""Tests for sphere_tf.layers.MarginHead: formulas, annealing state, numerics, model patterns, export."""
+
+import math
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from sphere_tf import testing
+from sphere_tf.layers import MarginHead
+from sphere_tf.ops import margin as margin_lib
+
+
+# ---------------------------------------------------------------------------------------
+# Independent NumPy reference (arccos-based ψ with a loop over k).
+
+
+def np_psi(theta, m):
+    for k in range(m):
+        if k * math.pi / m <= theta <= (k + 1) * math.pi / m:
+            return (-1) ** k * math.cos(m * theta) - 2 * k
+    raise AssertionError(theta)
+
+
+def np_asoftmax_logits(x, w, y, m, lam=0.0):
+    """A-Softmax [T-2.20] with annealing (λ·plain + margin)/(1 + λ), explicit loops, float64."""
+    x, w = x.astype(np.float64), w.astype(np.float64)
+    out = np.zeros((x.shape[0], w.shape[1]))
+    for i in range(x.shape[0]):
+        xn = np.linalg.norm(x[i])
+        for j in range(w.shape[1]):
+            cos = np.clip(x[i] @ w[:, j] / (xn * np.linalg.norm(w[:, j])), -1, 1)
+            out[i, j] = xn * cos
+            if y is not None and j == y[i]:
+                out[i, j] = (lam * xn * cos + xn * np_psi(math.acos(cos), m)) / (1 + lam)
+    return out
+
+
+def np_lambda(t, base, gamma, power, lambda_min):
+    return max(lambda_min, base * (1.0 + gamma * t) ** (-power))
+
+
+def np_xent(logits, y):
+    logits = logits.astype(np.float64)
+    mx = logits.max(axis=1, keepdims=True)
+    lse = mx[:, 0] + np.log(np.exp(logits - mx).sum(axis=1))
+    return lse - logits[np.arange(len(y)), y]
+
+
+ALL_TYPES = margin_lib.LOSS_TYPES
+
+
+def _features(rng, n=8, d=4):
+    return rng.normal(size=(n, d)).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------------------
+# Basic: shapes, weights, configs, .keras round trips.
+
+
+@pytest.mark.parametrize("loss_type", ALL_TYPES)
+def test_basic_shapes_weights_and_config(rng, loss_type):
+    head = MarginHead(5, loss_type=loss_type)
+    x = _features(rng)
+    y = rng.integers(0, 5, size=8)
+    out = head(x, labels=y, training=True)
+    assert out.shape == (8, 5) and out.dtype == "float32"
+    assert tuple(head.kernel.shape) == (4, 5)
+    assert len(head.trainable_weights) == 1 and len(head.non_trainable_weights) == 1
+    assert head.iteration.dtype == "int64" and int(head.iteration.numpy()) == 1
+    testing.assert_config_roundtrip(head)
+    with_bias = MarginHead(5, loss_type=loss_type, use_bias=True)
+    with_bias(x)
+    assert len(with_bias.trainable_weights) == 2
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(loss_type="lsoftmax", margin=2, annealing="mnist"),
+        dict(loss_type="gasoftmax", angular="sigmoid", margin=2.5, k=0.7, annealing="cifar10+"),
+        dict(loss_type="combined", margin=(1.2, 0.3, 0.1), scale=16.0, use_bias=True),
+        dict(loss_type="asoftmax", annealing={"base": 10.0, "gamma": 0.5, "power": 2.0}),
+    ],
+)
+def test_keras_file_roundtrip_keeps_config_and_iteration(rng, tmp_path, kwargs):
+    x = _features(rng)
+    y = rng.integers(0, 5, size=8)
+    inputs = keras.Input((4,))
+    head = MarginHead(5, **kwargs)
+    model = keras.Model(inputs, head(inputs))
+    for _ in range(3):
+        head(x, labels=y, training=True)
+    reloaded = testing.assert_keras_roundtrip(model, x, tmp_path)
+    new_head = reloaded.layers[-1]
+    assert new_head.get_config() == head.get_config()
+    assert int(new_head.iteration.numpy()) == 3
+
+
+# ---------------------------------------------------------------------------------------
+# Bad arguments.
+
+
+@pytest.mark.parametrize(
+    "kwargs,argument",
+    [
+        (dict(num_classes=0), "num_classes"),
+        (dict(num_classes=3.0), "num_classes"),
+        (dict(loss_type="focal"), "loss_type"),
+        (dict(loss_type="asoftmax", margin=0), "margin"),
+        (dict(loss_type="asoftmax", margin=2.5), "margin"),
+        (dict(loss_type="lsoftmax", margin=True), "margin"),
+        (dict(loss_type="wsoftmax", margin=2), "margin"),
+        (dict(loss_type="gasoftmax", angular="linear", margin=0.5), "margin"),
+        (dict(loss_type="cosface", margin=-0.1), "margin"),
+        (dict(loss_type="arcface", margin=4.0), "margin"),
+        (dict(loss_type="combined", margin=(0.5, 0.1, 0.0)), "margin"),
+        (dict(loss_type="combined", margin=0.5), "margin"),
+        (dict(loss_type="asoftmax", angular="linear"), "angular"),
+        (dict(loss_type="gasoftmax", angular="sqcosine"), "angular"),
+        (dict(loss_type="gasoftmax", angular="sigmoid", k=0.0), "k"),
+        (dict(loss_type="cosface", scale=-1.0), "scale"),
+        (dict(loss_type="asoftmax", scale=30.0), "scale"),
+        (dict(annealing="imagenet"), "annealing"),
+        (dict(annealing={"base": 1000.0, "gamma": 0.1}), "annealing"),
+        (dict(annealing={"base": 1000.0, "gamma": -0.1, "power": 1.0}), "annealing"),
+        (dict(annealing={"base": 1.0, "gamma": 0.1, "power": 1.0, "lamda_min": 1.0}), "annealing"),
+        (dict(epsilon=-1.0), "epsilon"),
+        (dict(label_penalty="mhe"), "label_penalty"),
+    ],
+)
+def test_bad_arguments_raise_naming_the_argument(kwargs, argument):
+    kwargs = {"num_classes": 3, **kwargs}
+    with pytest.raises(ValueError, match=rf"Invalid value for argument `{argument}`.*Received: {argument}="):
+        MarginHead(**kwargs)
+
+
+# ---------------------------------------------------------------------------------------
+# Correctness, annealing state.
+
+
+@pytest.mark.parametrize("m", (1, 2, 3, 4))
+def test_training_logits_match_reference_with_annealing(rng, m):
+    head = MarginHead(6, loss_type="asoftmax", margin=m, annealing="sphereface")
+    x = _features(rng, 10, 3)
+    y = rng.integers(0, 6, size=10)
+    head.build((None, 3))
+    w = rng.normal(size=(3, 6)).astype(np.float32)
+    head.kernel.assign(w)
+    params = margin_lib.ANNEALING_PRESETS["sphereface"]
+    for t in (1, 2, 3):
+        got = keras.ops.convert_to_numpy(head(x, labels=y, training=True))
+        lam = np_lambda(t, **params)
+        assert float(head.current_lambda()) == pytest.approx(lam, rel=1e-6)
+        np.testing.assert_allclose(got, np_asoftmax_logits(x, w, y, m, lam), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("loss_type", ALL_TYPES)
+def test_inference_logits_ignore_labels_and_equal_plain(rng, loss_type):
+    head = MarginHead(5, loss_type=loss_type, annealing="mnist")
+    x = _features(rng)
+    y = rng.integers(0, 5, size=8)
+    plain = keras.ops.convert_to_numpy(head(x))
+    for kwargs in (dict(labels=y), dict(labels=y, training=False), dict(training=True)):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(head(x, **kwargs)), plain)
+    assert int(head.iteration.numpy()) == 0  # no training step happened
+    # Plain logits of the weight-normalised types are ‖x‖·g(θ) / s·g(θ) (W-Softmax): check cosine ones.
+    w = keras.ops.convert_to_numpy(head.kernel).astype(np.float64)
+    x64 = x.astype(np.float64)
+    eps = 1e-4 if loss_type in ("cosface", "arcface", "combined", "ssoftmax") else 1e-12
+    wn = w / np.sqrt(np.sum(w**2, axis=0) + eps)
+    if loss_type == "lsoftmax":
+        expected = x64 @ w
+    elif loss_type in ("asoftmax", "wsoftmax"):
+        expected = x64 @ wn
+    elif loss_type in ("cosface", "arcface", "combined", "ssoftmax"):
+        expected = head.scale * (x64 / np.sqrt(np.sum(x64**2, axis=1, keepdims=True) + eps)) @ wn
+    else:  # gasoftmax: linear g
+        cos = np.clip((x64 / np.linalg.norm(x64, axis=1, keepdims=True)) @ wn, -1, 1)
+        expected = np.linalg.norm(x64, axis=1, keepdims=True) * (1 - 2 * np.arccos(cos) / np.pi)
+    np.testing.assert_allclose(plain, expected, rtol=1e-4, atol=2e-3 if loss_type == "gasoftmax" else 1e-4)
+
+
+def test_lambda_schedule_values_at_steps():
+    head = MarginHead(3, loss_type="lsoftmax", annealing="cifar10")
+    params = margin_lib.ANNEALING_PRESETS["cifar10"]
+    for t in (0, 1, 1000, 5000, 20000):
+        assert float(head.lambda_at(t)) == pytest.approx(np_lambda(t, **params), rel=1e-5, abs=1e-12)
+    assert float(MarginHead(3).lambda_at(100)) == 0.0
+
+
+def test_label_penalty_added_only_in_training_with_labels(rng):
+    @keras.saving.register_keras_serializable(package="sphere_tf_tests")
+    class ColumnPenalty:
+        """Σ_i ‖W_{y_i}‖² — a label-dependent stand-in for SphereFace+ MHE."""
+
+        def __call__(self, kernel, labels):
+            cols = keras.ops.take(keras.ops.transpose(kernel), keras.ops.cast(labels, "int32"), axis=0)
+            return keras.ops.sum(keras.ops.square(cols))
+
+        def get_config(self):
+            return {}
+
+        @classmethod
+        def from_config(cls, config):
+            return cls(**config)
+
+    head = MarginHead(4, label_penalty=ColumnPenalty())
+    x = _features(rng)
+    y = rng.integers(0, 4, size=8)
+    head(x)
+    assert head.losses == []
+    head(x, labels=y, training=True)
+    w = keras.ops.convert_to_numpy(head.kernel)
+    assert len(head.losses) == 1
+    assert float(head.losses[0]) == pytest.approx(float(np.sum(w[:, y] ** 2)), rel=1e-5)
+    rebuilt = testing.assert_config_roundtrip(head)
+    assert isinstance(rebuilt.label_penalty, ColumnPenalty)
+
+
+def test_sphereface_plus_data_dependent_mhe_plugs_in(rng):
+    regularizers = pytest.importorskip("sphere_tf.regularizers")
+    if not hasattr(regularizers, "DataDependentMHE"):
+        pytest.skip("sphere_tf.regularizers.DataDependentMHE not available")
+    head = MarginHead(4, label_penalty=regularizers.DataDependentMHE(factor=1.0))
+    head(_features(rng), labels=rng.integers(0, 4, size=8), training=True)
+    assert len(head.losses) == 1 and np.isfinite(float(head.losses[0]))
+
+
+# ---------------------------------------------------------------------------------------
+# Numerics: finite loss and gradients at θ = 0, π, zero features, huge norms; no 87.3 plateau.
+
+
+def _loss_and_grads(head, x, y):
+    x = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        logits = head(x, labels=y, training=True)
+        loss = tf.reduce_mean(
+            keras.losses.sparse_categorical_crossentropy(y, tf.cast(logits, "float32"), from_logits=True)
+        )
+    grads = tape.gradient(loss, [x] + head.trainable_weights)
+    return loss.numpy(), [g.numpy() for g in grads], logits.numpy()
+
+
+@pytest.mark.parametrize("loss_type", ALL_TYPES)
+@pytest.mark.parametrize("policy", ("float32", "mixed_float16"))
+def test_finite_loss_and_gradients_at_degenerate_features(loss_type, policy):
+    keras.mixed_precision.set_global_policy(policy)
+    head = MarginHead(3, loss_type=loss_type, use_bias=True)
+    head.build((None, 2))
+    head.kernel.assign(np.array([[1.0, 0.0, -1.0], [0.0, 1.0, 0.0]], np.float32))
+    y = np.array([0, 0, 0, 0, 0, 1], np.int32)
+    base = np.array([[1.0, 0.0], [-1.0, 0.0], [0.0, 0.0], [1e-30, 0.0], [0.0, 1.0], [0.0, -1.0]])
+    dtype = np.float16 if policy == "mixed_float16" else np.float32
+    for norm in (1.0, 1e-3, 6e4 if dtype == np.float16 else 1e15):
+        x = (base * norm).astype(dtype)
+        loss, grads, logits = _loss_and_grads(head, x, y)
+        assert np.isfinite(loss), (norm, loss)
+        assert logits.dtype == np.float32 and np.all(np.isfinite(logits)), (norm, logits)
+        for g in grads:
+            assert np.all(np.isfinite(g)), (norm, g)
+
+
+def test_no_softmax_underflow_plateau():
+    """θ = π with m = 4 and ‖x‖ = 100: target logit −700, loss ≈ 800, not capped at −ln(FLT_MIN) = 87.3."""
+    head = MarginHead(2, loss_type="asoftmax", margin=4)
+    head.build((None, 2))
+    w = np.array([[1.0, -1.0], [0.0, 0.0]], np.float32)
+    head.kernel.assign(w)
+    x = np.array([[-100.0, 0.0]], np.float32)
+    y = np.array([0], np.int32)
+    loss, grads, logits = _loss_and_grads(head, x, y)
+    np.testing.assert_allclose(logits, [[-700.0, 100.0]], rtol=1e-5)
+    assert loss == pytest.approx(np_xent(logits, y)[0], rel=1e-6)
+    assert loss > 87.4
+    assert all(np.all(np.isfinite(g)) for g in grads)
+
+
+# ---------------------------------------------------------------------------------------
+# Model patterns, fit, save/load resume, export.
+
+
+def _toy_data(rng, n=64, d=6, classes=3):
+    centers = rng.normal(size=(classes, d)) * 3.0
+    y = rng.integers(0, classes, size=n).astype(np.int32)
+    x = (centers[y] + rng.normal(size=(n, d))).astype(np.float32)
+    return x, y
+
+
+def _two_input_model(head, d=6):
+    """Functional pattern: labels are a second input during training."""
+    features_in = keras.Input((d,), name="features")
+    labels_in = keras.Input((), dtype="int32", name="labels")
+    hidden = keras.layers.Dense(3, name="embed")(features_in)
+    train_model = keras.Model([features_in, labels_in], head(hidden, labels=labels_in))
+    inference_model = keras.Model(features_in, head(hidden))  # shares every layer
+    return train_model, inference_model
+
+
+def test_functional_two_input_fit_advances_iteration_only_in_training(rng):
+    x, y = _toy_data(rng)
+    head = MarginHead(3, loss_type="asoftmax", annealing="sphereface")
+    train_model, inference_model = _two_input_model(head)
+    train_model.compile(keras.optimizers.Adam(1e-2), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = train_model.fit([x, y], y, batch_size=16, epochs=2, verbose=0)
+    assert int(head.iteration.numpy()) == 8
+    assert np.all(np.isfinite(history.history["loss"]))
+    train_model.evaluate([x, y], y, verbose=0)
+    inference_model.predict(x, verbose=0)
+    assert int(head.iteration.numpy()) == 8
+    # Evaluation of the two-input model uses plain logits: equals the inference model's loss.
+    plain_loss = np.mean(np_xent(inference_model.predict(x, verbose=0), y))
+    assert train_model.evaluate([x, y], y, verbose=0) == pytest.approx(plain_loss, rel=1e-4)
+
+
+def test_save_load_resumes_annealing_step(rng, tmp_path):
+    x, y = _toy_data(rng)
+    head = MarginHead(3, loss_type="lsoftmax", margin=2, annealing="mnist")
+    train_model, _ = _two_input_model(head)
+    train_model.compile(keras.optimizers.SGD(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    train_model.fit([x, y], y, batch_size=16, epochs=1, verbose=0)
+    path = os.path.join(tmp_path, "train.keras")
+    train_model.save(path)
+    reloaded = keras.saving.load_model(path)
+    new_head = [layer for layer in reloaded.layers if isinstance(layer, MarginHead)][0]
+    assert int(new_head.iteration.numpy()) == 4
+    reloaded.fit([x, y], y, batch_size=16, epochs=1, verbose=0)
+    assert int(new_head.iteration.numpy()) == 8
+    params = margin_lib.ANNEALING_PRESETS["mnist"]
+    assert float(new_head.current_lambda()) == pytest.approx(np_lambda(8, **params), rel=1e-5)
+    # tf.train.Checkpoint keeps it too.
+    ckpt = tf.train.Checkpoint(head=new_head)
+    saved = ckpt.save(os.path.join(tmp_path, "ckpt"))
+    new_head.iteration.assign(0)
+    ckpt.restore(saved)
+    assert int(new_head.iteration.numpy()) == 8
+
+
+class MarginClassifier(keras.Model):
+    """Subclass pattern: `model((features, labels))` in training, `model(features)` at inference."""
+
+    def __init__(self, head, **kwargs):
+        super().__init__(**kwargs)
+        self.embed = keras.layers.Dense(3)
+        self.head = head
+
+    def call(self, inputs, training=None):
+        labels = None
+        if isinstance(inputs, (tuple, list)):
+            inputs, labels = inputs
+        return self.head(self.embed(inputs), labels=labels, training=training)
+
+
+def test_subclassed_model_fit_and_predict(rng):
+    x, y = _toy_data(rng)
+    head = MarginHead(3, loss_type="gasoftmax", angular="linear", margin=2)
+    model = MarginClassifier(head)
+    model.compile(keras.optimizers.Adam(1e-2), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit((x, y), y, batch_size=16, epochs=3, verbose=0)
+    assert int(head.iteration.numpy()) == 12
+    assert np.all(np.isfinite(history.history["loss"]))
+    assert model.predict(x, verbose=0).shape == (64, 3)
+    assert int(head.iteration.numpy()) == 12
+
+
+def test_label_smoothing_loss_with_fit(rng):
+    from sphere_tf import losses
+
+    x, y = _toy_data(rng)
+    head = MarginHead(3, loss_type="cosface", scale=16.0)
+    train_model, _ = _two_input_model(head)
+    train_model.compile(keras.optimizers.Adam(1e-2), losses.SparseCrossentropy(label_smoothing=0.01))
+    history = train_model.fit([x, y], y, batch_size=16, epochs=2, verbose=0)
+    assert np.all(np.isfinite(history.history["loss"]))
+
+
+def test_export_has_features_only_serving_signature(rng, tmp_path):
+    x, y = _toy_data(rng)
+    head = MarginHead(3, loss_type="asoftmax", annealing="sphereface")
+    train_model, inference_model = _two_input_model(head)
+    train_model.compile(keras.optimizers.Adam(1e-2), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    train_model.fit([x, y], y, batch_size=32, epochs=1, verbose=0)
+    loaded = testing.assert_saved_model_roundtrip(inference_model, x, tmp_path, rtol=1e-5, atol=1e-5)
+    signature = loaded.signatures["serving_default"]
+    specs = signature.structured_input_signature[1]
+    assert len(specs) == 1
+    (spec,) = specs.values()
+    assert spec.shape.as_list() == [None, 6] and spec.dtype == tf.float32
+
+
+def test_mixed_precision_fit_is_finite(rng):
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    x, y = _toy_data(rng)
+    head = MarginHead(3, loss_type="asoftmax", margin=4)
+    train_model, inference_model = _two_input_model(head)
+    assert head.kernel.dtype == "float32"
+    train_model.compile(keras.optimizers.Adam(1e-2), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = train_model.fit([x, y], y, batch_size=16, epochs=2, verbose=0)
+    assert np.all(np.isfinite(history.history["loss"]))
+    assert inference_model.predict(x, verbose=0).dtype == np.float32
+
+
+def test_jit_compiled_matches_eager(rng):
+    x, y = _toy_data(rng, n=16)
+    head = MarginHead(3, loss_type="lsoftmax", margin=3, annealing="mnist")
+    head.build((None, 6))
+    eager = head(x, labels=y, training=True).numpy()
+    head.iteration.assign(0)
+    compiled = tf.function(lambda a, b: head(a, labels=b, training=True), jit_compile=True)(x, y).numpy()
+    np.testing.assert_allclose(compiled, eager, rtol=1e-5, atol=1e-5)
+    assert int(head.iteration.numpy()) == 1
