@@ -165,3 +165,63 @@ def test_check_reports_stale_entries_and_duplicates(tmp_path):
     problems = check_build(root, text)
     assert "py_library sphere_tf lists sphere_tf/__init__.py, which does not exist" in problems
     assert "duplicate target names: sphere_tf" in problems
+
+
+def _load_generator(monkeypatch, root):
+    """scripts/update_build.py as a module, pointed at `root`."""
+    import importlib.util  # pylint: disable=import-outside-toplevel
+
+    spec = importlib.util.spec_from_file_location(
+        "update_build", os.path.join(ROOT, "scripts", "update_build.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "ROOT", root)
+    return module
+
+
+def test_generator_output_for_this_tree_is_complete(monkeypatch):
+    text = _load_generator(monkeypatch, ROOT).generate()
+    assert check_build(ROOT, text) == []
+
+
+def test_generator_targets_sizes_tags_and_deps(tmp_path, monkeypatch):
+    files = {
+        "sphere_tf/__init__.py": "",
+        "sphere_tf/ops/a.py": "import numpy as np\n",
+        "trainers/__init__.py": "",
+        "trainers/train.py": "from sphere_tf.ops import a\n\nif __name__ == '__main__':\n    pass\n",
+        "configs/base.py": "import ml_collections\n",
+        "tests/conftest.py": "",
+        "tests/ops/test_a.py": "from sphere_tf.ops import a\n",
+        "tests/trainers/test_train.py": "import subprocess\nCMD = ['-m', 'trainers.train']\n",
+        "tests/layers/test_slow.py": "# bazel-size: enormous\n# bazel-tags: local, exclusive\n",
+    }
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    text = _load_generator(monkeypatch, str(tmp_path)).generate()
+    assert check_build(str(tmp_path), text) == []
+    rules = {attrs["name"]: (kind, attrs) for kind, attrs in parse_build(text) if "name" in attrs}
+    assert rules["train"] == ("py_binary", rules["train"][1])
+    assert rules["train"][1]["main"] == "trainers/train.py"
+    assert rules["trainers"][1]["deps"] == [":sphere_tf", ":configs"]
+    assert "deps" not in rules["configs"][1]
+    assert rules["test_support"][1]["srcs"] == ["tests/conftest.py"]
+    ops = rules["tests/ops/test_a"][1]
+    assert (ops["size"], ops["tags"], ops["deps"]) == ("medium", ["bazel_fast"], [":sphere_tf", ":test_support"])
+    train = rules["tests/trainers/test_train"][1]
+    assert train["size"] == "large" and "tags" not in train
+    assert train["deps"] == [":sphere_tf", ":trainers", ":test_support"]
+    slow = rules["tests/layers/test_slow"][1]
+    assert (slow["size"], slow["tags"]) == ("enormous", ["exclusive", "local"])
+
+
+def test_generator_breaks_import_cycles_between_directories(tmp_path, monkeypatch, capsys):
+    for rel, text in {"sphere_tf/__init__.py": "import bench\n", "bench/__init__.py": "import sphere_tf\n"}.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    text = _load_generator(monkeypatch, str(tmp_path)).generate()
+    rules = {attrs["name"]: attrs for _, attrs in parse_build(text) if "name" in attrs}
+    assert rules["sphere_tf"]["deps"] == [":bench"]
+    assert "deps" not in rules["bench"]
+    assert "import cycle" in capsys.readouterr().err
