@@ -29,6 +29,7 @@ from keras import ops
 
 from sphere_tf.ops import angles
 from sphere_tf.ops import angular as angular_lib
+from sphere_tf.ops import fused
 from sphere_tf.ops import magnitude as magnitude_lib
 from sphere_tf.ops import operator
 
@@ -89,7 +90,7 @@ class _HypersphericalOperator(keras.layers.Layer):
     """Shared state and maths of the four operator layers (private).
 
     Subclasses provide `_units`, `_kernel_shape(input_shape)` and
-    `_dot_and_patch_sq(inputs, w_hat)`.
+    `_dot_and_patch_sq(inputs, w_hat, need_patch_sq, composed)`.
     """
 
     def __init__(
@@ -279,9 +280,41 @@ class _HypersphericalOperator(keras.layers.Layer):
             )
         self.input_spec = keras.layers.InputSpec(min_ndim=2, axes={-1: input_shape[-1]})
 
+    # The fused hot path (`sphere_tf.ops.fused`); False selects the plain composition
+    # through `operator.decoupled_response` (same values; kept for benchmarks and tests).
+    _use_fused_path = True
+
     def call(self, inputs, training=None):
+        if not self._use_fused_path:
+            return self._call_composed(inputs, training)
         w_hat, w_norm = angles.normalize_kernel(self.kernel, self._sqrt_epsilon)
-        dot, x_sq = self._dot_and_patch_sq(inputs, ops.cast(w_hat, self.compute_dtype))
+        need_norm = not fused.norm_cancels(self._magnitude, self.angular, self.weighted)
+        dot, x_sq = self._dot_and_patch_sq(
+            inputs, ops.cast(w_hat, self.compute_dtype), need_patch_sq=need_norm
+        )
+        dot = ops.cast(dot, "float32")
+        x_norm = inv_norm = radius = weight_radius = None
+        if need_norm:
+            # Everything of ‖x‖ alone lives on a one-channel tensor (cheap).
+            x_norm = ops.sqrt(x_sq + self._sqrt_epsilon)
+            inv_norm = 1.0 / x_norm
+        if self.has_radius:
+            rho = self.effective_rho()
+            radius = rho * self._norm_mean_for(x_norm, training)
+            weight_radius = rho
+        out = fused.decoupled_response_from_dot(
+            dot, x_norm, inv_norm, w_norm,
+            magnitude=self._magnitude, angular=self.angular, alpha=self.alpha, beta=self.beta,
+            radius=radius, k=self.effective_k(), weighted=self.weighted,
+            weight_radius=weight_radius,
+        )
+        return self._finish(out)
+
+    def _call_composed(self, inputs, training=None):
+        w_hat, w_norm = angles.normalize_kernel(self.kernel, self._sqrt_epsilon)
+        dot, x_sq = self._dot_and_patch_sq(
+            inputs, ops.cast(w_hat, self.compute_dtype), composed=True
+        )
         x_norm = ops.sqrt(x_sq + self._sqrt_epsilon)
         cos_theta = ops.cast(dot, "float32") / x_norm
         radius = weight_radius = None
@@ -295,6 +328,9 @@ class _HypersphericalOperator(keras.layers.Layer):
             radius=radius, k=self.effective_k(), weighted=self.weighted,
             weight_radius=weight_radius,
         )
+        return self._finish(out)
+
+    def _finish(self, out):
         if self.rescale:
             out = out * self.rescale_scale + self.rescale_shift
         if self.use_bias:
@@ -370,14 +406,16 @@ class _ConvGeometry:
             raise ValueError(f"{type(self).__name__} needs a known channel dimension; received {input_shape}.")
         return self.kernel_size + (input_shape[-1], self.filters)
 
-    def _dot_and_patch_sq(self, inputs, w_hat):
+    def _dot_and_patch_sq(self, inputs, w_hat, need_patch_sq=True, composed=False):
         dot = ops.conv(
             inputs, w_hat, strides=self.strides, padding=self.padding,
             data_format="channels_last", dilation_rate=self.dilation_rate,
         )
-        x_sq = angles.patch_squared_norm(
-            inputs, self.kernel_size, self.strides, self.padding, self.dilation_rate
-        )
+        if not need_patch_sq:
+            return dot, None
+        # The fused path sums shifted slices; the composed one convolves with ones.
+        patch_sq = angles.patch_squared_norm if composed else fused.patch_squared_norm
+        x_sq = patch_sq(inputs, self.kernel_size, self.strides, self.padding, self.dilation_rate)
         return dot, x_sq
 
     def compute_output_shape(self, input_shape):
@@ -416,8 +454,10 @@ class _DenseGeometry:
             raise ValueError(f"{type(self).__name__} needs a known last dimension; received {input_shape}.")
         return (input_shape[-1], self.units)
 
-    def _dot_and_patch_sq(self, inputs, w_hat):
-        return ops.matmul(inputs, w_hat), angles.vector_squared_norm(inputs)
+    def _dot_and_patch_sq(self, inputs, w_hat, need_patch_sq=True, composed=False):
+        del composed
+        x_sq = angles.vector_squared_norm(inputs) if need_patch_sq else None
+        return ops.matmul(inputs, w_hat), x_sq
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape[:-1]) + (self.units,)
