@@ -52,6 +52,8 @@ OGD starts at R = I.  Orthogonalisation runs in float32 under any dtype policy a
 ``R·V`` is cast to the compute dtype for the convolution / matmul.
 """
 
+import concurrent.futures
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -237,9 +239,9 @@ class _OPTLayer(keras.layers.Layer):
         self._d = int(np.prod(kernel_shape[:-1]))
         rotation_shape = self._raw_rotation_shape(self._d)
         self.fixed_kernel = self.add_weight(
-            name="fixed_kernel", shape=kernel_shape, initializer=self.fixed_kernel_initializer, trainable=False
+            name="fixed_kernel", shape=kernel_shape, initializer=self._fixed_kernel_init(kernel_shape),
+            trainable=False,
         )
-        self._preprocess_fixed_kernel()
         if self.rotation_initializer is not None:
             rotation_init = self.rotation_initializer
         elif self.orthogonalization == "ogd" or self.stochastic_dims is not None:
@@ -277,25 +279,41 @@ class _OPTLayer(keras.layers.Layer):
     def _sample_indices(self, rng):
         return np.sort(rng.choice(self._d, self.stochastic_dims, replace=False)).astype(np.int32)
 
-    def _preprocess_fixed_kernel(self):
-        """Refinements of the random V [T-7.3.7]: energy minimisation, unit norms."""
+    def _fixed_kernel_init(self, kernel_shape):
+        """Initialiser of V: the plain one, or its refinement [T-7.3.7] computed now."""
         if self.energy_init is None and not self.normalize_fixed_kernel:
-            return
-        with tf.init_scope():  # tf: run eagerly even if the layer is built inside a trace.
-            v = ops.reshape(ops.convert_to_tensor(self.fixed_kernel), (self._d, self._units))
-            norms = ops.sqrt(ops.sum(ops.square(v), axis=0, keepdims=True))
-            if self.energy_init is not None:
-                directions = _minimize_energy(
-                    v / norms,
-                    steps=self.energy_init_steps,
-                    lr=self.energy_init_lr,
-                    power=self.energy_power,
-                    half_space=self.energy_init == "half_space_mhe",
-                )
-                v = directions * norms
-            if self.normalize_fixed_kernel:
-                v = v / ops.sqrt(ops.sum(ops.square(v), axis=0, keepdims=True))
-            self.fixed_kernel.assign(ops.reshape(v, self.fixed_kernel.shape))
+            return self.fixed_kernel_initializer
+        if tf.executing_eagerly():
+            value = self._refined_fixed_kernel(kernel_shape)
+        else:
+            # tf: the layer is being built inside a trace. `tf.init_scope` would pause the
+            # gradient tape the energy descent needs, so run it eagerly in a worker thread
+            # (eager by default, with its own tape stack).
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                value = pool.submit(self._refined_fixed_kernel, kernel_shape).result()
+
+        def initializer(shape, dtype=None):
+            return ops.cast(value, dtype or "float32")
+
+        return initializer
+
+    def _refined_fixed_kernel(self, kernel_shape):
+        """Energy-minimising pre-processing and/or unit norms of a fresh random V (NumPy)."""
+        v = self.fixed_kernel_initializer(kernel_shape, "float32")
+        v = ops.reshape(ops.cast(v, "float32"), (self._d, self._units))
+        norms = ops.sqrt(ops.sum(ops.square(v), axis=0, keepdims=True))
+        if self.energy_init is not None:
+            directions = _minimize_energy(
+                v / norms,
+                steps=self.energy_init_steps,
+                lr=self.energy_init_lr,
+                power=self.energy_power,
+                half_space=self.energy_init == "half_space_mhe",
+            )
+            v = directions * norms
+        if self.normalize_fixed_kernel:
+            v = v / ops.sqrt(ops.sum(ops.square(v), axis=0, keepdims=True))
+        return ops.convert_to_numpy(ops.reshape(v, kernel_shape))
 
     # ---------------------------------------------------------------- maths
     def rotation_blocks(self):
@@ -435,19 +453,18 @@ def _minimize_energy(directions, steps, lr, power, half_space):
     """
     from sphere_tf import energy as energy_lib  # the energy module imports sphere_tf.ops only
 
-    @tf.function  # tf: one compiled loop instead of `steps` eager steps.
-    def run(u):
-        def body(i, u):
-            with tf.GradientTape() as tape:
-                tape.watch(u)
-                e = energy_lib.hyperspherical_energy(u, power=power, half_space=half_space, epsilon=0.0)
-            g = tape.gradient(e, u)
-            u = u - lr * g
-            return i + 1, u / tf.norm(u, axis=0, keepdims=True)
+    @tf.function(autograph=False)  # tf: compile the step once; the Python loop only dispatches.
+    def step(u):
+        with tf.GradientTape() as tape:
+            tape.watch(u)
+            e = energy_lib.hyperspherical_energy(u, power=power, half_space=half_space, epsilon=0.0)
+        u = u - lr * tape.gradient(e, u)
+        return u / tf.norm(u, axis=0, keepdims=True)
 
-        return tf.while_loop(lambda i, u: i < steps, body, (tf.constant(0), u))[1]
-
-    return run(tf.convert_to_tensor(directions, tf.float32))
+    u = tf.convert_to_tensor(directions, tf.float32)
+    for _ in range(steps):
+        u = step(u)
+    return u
 
 
 @keras.saving.register_keras_serializable(package="sphere_tf")

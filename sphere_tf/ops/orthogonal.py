@@ -39,7 +39,8 @@ _POLAR_GRAD_EPSILON = 1e-12
 
 
 def _as_float32(p):
-    return ops.cast(ops.convert_to_tensor(p), "float32")
+    # tf: keras.ops.convert_to_tensor passes tf.Variables through unread.
+    return ops.cast(tf.convert_to_tensor(p), "float32")
 
 
 def _mT(x):

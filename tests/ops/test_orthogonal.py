@@ -1,0 +1,237 @@
+"""Tests for sphere_tf.ops.orthogonal against explicit NumPy references (float64)."""
+
+import hypothesis.extra.numpy as hnp
+import numpy as np
+import pytest
+import scipy.linalg
+import tensorflow as tf
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sphere_tf.ops import orthogonal
+
+# ---------------------------------------------------------------- NumPy references
+
+
+def np_gram_schmidt_rows(p):
+    """Classical Gram-Schmidt over the rows of P, explicit loops (Alg. 1 / upstream opt_gs)."""
+    p = np.asarray(p, np.float64)
+    basis = []
+    for i in range(p.shape[0]):
+        t = p[i].copy()
+        for e in basis:
+            t = t - np.dot(p[i], e) * e
+        basis.append(t / np.linalg.norm(t))
+    return np.stack(basis)
+
+
+def np_householder_columns(p):
+    """Householder QR of P by explicit reflections (Alg. 3 sign choice); Q with diag(R) > 0."""
+    a = np.asarray(p, np.float64).copy()
+    n = a.shape[0]
+    q = np.eye(n)
+    for k in range(n - 1):
+        x = a[k:, k]
+        sigma = np.dot(x[1:], x[1:])
+        v = x.copy()
+        if sigma == 0:
+            continue
+        norm = np.sqrt(x[0] ** 2 + sigma)
+        v[0] = x[0] - norm if x[0] <= 0 else -sigma / (x[0] + norm)
+        beta = 2 * v[0] ** 2 / (sigma + v[0] ** 2)
+        v = v / v[0]
+        h = np.eye(n)
+        h[k:, k:] -= beta * np.outer(v, v)
+        a = h @ a
+        q = q @ h
+    # Reflections as in Alg. 3 give diag(R) >= 0 except possibly the last entry.
+    signs = np.where(np.diag(a) < 0, -1.0, 1.0)
+    return q * signs[None, :]
+
+
+def np_polar(p):
+    u, _, vt = np.linalg.svd(np.asarray(p, np.float64))
+    return u @ vt
+
+
+def np_skew(p):
+    p = np.asarray(p, np.float64)
+    return np.triu(p) - np.triu(p).T
+
+
+def np_cayley(p):
+    s = np_skew(p)
+    eye = np.eye(len(s))
+    return (eye + s) @ np.linalg.inv(eye - s)
+
+
+def np_exp(p):
+    return scipy.linalg.expm(np_skew(p))
+
+
+REFERENCES = {
+    "gram_schmidt": np_gram_schmidt_rows,
+    "householder": np_householder_columns,
+    "lowdin": np_polar,
+    "cayley": np_cayley,
+    "exp": np_exp,
+}
+
+
+def _random(d, seed=0, batch=()):
+    return np.random.default_rng(seed).standard_normal(batch + (d, d)).astype(np.float32)
+
+
+def _orth_error(r):
+    r = np.asarray(r, np.float64)
+    eye = np.eye(r.shape[-1])
+    return np.abs(np.swapaxes(r, -1, -2) @ r - eye).max()
+
+
+# ---------------------------------------------------------------- tests
+
+
+def test_registry_covers_references():
+    assert sorted(orthogonal.ORTHOGONALIZATION_FNS) == sorted(REFERENCES)
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCES))
+def test_orthogonal_in_float32_at_d576(name):
+    """‖RᵀR − I‖_max < 1e-5 in float32 at d = 576 (a 3×3×64 conv neuron), raw P ~ N(0, 1)."""
+    r = orthogonal.get_orthogonalization(name)(tf.constant(_random(576, seed=1)))
+    assert r.dtype == tf.float32
+    assert _orth_error(r.numpy()) < 1e-5
+
+
+def test_newton_schulz_lowdin_orthogonal_at_d576_and_equals_polar():
+    p = _random(576, seed=2)
+    r = orthogonal.lowdin(tf.constant(p), newton_schulz_iters=orthogonal.DEFAULT_NEWTON_SCHULZ_ITERS).numpy()
+    assert _orth_error(r) < 1e-5
+    np.testing.assert_allclose(r, np_polar(p), atol=1e-4)
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCES))
+def test_matches_numpy_reference(name):
+    p = _random(12, seed=3)
+    got = orthogonal.get_orthogonalization(name)(tf.constant(p)).numpy()
+    np.testing.assert_allclose(got, REFERENCES[name](p), atol=2e-5)
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCES))
+def test_batched_blocks_match_per_block(name):
+    p = _random(6, seed=4, batch=(3,))
+    got = orthogonal.get_orthogonalization(name)(tf.constant(p)).numpy()
+    for i in range(3):
+        np.testing.assert_allclose(got[i], REFERENCES[name](p[i]), atol=2e-5)
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCES))
+def test_gradient_matches_finite_differences(name):
+    """Gradients flow through the map (unrolling) and equal central differences of the NumPy reference."""
+    rng = np.random.default_rng(5)
+    d = 5
+    p = rng.standard_normal((d, d))
+    weights = rng.standard_normal((d, d))
+    fn = orthogonal.get_orthogonalization(name)
+    pt = tf.Variable(p.astype(np.float32))
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(fn(pt) * weights.astype(np.float32))
+    grad = tape.gradient(loss, pt).numpy()
+    numeric = np.zeros_like(p)
+    eps = 1e-6
+    for i in range(d):
+        for j in range(d):
+            dp = np.zeros_like(p)
+            dp[i, j] = eps
+            numeric[i, j] = (np.sum(REFERENCES[name](p + dp) * weights) - np.sum(REFERENCES[name](p - dp) * weights)) / (
+                2 * eps
+            )
+    np.testing.assert_allclose(grad, numeric, atol=2e-3, rtol=2e-3)
+
+
+def test_gram_schmidt_is_row_orientation_and_householder_column_orientation():
+    p = _random(8, seed=6)
+    gs = orthogonal.gram_schmidt(tf.constant(p)).numpy()
+    hr = orthogonal.householder(tf.constant(p)).numpy()
+    # GS: first row ∝ first row of P; HR: first column ∝ first column of P.
+    np.testing.assert_allclose(gs[0], p[0] / np.linalg.norm(p[0]), atol=1e-6)
+    np.testing.assert_allclose(hr[:, 0], p[:, 0] / np.linalg.norm(p[:, 0]), atol=1e-6)
+    assert np.abs(gs - hr).max() > 1e-2
+
+
+def test_classical_gram_schmidt_loop_matches_reference_and_qr_route():
+    p = _random(16, seed=7)
+    loop = orthogonal.classical_gram_schmidt(tf.constant(p)).numpy()
+    np.testing.assert_allclose(loop, np_gram_schmidt_rows(p), atol=1e-4)
+    np.testing.assert_allclose(orthogonal.gram_schmidt(tf.constant(p)).numpy(), loop, atol=1e-4)
+
+
+def test_lowdin_is_closest_orthogonal_matrix():
+    p = _random(10, seed=8)
+    r = orthogonal.lowdin(tf.constant(p)).numpy()
+    best = np.linalg.norm(r - p)
+    for name in ("gram_schmidt", "householder", "cayley", "exp"):
+        other = orthogonal.get_orthogonalization(name)(tf.constant(p)).numpy()
+        assert best <= np.linalg.norm(other - p) + 1e-5
+
+
+def test_cayley_and_exp_special_orthogonal_and_identity_at_zero():
+    p = _random(9, seed=9)
+    for fn in (orthogonal.cayley, orthogonal.exp):
+        assert np.linalg.det(fn(tf.constant(p)).numpy()) == pytest.approx(1.0, abs=1e-4)
+        np.testing.assert_allclose(fn(tf.zeros((9, 9))).numpy(), np.eye(9), atol=1e-7)
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCES))
+def test_identity_raw_gives_identity(name):
+    """merge_rotation relies on every map sending P = I to R = I."""
+    np.testing.assert_allclose(orthogonal.get_orthogonalization(name)(tf.eye(7)).numpy(), np.eye(7), atol=1e-6)
+
+
+def test_orthogonality_penalty_matches_formula():
+    r = _random(6, seed=10)
+    gram = r.astype(np.float64).T @ r - np.eye(6)
+    expected = np.sqrt(np.sum(gram**2))
+    assert float(orthogonal.orthogonality_penalty(tf.constant(r))) == pytest.approx(expected, rel=1e-5)
+    assert float(orthogonal.orthogonality_penalty(tf.constant(r), squared=True)) == pytest.approx(expected**2, rel=1e-5)
+    # RᵀR and RRᵀ are equally far from I (the upstream code penalises RRᵀ).
+    gram_t = r.astype(np.float64) @ r.T - np.eye(6)
+    assert np.sqrt(np.sum(gram_t**2)) == pytest.approx(expected, rel=1e-6)
+
+
+def test_orthogonality_penalty_finite_gradient_at_orthogonal_matrix():
+    v = tf.Variable(tf.eye(5))
+    with tf.GradientTape() as tape:
+        loss = orthogonal.orthogonality_penalty(v)
+    grad = tape.gradient(loss, v).numpy()
+    assert np.all(np.isfinite(grad))
+    assert float(loss) < 1e-5
+
+
+@given(
+    hnp.arrays(
+        np.float32,
+        (4, 4),
+        elements=st.sampled_from([0.0, 1.0, -1.0, 2.0, 1e-3, -1e3]),
+    )
+)
+def test_degenerate_inputs_give_finite_orthogonal_outputs(p):
+    """Rank-deficient, repeated or zero P: the QR/solve/expm/SVD routes stay finite and orthogonal."""
+    for name in ("gram_schmidt", "householder", "cayley", "exp", "lowdin"):
+        pt = tf.Variable(p)
+        with tf.GradientTape() as tape:
+            r = orthogonal.get_orthogonalization(name)(pt)
+            loss = tf.reduce_sum(r * tf.reshape(tf.range(16, dtype=tf.float32), (4, 4)))
+        assert np.all(np.isfinite(r.numpy())), name
+        if name in ("cayley", "lowdin", "householder", "gram_schmidt"):
+            assert _orth_error(r.numpy()) < 1e-4, name
+        if name == "lowdin":
+            assert np.all(np.isfinite(tape.gradient(loss, pt).numpy()))
+
+
+def test_registry_errors():
+    with pytest.raises(ValueError, match="Unknown orthogonalization 'nope'"):
+        orthogonal.get_orthogonalization("nope")
+    with pytest.raises(ValueError, match="already registered"):
+        orthogonal.register_orthogonalization("cayley", orthogonal.cayley)
+    assert orthogonal.get_orthogonalization(orthogonal.cayley) is orthogonal.cayley
