@@ -1,0 +1,359 @@
+"""ConvNorm: convolutional normalization in the Fourier domain (NeurIPS 2021).
+
+`ConvNorm2D` is a drop-in replacement for ``Conv2D`` (+ ``BatchNormalization``):
+
+```
+y_k  = Σ_i a_ki ⋆ x_i                 full cross-correlation, padding k − 1, stride 1
+ỹ_k  = F⁻¹(V̂_k ⊙ F y_k),   V̂_k = stop_gradient((Σ_i |Â_ki|² + ε)^(−1/2))   [C-6]-[C-7]
+ỹ    ← crop/stride(ỹ)                 the samples keras.layers.Conv2D would output
+z_k  = r_k ⋆ ỹ_k + b_k                learnable depthwise affine conv (affine=True)
+out  = BatchNorm(z)                   (batch_norm=True)
+```
+
+The maths is in `sphere_tf.ops.fourier`. Numerics follow the authors' PyTorch
+code (shengliu66/ConvNorm `models/prec_conv.py`, `PreConv`): running V̂ with the
+cosine ramp-down of the averaging factor over 40k steps (floor 0.01), a
+depthwise affine conv of the main kernel size with a bias and PyTorch's default
+init ``U(±1/√(kh·kw))``, BatchNorm with PyTorch's momentum 0.1 (Keras 0.9) and
+ε 1e-5, and the scalar closed form for 1×1 kernels.
+"""
+
+import keras
+from keras import ops
+
+from sphere_tf.ops import fourier
+
+# PyTorch BatchNorm2d defaults used by upstream `PreConv` (momentum 0.1 == Keras momentum 0.9).
+BN_MOMENTUM = 0.9
+BN_EPSILON = 1e-5
+
+
+def _int_pair(value, name):
+    pair = (value, value) if isinstance(value, int) else tuple(value)
+    if len(pair) != 2 or any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in pair):
+        raise ValueError(
+            f"Invalid value for argument `{name}`: expected a positive int or a pair of "
+            f"positive ints. Received: {name}={value!r}"
+        )
+    return pair
+
+
+def _positive_float(value, name):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(
+            f"Invalid value for argument `{name}`: expected a float > 0. Received: {name}={value!r}"
+        )
+    return float(value)
+
+
+def _unit_interval(value, name, allow_none=False):
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise ValueError(
+            f"Invalid value for argument `{name}`: expected a float in (0, 1]"
+            f"{' or None' if allow_none else ''}. Received: {name}={value!r}"
+        )
+    return float(value)
+
+
+def _upstream_depthwise_initializer(kernel_size):
+    # PyTorch Conv2d default (kaiming_uniform, a=√5) for a depthwise kernel: U(±1/√fan_in), fan_in = kh·kw.
+    bound = 1.0 / (kernel_size[0] * kernel_size[1]) ** 0.5
+    return keras.initializers.RandomUniform(-bound, bound)
+
+
+@keras.saving.register_keras_serializable(package="sphere_tf")
+class ConvNorm2D(keras.layers.Layer):
+    """2-D convolution with convolutional normalization (ConvNorm), optional BN.
+
+    Each output channel of the convolution is filtered by ``v_k`` with spectrum
+    ``V̂_k = (Σ_i |Â_ki|² + ε)^(−1/2)`` so that the channel operator is a tight
+    frame (spectral norm 1, in the circular model) [C §3.2]. The filter is applied
+    on the full-convolution grid ``(H + kh − 1) × (W + kw − 1)`` (circular there,
+    as in the original), then the output is cropped and subsampled to exactly the
+    shape and sampling grid of ``keras.layers.Conv2D(filters, kernel_size,
+    strides, padding)``. A learnable depthwise convolution with bias (``affine``)
+    and a BatchNormalization (``batch_norm``) follow.
+
+    ```
+    out = BN( r ⋆_depthwise crop_stride( F⁻¹(V̂ ⊙ F(a ⋆ x)) ) + b )    Algorithm 1 of [C]
+    ```
+
+    Training uses V̂ of the current kernel and updates a running average
+    ``V̄ ← α V̂ + (1 − α) V̄`` (non-trainable weight ``running_v``, float32); inference
+    uses ``V̄``. With ``momentum=None`` α follows the upstream cosine ramp-down
+    ``α(t) = max(½(cos(π·min(t, 40000)/40000) + 1), 0.01)``, t = training step
+    counted from 1 (weight ``num_batches_tracked``).
+
+    Note: ``running_v`` has shape ``(filters, H + kh − 1, (W + kw − 1)//2 + 1)`` and
+    is created in `build` from the static input shape, so it is saved, loaded and
+    exported with the model (upstream creates it lazily, which breaks checkpoint
+    loading). Kernels larger than 1×1 therefore need a static spatial input
+    size, and the layer only accepts that size afterwards (`InputSpec`); 1×1
+    kernels (V̂ is a per-channel scalar) accept any size.
+
+    Note: before the first training step (``num_batches_tracked == 0``) inference
+    uses V̂ of the current kernel instead of the all-zero buffer (upstream would
+    output zeros), and with a fixed ``momentum`` the first update copies V̂
+    (α = 1) instead of averaging with the zero initial buffer.
+
+    Note: ``epsilon`` (default 1e-4, the first upstream commit) is added to
+    ``Σ|Â|²``; the final upstream code has none and returns inf/NaN at spectral
+    zeros (taps summing to zero, dead channels). See `sphere_tf.ops.fourier`.
+
+    Note: for 'same' padding with stride 2 on even sizes the sampling grid is
+    Keras's (TF pads only after), one row/column off PyTorch's ``padding=1`` grid;
+    see `sphere_tf.ops.fourier.output_geometry`. The affine conv uses 'same'
+    padding (upstream ``padding=(k−1)//2`` shrinks even-sized kernels' outputs).
+    Upstream takes the scalar path whenever one kernel side is 1, which is wrong
+    for 1×k kernels; here only 1×1 does. Dilation and groups are not supported
+    (upstream ignores dilation when building V̂).
+
+    Args:
+        filters: int > 0, number of output channels C_out.
+        kernel_size: int or pair of ints, (kh, kw).
+        strides: int or pair of ints; the output is subsampled after normalization.
+        padding: 'valid' or 'same' (Keras geometry).
+        affine: bool, learnable depthwise kernel-size conv with bias after the
+            normalization (also BN's center/scale, as upstream). Without it and
+            without BN the layer has no bias.
+        batch_norm: bool, BatchNormalization after the affine conv ("ConvNorm + BN";
+            upstream default on).
+        epsilon: float > 0, added to Σ|Â|² (and to Σa² for 1×1).
+        momentum: None (upstream cosine ramp-down of α) or float in (0, 1], a fixed
+            averaging factor α for the running V̂.
+        rampdown_steps: int > 0, length T of the cosine ramp-down (upstream 40000).
+        bn_momentum, bn_epsilon: BatchNormalization momentum (Keras convention) and ε;
+            defaults are PyTorch's (0.1 → 0.9, 1e-5) as used upstream.
+        kernel_initializer: initializer of the main kernel (paper: Xavier uniform).
+        affine_initializer, affine_bias_initializer: initializers of the depthwise
+            affine kernel and bias; None gives PyTorch's default ``U(±1/√(kh·kw))``
+            (upstream; not a delta/identity init).
+        kernel_regularizer, affine_regularizer: optional regularizers.
+        kernel_constraint: optional constraint on the main kernel.
+        **kwargs: base `keras.layers.Layer` arguments (name, dtype, ...).
+
+    Input shape:
+        4-D tensor `(batch, H, W, C_in)`; H and W static unless kernel_size is 1×1.
+
+    Output shape:
+        4-D tensor `(batch, out_h, out_w, filters)`, as `keras.layers.Conv2D`.
+
+    Raises:
+        ValueError: invalid arguments (at construction) or an input without a
+            static spatial size / too small for 'valid' (at build).
+
+    Reference:
+        Liu et al., "Convolutional Normalization: Improving Deep Convolutional
+        Network Robustness and Training", NeurIPS 2021, https://arxiv.org/abs/2103.00673
+
+    Example:
+
+    >>> layer = ConvNorm2D(8, 3, strides=2, padding="same")
+    >>> layer(keras.ops.ones((2, 28, 28, 3))).shape
+    (2, 14, 14, 8)
+    """
+
+    def __init__(
+        self,
+        filters,
+        kernel_size,
+        strides=1,
+        padding="valid",
+        affine=True,
+        batch_norm=True,
+        epsilon=fourier.DEFAULT_EPSILON,
+        momentum=None,
+        rampdown_steps=fourier.RAMPDOWN_STEPS,
+        bn_momentum=BN_MOMENTUM,
+        bn_epsilon=BN_EPSILON,
+        kernel_initializer="glorot_uniform",
+        affine_initializer=None,
+        affine_bias_initializer=None,
+        kernel_regularizer=None,
+        affine_regularizer=None,
+        kernel_constraint=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if isinstance(filters, bool) or not isinstance(filters, int) or filters <= 0:
+            raise ValueError(
+                f"Invalid value for argument `filters`: expected a positive int. Received: filters={filters!r}"
+            )
+        self.filters = filters
+        self.kernel_size = _int_pair(kernel_size, "kernel_size")
+        self.strides = _int_pair(strides, "strides")
+        padding_name = padding.lower() if isinstance(padding, str) else padding
+        if padding_name not in ("valid", "same"):
+            raise ValueError(
+                f"Invalid value for argument `padding`: expected 'valid' or 'same'. Received: padding={padding!r}"
+            )
+        self.padding = padding_name
+        self.affine = bool(affine)
+        self.batch_norm = bool(batch_norm)
+        self.epsilon = _positive_float(epsilon, "epsilon")
+        self.momentum = _unit_interval(momentum, "momentum", allow_none=True)
+        if isinstance(rampdown_steps, bool) or not isinstance(rampdown_steps, int) or rampdown_steps <= 0:
+            raise ValueError(
+                "Invalid value for argument `rampdown_steps`: expected a positive int. "
+                f"Received: rampdown_steps={rampdown_steps!r}"
+            )
+        self.rampdown_steps = rampdown_steps
+        self.bn_momentum = _unit_interval(bn_momentum, "bn_momentum")
+        if self.bn_momentum == 1.0:
+            raise ValueError(
+                f"Invalid value for argument `bn_momentum`: expected a float in (0, 1). "
+                f"Received: bn_momentum={bn_momentum!r}"
+            )
+        self.bn_epsilon = _positive_float(bn_epsilon, "bn_epsilon")
+        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        upstream_init = _upstream_depthwise_initializer(self.kernel_size)
+        self.affine_initializer = keras.initializers.get(affine_initializer or upstream_init)
+        self.affine_bias_initializer = keras.initializers.get(affine_bias_initializer or upstream_init)
+        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
+        self.affine_regularizer = keras.regularizers.get(affine_regularizer)
+        self.kernel_constraint = keras.constraints.get(kernel_constraint)
+        self._is_1x1 = self.kernel_size == (1, 1)
+        if self.batch_norm:
+            self.bn = keras.layers.BatchNormalization(
+                axis=-1,
+                momentum=self.bn_momentum,
+                epsilon=self.bn_epsilon,
+                center=self.affine,
+                scale=self.affine,
+                dtype=self.dtype_policy,
+                name="batch_norm",
+            )
+        else:
+            self.bn = None
+
+    def build(self, input_shape):
+        if len(input_shape) != 4:
+            raise ValueError(
+                f"ConvNorm2D expects 4-D inputs (batch, H, W, C). Received: input_shape={input_shape}"
+            )
+        in_channels = input_shape[-1]
+        if in_channels is None:
+            raise ValueError(
+                f"ConvNorm2D needs a known channel dimension. Received: input_shape={input_shape}"
+            )
+        spatial = (input_shape[1], input_shape[2])
+        if not self._is_1x1:
+            if None in spatial:
+                raise ValueError(
+                    "ConvNorm2D with a kernel larger than 1x1 needs a static spatial input size: the "
+                    "normaliser V̂ and its running average live on the (H + kh - 1) x (W + kw - 1) "
+                    "Fourier grid, which is fixed at build time. Give the size in keras.Input(shape="
+                    f"(H, W, C)). Received: input_shape={input_shape}"
+                )
+            _, out_size = fourier.output_geometry(spatial, self.kernel_size, self.strides, self.padding)
+            if min(out_size) <= 0:
+                raise ValueError(
+                    f"Input of spatial size {spatial} is smaller than kernel_size={self.kernel_size} "
+                    f"with padding='valid'. Received: input_shape={input_shape}"
+                )
+            self._input_size = (int(spatial[0]), int(spatial[1]))
+            self._grid = fourier.full_size(self._input_size, self.kernel_size)
+            running_shape = (self.filters, self._grid[0], self._grid[1] // 2 + 1)
+        else:
+            self._input_size = None
+            running_shape = (self.filters,)
+        self.kernel = self.add_weight(
+            name="kernel",
+            shape=(*self.kernel_size, in_channels, self.filters),
+            initializer=self.kernel_initializer,
+            regularizer=self.kernel_regularizer,
+            constraint=self.kernel_constraint,
+        )
+        if self.affine:
+            self.affine_kernel = self.add_weight(
+                name="affine_kernel",
+                shape=(*self.kernel_size, self.filters, 1),
+                initializer=self.affine_initializer,
+                regularizer=self.affine_regularizer,
+            )
+            self.affine_bias = self.add_weight(
+                name="affine_bias", shape=(self.filters,), initializer=self.affine_bias_initializer
+            )
+        self.running_v = self.add_weight(
+            name="running_v", shape=running_shape, initializer="zeros", trainable=False, dtype="float32"
+        )
+        self.num_batches_tracked = self.add_weight(
+            name="num_batches_tracked", shape=(), initializer="zeros", trainable=False, dtype="float32"
+        )
+        if self.bn is not None:
+            self.bn.build(self.compute_output_shape(input_shape))
+        axes = {3: in_channels} if self._is_1x1 else {1: spatial[0], 2: spatial[1], 3: in_channels}
+        self.input_spec = keras.layers.InputSpec(ndim=4, axes=axes)
+
+    def current_normalizer(self):
+        """V̂ of the current kernel (float32, gradient stopped): `(filters,)` for 1×1, else the
+        one-sided spectrum `(filters, H', W'//2 + 1)`."""
+        if self._is_1x1:
+            return fourier.normalizer_1x1(self.kernel, self.epsilon)
+        return fourier.spectral_normalizer(self.kernel, self._grid, self.epsilon)
+
+    def _normalizer(self, training):
+        if training:
+            v = self.current_normalizer()
+            step = self.num_batches_tracked + 1.0  # upstream increments before computing α
+            alpha = fourier.averaging_factor(step, self.momentum, self.rampdown_steps)
+            if self.momentum is not None:
+                alpha = ops.where(step <= 1.0, 1.0, alpha)  # first update copies (class Note)
+            self.running_v.assign(alpha * v + (1.0 - alpha) * self.running_v)
+            self.num_batches_tracked.assign(step)
+            return v
+        return ops.cond(
+            self.num_batches_tracked > 0.0,
+            lambda: ops.convert_to_tensor(self.running_v),
+            self.current_normalizer,
+        )
+
+    def call(self, inputs, training=None):
+        kernel = ops.cast(self.kernel, inputs.dtype)
+        v = self._normalizer(bool(training))
+        if self._is_1x1:
+            y = ops.conv(inputs, kernel, strides=self.strides, padding=self.padding)
+            y = ops.cast(y, "float32") * v
+        else:
+            y = fourier.full_convolution(inputs, kernel)
+            y = fourier.apply_spectral_normalizer(y, v)  # float32 FFT path
+            y = fourier.crop_and_stride(y, self._input_size, self.kernel_size, self.strides, self.padding)
+        y = ops.cast(y, self.compute_dtype)
+        if self.affine:
+            y = ops.depthwise_conv(y, ops.cast(self.affine_kernel, y.dtype), strides=1, padding="same")
+            y = y + ops.cast(self.affine_bias, y.dtype)
+        if self.bn is not None:
+            y = self.bn(y, training=training)
+        return y
+
+    def compute_output_shape(self, input_shape):
+        spatial = (input_shape[1], input_shape[2])
+        if None in spatial:
+            out = (None, None)
+        else:
+            _, out = fourier.output_geometry(spatial, self.kernel_size, self.strides, self.padding)
+        return (input_shape[0], *out, self.filters)
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "filters": self.filters,
+            "kernel_size": self.kernel_size,
+            "strides": self.strides,
+            "padding": self.padding,
+            "affine": self.affine,
+            "batch_norm": self.batch_norm,
+            "epsilon": self.epsilon,
+            "momentum": self.momentum,
+            "rampdown_steps": self.rampdown_steps,
+            "bn_momentum": self.bn_momentum,
+            "bn_epsilon": self.bn_epsilon,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            "affine_initializer": keras.initializers.serialize(self.affine_initializer),
+            "affine_bias_initializer": keras.initializers.serialize(self.affine_bias_initializer),
+            "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
+            "affine_regularizer": keras.regularizers.serialize(self.affine_regularizer),
+            "kernel_constraint": keras.constraints.serialize(self.kernel_constraint),
+        }
