@@ -1,5 +1,6 @@
 """Keras layers: hyperspherical and decoupled operators, margin heads, OPT, ConvNorm."""
 
+from sphere_tf.layers.conv_norm import ConvNorm2D
 from sphere_tf.layers.decoupled import DecoupledConv2D
 from sphere_tf.layers.decoupled import DecoupledDense
 from sphere_tf.layers.decoupled import SphereConv2D
