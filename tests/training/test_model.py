@@ -5,9 +5,12 @@ patches (`sphere_tf.testing.numpy_patches`), Eq. 18 written out in NumPy, and
 Keras' own default `train_step` (a plain `keras.Model` with the same weights).
 """
 
+import hypothesis
 import keras
 import numpy as np
 import pytest
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 from keras import ops
 
 from sphere_tf import layers
@@ -505,3 +508,23 @@ def test_project_kernel_zero_channel_and_norm():
     np.testing.assert_allclose(np_channel_norms(out)[1:], 2.0, rtol=1e-6)
     np.testing.assert_allclose(out[0, 0, 0, 3], 2.0, rtol=1e-6)  # 3e20 dominates; no overflow
     np.testing.assert_allclose(out[..., 2], 2.0 * kernel[..., 2] / np.linalg.norm(kernel[..., 2]), rtol=1e-6)
+
+
+@hypothesis.given(
+    hnp.arrays(np.float32, hnp.array_shapes(min_dims=2, max_dims=4, min_side=1, max_side=4),
+               elements=st.floats(-1.0000000150474662e+30, 1.0000000150474662e+30, width=32, allow_subnormal=False).filter(np.isfinite)),
+    st.floats(1e-3, 1e3),
+)
+def test_project_kernel_degenerate_inputs(kernel, scale):
+    """Any finite kernel: finite output, norm s per non-zero channel, zero channels unchanged."""
+    out = ops.convert_to_numpy(model_lib.project_kernel(kernel, scale))
+    assert np.isfinite(out).all()
+    flat_in = kernel.reshape(-1, kernel.shape[-1])
+    flat_out = out.reshape(-1, kernel.shape[-1])
+    for j in range(kernel.shape[-1]):
+        if np.all(flat_in[:, j] == 0):
+            np.testing.assert_array_equal(flat_out[:, j], 0.0)
+        else:
+            np.testing.assert_allclose(np.linalg.norm(flat_out[:, j].astype(np.float64)), scale, rtol=1e-5)
+            # same direction: non-negative multiple of the input
+            assert np.all(np.sign(flat_out[:, j]) * np.sign(flat_in[:, j]) >= 0)
