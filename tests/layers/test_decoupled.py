@@ -190,16 +190,17 @@ def test_explicit_beta(rng, mag, beta):
     _check_train_then_infer(DecoupledConv2D, hp, rng, (2, 5, 5, 2))
 
 
-@pytest.mark.parametrize("ang", ANGULARS)
-@pytest.mark.parametrize("variant", ["plain", "k=0.7", "learnable_k", "rescale+bias"])
+SPHERE_VARIANTS = [(ang, variant) for ang in ANGULARS for variant in ("plain", "k=0.7", "rescale+bias")]
+SPHERE_VARIANTS += [(ang, "learnable_k") for ang in ANGULARS if ang in angular_lib.USES_K]
+
+
+@pytest.mark.parametrize("ang,variant", SPHERE_VARIANTS)
 @pytest.mark.parametrize("cls", [SphereConv2D, SphereDense])
 def test_sphere_layers_match_numpy(rng, ang, variant, cls):
     hp = dict(angular=ang)
     if variant == "k=0.7":
         hp["k"] = 0.7
     elif variant == "learnable_k":
-        if ang not in angular_lib.USES_K:
-            pytest.skip("learnable k needs an angular function with a parameter k")
         hp["learnable_k"] = True
     elif variant == "rescale+bias":
         hp.update(rescale=True, use_bias=True)
@@ -237,6 +238,81 @@ def test_moving_average_before_training_is_one(rng):
     expected, _ = _reference(layer, x, dict(magnitude="tanh"), norm_mean=1.0)
     np.testing.assert_allclose(got, expected, rtol=RTOL, atol=ATOL)
     assert float(layer.norm_mean()) == 1.0
+
+
+# -- gradients vs finite differences of the NumPy reference -------------------------------------
+
+
+def _finite_difference(fn, value, step=1e-6):
+    value = np.array(value, dtype=np.float64)
+    grad = np.zeros_like(value)
+    for i in np.ndindex(value.shape):
+        plus, minus = value.copy(), value.copy()
+        plus[i] += step
+        minus[i] -= step
+        grad[i] = (fn(plus) - fn(minus)) / (2.0 * step)
+    return grad
+
+
+GRADIENT_CASES = [("tanh", a, None) for a in ANGULARS] + [
+    ("ball", "linear", None), ("seg", "sigmoid", None), ("log", "sqcosine", None),
+    ("sphere", "sigmoid", None), ("mix", "linear", "linear"), ("tanh", "cosine", "nonlinear"),
+    ("tanh", "sqcosine", "nonlinear_separate"),
+]
+
+
+@pytest.mark.parametrize("mag,ang,weighted", GRADIENT_CASES)
+@pytest.mark.parametrize("conv", [True, False])
+def test_gradients_match_finite_differences_of_numpy_reference(rng, mag, ang, weighted, conv):
+    """Gradients wrt inputs, kernel, ρ_raw and k_raw (a custom or fused gradient must agree)."""
+    hp = dict(magnitude=mag, angular=ang, weighted=weighted, learnable_k=ang in angular_lib.USES_K)
+    if conv:
+        hp.update(kernel_size=2, strides=2, padding="same")
+        layer, x = DecoupledConv2D(2, **{k: v for k, v in hp.items()}), _inputs(rng, (2, 3, 3, 2))
+    else:
+        layer, x = DecoupledDense(2, **hp), _inputs(rng, (3, 4))
+    _randomise(layer, rng, x)
+    if hasattr(layer, "rho_raw"):
+        layer.rho_raw.assign(rng.uniform(0.6, 1.4, size=layer.rho_raw.shape).astype(np.float32))
+    if hp["learnable_k"]:
+        layer.k_raw.assign(rng.uniform(0.2, 0.8, size=layer.k_raw.shape).astype(np.float32))
+    y0 = layer(x, training=True)
+    weights = rng.normal(size=y0.shape)
+    params = {"x": x, "kernel": layer.kernel.numpy()}
+    if hasattr(layer, "rho_raw"):
+        params["rho_raw"] = layer.rho_raw.numpy()
+    if hp["learnable_k"]:
+        params["k_raw"] = layer.k_raw.numpy()
+    _, batch_mean = _reference(layer, x, hp)  # E is a stop-gradient batch statistic
+
+    base_patches = testing.numpy_patches(x, 2, 2, "same", 1) if conv else x
+
+    def loss_np(name, value):
+        p = {k: np.asarray(v, np.float64) for k, v in params.items()}
+        p[name] = value
+        patches = base_patches
+        if name == "x":
+            patches = testing.numpy_patches(value, 2, 2, "same", 1) if conv else value
+        rho = p["rho_raw"] ** 2 + RHO_EPSILON if "rho_raw" in p else None
+        k = np.abs(p["k_raw"]) + K_MIN if "k_raw" in p else 0.3
+        out, _ = testing.numpy_decoupled(
+            patches, p["kernel"], mag, ang, beta=magnitude_lib.MAGNITUDE_FNS[mag].default_beta,
+            rho=rho, norm_mean=batch_mean, k=k, weighted=weighted)
+        return float(np.sum(out * weights))
+
+    xt = tf.constant(x)
+    variables = {"kernel": layer.kernel, "rho_raw": getattr(layer, "rho_raw", None),
+                 "k_raw": getattr(layer, "k_raw", None)}
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        loss = tf.reduce_sum(layer(xt, training=True) * weights.astype(np.float32))
+    names = list(params)
+    sources = [xt if n == "x" else variables[n] for n in names]
+    grads = tape.gradient(loss, sources)
+    for name, grad in zip(names, grads):
+        expected = _finite_difference(lambda v, n=name: loss_np(n, v), params[name])
+        np.testing.assert_allclose(grad.numpy(), expected, rtol=2e-4,
+                                   atol=2e-4 * np.max(np.abs(expected)) + 1e-6, err_msg=name)
 
 
 # -- geometry ---------------------------------------------------------------------------------
