@@ -45,6 +45,9 @@ GEOMETRIES = [
     (1, 1, "valid", 1, (4, 3)),
     (1, 2, "same", 1, (5, 4)),
     ((2, 3), (2, 1), "same", 1, (5, 6)),
+    (5, 1, "same", 1, (2, 3)),  # kernel larger than the input
+    (3, 3, "same", 1, (7, 8)),  # stride 3: padding 1/1 on 7, 0/1 on 8
+    (2, 1, "same", 2, (4, 4)),  # even kernel with dilation: asymmetric padding
 ]
 
 
@@ -254,18 +257,25 @@ def _finite_difference(fn, value, step=1e-6):
     return grad
 
 
-GRADIENT_CASES = [("tanh", a, None) for a in ANGULARS] + [
-    ("ball", "linear", None), ("seg", "sigmoid", None), ("log", "sqcosine", None),
-    ("sphere", "sigmoid", None), ("mix", "linear", "linear"), ("tanh", "cosine", "nonlinear"),
-    ("tanh", "sqcosine", "nonlinear_separate"),
+# (magnitude, angular, weighted, learnable_k, alpha): every angular function with a fixed and (where
+# it has one) a learnable k, each weighting, constant h (sphere, α = 1 and α ≠ 1), and the
+# LinearConv + cosine case in which the patch norms cancel.
+GRADIENT_CASES = [("tanh", a, None, False, 1.0) for a in ANGULARS] + [
+    ("tanh", "sigmoid", None, True, 1.0), ("ball", "linear", None, False, 1.0),
+    ("seg", "sigmoid", None, True, 0.8), ("log", "sqcosine", None, False, 1.0),
+    ("sphere", "sigmoid", None, False, 1.0), ("sphere", "linear", None, False, 1.7),
+    ("sphere", "cosine", None, False, 1.0), ("linear", "cosine", None, False, 1.3),
+    ("linear", "cosine", "linear", False, 1.0), ("mix", "linear", "linear", False, 1.0),
+    ("tanh", "cosine", "nonlinear", False, 1.0), ("tanh", "sqcosine", "nonlinear_separate", False, 1.0),
 ]
 
 
-@pytest.mark.parametrize("mag,ang,weighted", GRADIENT_CASES)
+@pytest.mark.parametrize("mag,ang,weighted,learnable_k,alpha", GRADIENT_CASES)
 @pytest.mark.parametrize("conv", [True, False])
-def test_gradients_match_finite_differences_of_numpy_reference(rng, mag, ang, weighted, conv):
+def test_gradients_match_finite_differences_of_numpy_reference(rng, mag, ang, weighted, learnable_k,
+                                                              alpha, conv):
     """Gradients wrt inputs, kernel, ρ_raw and k_raw (a custom or fused gradient must agree)."""
-    hp = dict(magnitude=mag, angular=ang, weighted=weighted, learnable_k=ang in angular_lib.USES_K)
+    hp = dict(magnitude=mag, angular=ang, weighted=weighted, learnable_k=learnable_k, alpha=alpha)
     if conv:
         hp.update(kernel_size=2, strides=2, padding="same")
         layer, x = DecoupledConv2D(2, **{k: v for k, v in hp.items()}), _inputs(rng, (2, 3, 3, 2))
@@ -296,8 +306,9 @@ def test_gradients_match_finite_differences_of_numpy_reference(rng, mag, ang, we
         rho = p["rho_raw"] ** 2 + RHO_EPSILON if "rho_raw" in p else None
         k = np.abs(p["k_raw"]) + K_MIN if "k_raw" in p else 0.3
         out, _ = testing.numpy_decoupled(
-            patches, p["kernel"], mag, ang, beta=magnitude_lib.MAGNITUDE_FNS[mag].default_beta,
-            rho=rho, norm_mean=batch_mean, k=k, weighted=weighted)
+            patches, p["kernel"], mag, ang, alpha=alpha,
+            beta=magnitude_lib.MAGNITUDE_FNS[mag].default_beta, rho=rho, norm_mean=batch_mean, k=k,
+            weighted=weighted)
         return float(np.sum(out * weights))
 
     xt = tf.constant(x)
@@ -313,6 +324,20 @@ def test_gradients_match_finite_differences_of_numpy_reference(rng, mag, ang, we
         expected = _finite_difference(lambda v, n=name: loss_np(n, v), params[name])
         np.testing.assert_allclose(grad.numpy(), expected, rtol=2e-4,
                                    atol=2e-4 * np.max(np.abs(expected)) + 1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("kernel_size,strides,padding,dilation,hw", GEOMETRIES[:6])
+def test_unknown_spatial_size_matches_numpy(rng, kernel_size, strides, padding, dilation, hw):
+    """Traced with unknown H, W (e.g. `keras.Input((None, None, C))`), the layer is still exact."""
+    hp = dict(filters=3, kernel_size=kernel_size, strides=strides, padding=padding,
+              dilation_rate=dilation, magnitude="tanh", angular="linear")
+    layer = DecoupledConv2D(**hp)
+    x = _inputs(rng, (2, *hw, 2))
+    _randomise(layer, rng, x)
+    traced = tf.function(lambda inp: layer(inp, training=True),
+                         input_signature=[tf.TensorSpec((None, None, None, 2), tf.float32)])
+    expected, _ = _reference(layer, x, hp)
+    np.testing.assert_allclose(traced(x).numpy(), expected, rtol=RTOL, atol=ATOL)
 
 
 # -- geometry ---------------------------------------------------------------------------------
