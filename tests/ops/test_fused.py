@@ -1,0 +1,156 @@
+"""Tests for sphere_tf.ops.fused (the layers' hot path) against NumPy references."""
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from sphere_tf.ops import fused
+from sphere_tf.ops import magnitude as magnitude_lib
+
+
+def np_patch_squared_norm(x, kernel_size, strides, padding, dilation):
+    """Σ x² over each conv patch by explicit loops, zero padding as TF 'SAME'."""
+    n, h, w, _ = x.shape
+    (kh, kw), (sh, sw), (dh, dw) = kernel_size, strides, dilation
+    span_h, span_w = (kh - 1) * dh + 1, (kw - 1) * dw + 1
+    if padding == "same":
+        out_h, out_w = -(-h // sh), -(-w // sw)
+        pad_h = max((out_h - 1) * sh + span_h - h, 0)
+        pad_w = max((out_w - 1) * sw + span_w - w, 0)
+        x = np.pad(x, ((0, 0), (pad_h // 2, pad_h - pad_h // 2), (pad_w // 2, pad_w - pad_w // 2), (0, 0)))
+    else:
+        out_h, out_w = (h - span_h) // sh + 1, (w - span_w) // sw + 1
+    out = np.zeros((n, out_h, out_w, 1))
+    for i in range(out_h):
+        for j in range(out_w):
+            patch = x[:, i * sh: i * sh + span_h: dh, j * sw: j * sw + span_w: dw, :]
+            out[:, i, j, 0] = np.sum(patch.astype(np.float64) ** 2, axis=(1, 2, 3))
+    return out
+
+
+@pytest.mark.parametrize(
+    "shape,kernel_size,strides,padding,dilation",
+    [
+        ((2, 7, 6, 3), (3, 3), (1, 1), "same", (1, 1)),
+        ((2, 7, 6, 3), (3, 3), (2, 2), "same", (1, 1)),
+        ((1, 8, 9, 2), (2, 3), (2, 1), "same", (1, 1)),
+        ((1, 8, 9, 2), (3, 2), (1, 3), "valid", (1, 1)),
+        ((1, 9, 9, 2), (3, 3), (1, 1), "same", (2, 2)),
+        ((1, 9, 10, 2), (2, 3), (1, 1), "valid", (2, 3)),
+        ((2, 5, 5, 4), (1, 1), (1, 1), "valid", (1, 1)),
+        ((1, 4, 4, 1), (5, 5), (1, 1), "same", (1, 1)),
+    ],
+)
+def test_patch_squared_norm_matches_explicit_patches(shape, kernel_size, strides, padding, dilation):
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    got = fused.patch_squared_norm(tf.constant(x), kernel_size, strides, padding, dilation)
+    want = np_patch_squared_norm(x, kernel_size, strides, padding, dilation)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_patch_squared_norm_gradient_is_two_x_times_window_count():
+    # d/dx Σ_out Σ_patch x² = 2x · (number of windows covering the pixel).
+    x = np.random.default_rng(1).standard_normal((1, 5, 5, 2)).astype(np.float32)
+    xt = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        total = tf.reduce_sum(fused.patch_squared_norm(xt, (3, 3), (1, 1), "same", (1, 1)))
+    grad = tape.gradient(total, xt).numpy()
+    counts = np.zeros((5, 5))
+    for i in range(5):
+        for j in range(5):
+            counts[max(i - 1, 0): i + 2, max(j - 1, 0): j + 2] += 1
+    np.testing.assert_allclose(grad, 2 * x * counts[None, :, :, None], rtol=1e-5)
+
+
+def _angular_grad(angular, c, k=0.3):
+    ct = tf.constant(c, tf.float32)
+    with tf.GradientTape() as tape:
+        tape.watch(ct)
+        g = fused._angular_of_cos(ct, angular, k)
+    return g.numpy(), tape.gradient(g, ct).numpy()
+
+
+def test_linear_custom_gradient_matches_closed_form():
+    c = np.linspace(-0.999, 0.999, 41).astype(np.float32)
+    g, dg = _angular_grad("linear", c)
+    np.testing.assert_allclose(g, 1 - 2 * np.arccos(c.astype(np.float64)) / np.pi, atol=2e-6)
+    np.testing.assert_allclose(dg, 2 / (np.pi * np.sqrt(1 - c.astype(np.float64) ** 2)), rtol=2e-4)
+
+
+@pytest.mark.parametrize("k", [0.1, 0.3, 0.7, 5.0])
+def test_sigmoid_custom_gradient_matches_closed_form(k):
+    c = np.linspace(-0.99, 0.99, 33).astype(np.float32)
+    g, dg = _angular_grad("sigmoid", c, k)
+    theta = np.arccos(c.astype(np.float64))
+    u = theta / k - np.pi / (2 * k)
+    big_c = (1 + np.exp(-np.pi / (2 * k))) / (1 - np.exp(-np.pi / (2 * k)))
+    want_g = big_c * (1 - np.exp(u)) / (1 + np.exp(u))            # [S-4], exponential form
+    dg_dtheta = big_c * (-2 * np.exp(u)) / (k * (1 + np.exp(u)) ** 2)  # T-3.2.2 with C
+    want_dg = dg_dtheta * (-1 / np.sqrt(1 - c.astype(np.float64) ** 2))
+    np.testing.assert_allclose(g, want_g, atol=3e-6)
+    # Near saturation 1 − tanh² is resolved to float32 ε, like TF's own TanhGrad (1 − y²).
+    np.testing.assert_allclose(dg, want_dg, rtol=5e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("angular", ["linear", "sigmoid"])
+def test_custom_gradient_finite_and_zero_outside_clip(angular):
+    c = np.array([-1.5, -1.0, -1.0 + 1e-7, 0.0, 1.0 - 1e-7, 1.0, 1.5], np.float32)
+    g, dg = _angular_grad(angular, c)
+    assert np.all(np.isfinite(g)) and np.all(np.isfinite(dg))
+    assert np.all(np.abs(g) <= 1.0)
+    np.testing.assert_array_equal(dg[[0, 1, 5, 6]], 0.0)
+    # Bounded by the clip: 1/√(2δ − δ²) ≈ 707 times g's own slope factor (≤ 2 here).
+    assert np.all(np.abs(dg) <= 2.0 / math.sqrt(2e-6 - 1e-12))
+
+
+@pytest.mark.parametrize("alpha", [1.0, 2.5])
+def test_linear_magnitude_cosine_is_alpha_times_dot(alpha):
+    # α‖x‖·cos θ = α·x·ŵ: the norm cancels, so none is needed.
+    assert fused.norm_cancels("linear", "cosine", None)
+    assert fused.norm_cancels("linear", "cosine", "linear")
+    assert not fused.norm_cancels("linear", "sqcosine", None)
+    assert not fused.norm_cancels("tanh", "cosine", None)
+    dot = np.random.default_rng(2).standard_normal((3, 4)).astype(np.float32)
+    out = fused.decoupled_response_from_dot(
+        tf.constant(dot), magnitude="linear", angular="cosine", alpha=alpha
+    )
+    np.testing.assert_allclose(out.numpy(), alpha * dot, rtol=1e-6)
+
+
+@pytest.mark.parametrize("magnitude", sorted(magnitude_lib.MAGNITUDE_FNS))
+@pytest.mark.parametrize("angular", ["linear", "cosine", "sigmoid", "sqcosine"])
+def test_response_from_dot_matches_formula(magnitude, angular):
+    # f = h(‖x‖)·g(θ) with NumPy h and g (upstream forms), from dot = x·ŵ and ‖x‖.
+    rng = np.random.default_rng(3)
+    x_norm = rng.uniform(0.1, 3.0, (5, 1))
+    cos = rng.uniform(-0.99, 0.99, (5, 4))
+    dot = cos * x_norm
+    radius = rng.uniform(0.5, 2.0, (4,))
+    alpha, beta = 1.5, (magnitude_lib.MAGNITUDE_FNS[magnitude].default_beta or 0.0)
+    h = {
+        "sphere": alpha * np.ones_like(x_norm),
+        "ball": alpha * np.minimum(x_norm, radius) / radius,
+        "tanh": alpha * np.tanh(x_norm / radius),
+        "linear": alpha * x_norm,
+        "seg": np.where(x_norm <= radius, alpha * x_norm, beta * x_norm + alpha * radius - beta * radius),
+        "log": alpha * np.log1p(x_norm),
+        "mix": alpha * x_norm + beta * np.log1p(x_norm),
+    }[magnitude]
+    theta = np.arccos(cos)
+    g = {
+        "linear": 1 - 2 * theta / np.pi,
+        "cosine": cos,
+        "sigmoid": np.tanh((np.pi / 2 - theta) / 0.6) / np.tanh(np.pi / 1.2),
+        "sqcosine": np.sign(cos) * cos**2,
+    }[angular]
+    f32 = lambda a: tf.constant(a, tf.float32)  # noqa: E731
+    out = fused.decoupled_response_from_dot(
+        f32(dot), f32(x_norm), f32(1 / x_norm), magnitude=magnitude, angular=angular,
+        alpha=alpha, beta=magnitude_lib.MAGNITUDE_FNS[magnitude].default_beta,
+        radius=f32(radius), k=0.3,
+    )
+    np.testing.assert_allclose(out.numpy(), h * g, rtol=1e-4, atol=1e-5)
