@@ -215,10 +215,12 @@ class CoMHE(keras.regularizers.Regularizer):
                     init = tf.random.stateless_normal(
                         (self.projection_dim, d), seed=[mhe_lib.stable_key(key) ^ self.seed, 0]
                     )
-                self._projections[key] = keras.Variable(
-                    ops.convert_to_tensor(init, "float32"),
+                # A tf.Variable, not keras.Variable: Keras forbids creating the latter
+                # inside the stateless scope some of its internal passes use.
+                self._projections[key] = tf.Variable(
+                    tf.convert_to_tensor(init, tf.float32),
                     trainable=False,
-                    aggregation="only_first_replica",
+                    aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
                     name="comhe_projection",
                 )
         return self._projections[key]
@@ -234,7 +236,7 @@ class CoMHE(keras.regularizers.Regularizer):
     def _learned(self, x, w2d):
         d, n = w2d.shape
         var = self._variable_for(self._key(x, d, n), d)
-        p = ops.convert_to_tensor(var.value)
+        p = tf.convert_to_tensor(var)
         w_hat = energy.normalized_neurons(w2d, self.epsilon)
         adversarial = self.projection == "adversarial"
 
@@ -315,7 +317,7 @@ class CoMHE(keras.regularizers.Regularizer):
         state = dict(self._initial_state)
         for key, var in self._projections.items():
             try:
-                state[key] = ops.convert_to_numpy(var.value).tolist()
+                state[key] = var.numpy().tolist()
             except Exception:  # called inside a trace: keep the last known values
                 pass
         return {

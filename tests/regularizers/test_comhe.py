@@ -189,10 +189,11 @@ def test_adversarial_projection_ascends(rng):
     assert np_hs_energy(p_var.numpy() @ u, half_space=False) > np_hs_energy(p0 @ u, half_space=False)
 
 
-def test_fit_under_mirrored_strategy_and_roundtrip(rng, tmp_path):
+@pytest.mark.parametrize("projection", ["random", "angle_preserving"])
+def test_fit_under_mirrored_strategy_and_roundtrip(rng, tmp_path, projection):
     strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
     with strategy.scope():
-        reg = regularizers.CoMHE(projection_dim=8, num_projections=2)
+        reg = regularizers.CoMHE(projection=projection, projection_dim=8, num_projections=2)
         model = keras.Sequential([keras.Input((6, 6, 4)), keras.layers.Conv2D(6, 3, kernel_regularizer=reg),
                                   keras.layers.Conv2D(6, 3, kernel_regularizer=reg),
                                   keras.layers.Flatten(), keras.layers.Dense(2)])
@@ -200,12 +201,19 @@ def test_fit_under_mirrored_strategy_and_roundtrip(rng, tmp_path):
     x, y = rng.standard_normal((8, 6, 6, 4)).astype(np.float32), rng.integers(0, 2, 8)
     history = model.fit(x, y, epochs=2, batch_size=4, verbose=0)
     assert np.all(np.isfinite(history.history["loss"]))
-    step = int(reg.step.numpy())
-    assert step >= 4  # advanced once per train step, not once per layer
     path = str(tmp_path / "rp.keras")
     model.save(path)
     reloaded = keras.saving.load_model(path)
-    assert reloaded.layers[0].kernel_regularizer.get_config()["step"] == step
+    config = reloaded.layers[0].kernel_regularizer.get_config()
+    if projection == "random":
+        step = int(reg.step.numpy())
+        assert step >= 4  # advanced once per train step, not once per layer
+        assert config["step"] == step
+    else:
+        learned = reg.projection_variables()
+        assert len(learned) == 2  # one P per layer (not shared, as upstream)
+        for key, var in learned.items():
+            np.testing.assert_allclose(np.array(config["projection_state"][key]), var.numpy(), rtol=1e-6)
 
 
 @pytest.mark.parametrize(
