@@ -112,10 +112,16 @@ def _reference(layer, x, hp, norm_mean=None):
     return out, batch_mean
 
 
-def _check_train_then_infer(cls, hp, rng, x_shape, momentum=0.9):
-    """Two training calls, then inference with the zero-debiased moving average E{‖x‖}."""
+def _check_train_then_infer(cls, hp, rng, x_shape, momentum=0.9, fused=True):
+    """Two training calls, then inference with the zero-debiased moving average E{‖x‖}.
+
+    `fused=False` selects the layers' plain composition through `operator.decoupled_response`
+    instead of the fused hot path (`sphere_tf.ops.fused`); both must match the reference.
+    """
     layer = cls(**hp, **({"norm_momentum": momentum} if cls in (DecoupledConv2D, DecoupledDense)
                          else {}))
+    if not fused:
+        layer._use_fused_path = False
     xs = [_inputs(rng, x_shape) for _ in range(3)]
     _randomise(layer, rng, xs[0])
     biased = weight = 0.0
@@ -141,19 +147,21 @@ def _grads_finite(grads):
 # -- correctness vs NumPy ---------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "composed"])
 @pytest.mark.parametrize("mag,ang", COMBOS)
-def test_decoupled_conv_matches_numpy(rng, mag, ang):
+def test_decoupled_conv_matches_numpy(rng, mag, ang, fused):
     # Cycle the geometry with the combination so that every geometry meets several operators.
     ks, s, pad, d, hw = GEOMETRIES[COMBOS.index((mag, ang)) % len(GEOMETRIES)]
     hp = dict(filters=4, kernel_size=ks, strides=s, padding=pad, dilation_rate=d, magnitude=mag,
               angular=ang, alpha=1.3)
-    _check_train_then_infer(DecoupledConv2D, hp, rng, (3, *hw, 2))
+    _check_train_then_infer(DecoupledConv2D, hp, rng, (3, *hw, 2), fused=fused)
 
 
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "composed"])
 @pytest.mark.parametrize("mag,ang", COMBOS)
-def test_decoupled_dense_matches_numpy(rng, mag, ang):
+def test_decoupled_dense_matches_numpy(rng, mag, ang, fused):
     hp = dict(units=5, magnitude=mag, angular=ang, alpha=0.7)
-    _check_train_then_infer(DecoupledDense, hp, rng, (6, 7))
+    _check_train_then_infer(DecoupledDense, hp, rng, (6, 7), fused=fused)
 
 
 @pytest.mark.parametrize("kernel_size,strides,padding,dilation,hw", GEOMETRIES)
