@@ -1,0 +1,124 @@
+"""Tests for sphere_tf.callbacks.SOPTEpisodes (stochastic OPT episodes)."""
+
+import keras
+import numpy as np
+import pytest
+
+from sphere_tf.callbacks import SOPTEpisodes
+from sphere_tf.callbacks import sopt
+from sphere_tf.layers import opt as opt_lib
+
+LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def np_energy(kernel, power=2.0):
+    w = np.asarray(kernel, np.float64).reshape(-1, np.shape(kernel)[-1])
+    w = w / np.linalg.norm(w, axis=0, keepdims=True)
+    n = w.shape[1]
+    return sum(
+        np.linalg.norm(w[:, i] - w[:, j]) ** (-power) for i in range(n) for j in range(n) if i != j
+    ) / (n * (n - 1))
+
+
+def _model():
+    return keras.Sequential(
+        [
+            keras.Input((6, 6, 2)),
+            opt_lib.OPTConv2D(6, 3, padding="same", stochastic_dims=6, seed=0, name="sconv"),
+            keras.layers.BatchNormalization(name="bn"),
+            keras.layers.ReLU(),
+            keras.layers.GlobalAveragePooling2D(),
+            opt_lib.OPTDense(5, stochastic_dims=3, seed=1, name="sfc"),
+            opt_lib.OPTDense(4, seed=2, name="full"),  # full OPT: not touched by the callback
+        ]
+    )
+
+
+def _data(n=24):
+    rng = np.random.default_rng(0)
+    return rng.standard_normal((n, 6, 6, 2)).astype("float32"), rng.integers(0, 4, n).astype("int32")
+
+
+def test_episodes_merge_resample_and_preserve_energy():
+    model = _model()
+    model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss=LOSS)
+    conv, full = model.get_layer("sconv"), model.get_layer("full")
+    v0 = conv.fixed_kernel.numpy().copy()
+    idx0 = conv.stochastic_indices.numpy().copy()
+    full_v0 = full.fixed_kernel.numpy().copy()
+    callback = SOPTEpisodes(episode_length=2, seed=0)
+    x, y = _data()
+    model.fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[callback])  # 6 steps -> 3 episodes
+    assert callback.episodes_completed == 3
+    assert callback.steps_in_episode == 0
+    # Episodes ended right after the last step: R̃ = I and V holds the merged W.
+    np.testing.assert_array_equal(conv.rotation_param.numpy(), np.eye(6))
+    assert np.abs(conv.fixed_kernel.numpy() - v0).max() > 1e-4  # V changed only through merges
+    assert not np.array_equal(conv.stochastic_indices.numpy(), idx0)
+    assert np_energy(conv.fixed_kernel.numpy()) == pytest.approx(np_energy(v0), abs=1e-5)
+    # Rows never sampled in any episode are untouched (the permuted-block transform is the identity there).
+    np.testing.assert_array_equal(full.fixed_kernel.numpy(), full_v0)
+    assert np.abs(full.rotation_param.numpy()).max() > 0  # the full-OPT layer is not reset
+
+
+def test_new_episode_resets_only_rotation_and_its_slots():
+    model = _model()
+    model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss=LOSS)
+    x, y = _data()
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    conv, bn = model.get_layer("sconv"), model.get_layer("bn")
+    bn_before = [w.numpy().copy() for w in bn.weights]
+    bias_before = conv.bias.numpy().copy()
+    w_before = conv.effective_kernel().numpy()
+    slots = {v.name: v for v in model.optimizer.variables}
+    (rotation_slot,) = [v for name, v in slots.items() if name.endswith("sconv_rotation_momentum")]
+    (other_slot,) = [v for name, v in slots.items() if name.endswith("bn_gamma_momentum")]
+    assert np.abs(rotation_slot.numpy()).max() > 0
+    other_before = other_slot.numpy().copy()
+    callback = SOPTEpisodes(episode_length=100, seed=1)
+    callback.set_model(model)
+    callback.new_episode()
+    np.testing.assert_allclose(conv.effective_kernel().numpy(), w_before, atol=1e-6)  # merge keeps W
+    for w, b in zip(bn.weights, bn_before):
+        np.testing.assert_array_equal(w.numpy(), b)  # upstream reset BN here; we do not
+    np.testing.assert_array_equal(conv.bias.numpy(), bias_before)
+    np.testing.assert_array_equal(rotation_slot.numpy(), 0.0)
+    np.testing.assert_array_equal(other_slot.numpy(), other_before)
+
+
+def test_reset_optimizer_slots_through_wrappers():
+    from sphere_tf.optimizers import OPTOptimizer
+
+    model = keras.Sequential(
+        [keras.Input((4,)), opt_lib.OPTDense(3, orthogonalization="ogd", stochastic_dims=2, seed=0), keras.layers.Dense(2)]
+    )
+    optimizer = keras.optimizers.LossScaleOptimizer(OPTOptimizer(keras.optimizers.SGD(0.1, momentum=0.9)))
+    model.compile(optimizer=optimizer, loss=LOSS)
+    x = np.random.default_rng(0).standard_normal((8, 4)).astype("float32")
+    y = np.array([0, 1] * 4, "int32")
+    model.fit(x, y, epochs=1, verbose=0)
+    layer = model.layers[0]
+    assert sopt.reset_optimizer_slots(model.optimizer, [layer.rotation_param]) == 1
+
+
+def test_no_sopt_layer_and_bad_arguments():
+    model = keras.Sequential([keras.Input((4,)), opt_lib.OPTDense(3)])
+    model.compile(optimizer="sgd", loss="mse")
+    with pytest.raises(ValueError, match="no OPT layer with `stochastic_dims`"):
+        model.fit(np.zeros((2, 4)), np.zeros((2, 3)), verbose=0, callbacks=[SOPTEpisodes(2)])
+    with pytest.raises(ValueError, match="Invalid value for argument `episode_length`"):
+        SOPTEpisodes(0)
+    with pytest.raises(ValueError, match="not an S-OPT layer"):
+        model.layers[0].resample_stochastic_dims()
+    config = SOPTEpisodes(5, seed=3, reset_optimizer_state=False, merge_on_train_end=True).get_config()
+    clone = SOPTEpisodes(**config)
+    assert clone.get_config() == config
+
+
+def test_merge_on_train_end():
+    model = _model()
+    model.compile(optimizer="sgd", loss=LOSS)
+    x, y = _data(8)
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[SOPTEpisodes(10, merge_on_train_end=True)])
+    conv = model.get_layer("sconv")
+    np.testing.assert_array_equal(conv.rotation_param.numpy(), np.eye(6))
