@@ -477,6 +477,7 @@ class TestModelsAndSerialisation:
         model = _weighted_model(weight_projection_every=None)
         reloaded = testing.assert_keras_roundtrip(model, np.ones((2, 4), "float32"), tmp_path)
         assert reloaded.weight_projection_every is None
+        testing.assert_saved_model_roundtrip(model, np.ones((2, 4), "float32"), tmp_path)
 
     def test_wrap_shares_layers(self):
         base = build_functional(keras.Model)
