@@ -35,6 +35,7 @@ code uses ``−log z²`` (twice that). `log_form="code"` selects the upstream fo
 
 import functools
 import math
+import numbers
 
 from keras import ops
 
@@ -55,7 +56,7 @@ REDUCTIONS = ("mean", "sum")
 
 
 def _check_args(power, distance, log_form, reduction, beta, log_space):
-    if isinstance(power, bool) or not isinstance(power, (int, float)) or not math.isfinite(power) or power < 0:
+    if isinstance(power, bool) or not isinstance(power, numbers.Real) or not math.isfinite(power) or power < 0:
         raise ValueError(
             f"Invalid value for argument `power`: expected a finite number >= 0. Received: power={power!r}"
         )

@@ -30,9 +30,10 @@ back to plain (half-space) MHE when the neuron dimension is not larger than the
 projection dimension (the upstream code does this for the 27-dimensional first
 conv). The output layer should get `MHE(role='output')` (upstream: weight 10).
 
-State and Keras plumbing: the step counter and the learnable P are
-`keras.Variable`s created eagerly (`tf.init_scope`) with aggregation
-'only_first_replica', so the regularizer works inside `fit` and under
+State and Keras plumbing: the step counter (a `keras.Variable`) and the
+learnable P (a `tf.Variable`, since Keras refuses to create its own variables
+inside the stateless scope of some internal passes) are created eagerly
+(`tf.init_scope`), non-trainable, with aggregation 'only_first_replica', so the regularizer works inside `fit` and under
 tf.distribute (build the model inside `strategy.scope()`). They are not model
 weights; `get_config()` writes their current values (`step`,
 `projection_state`), so a model saved to `.keras` resumes the random stream and
@@ -159,7 +160,7 @@ class CoMHE(keras.regularizers.Regularizer):
         self.aggregation = aggregation
         self.resample_every = resample_every
         self.share_projections = bool(share_projections)
-        self.power = power
+        self.power = mhe_lib.as_number(power)
         self.half_space = bool(half_space)
         self.group_size = group_size
         self.inner_lr = float(inner_lr)

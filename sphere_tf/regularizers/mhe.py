@@ -7,6 +7,7 @@ callable `penalty(kernel, labels)` that plugs into
 `sphere_tf.layers.MarginHead(label_penalty=...)` (or any custom train step).
 """
 
+import numbers
 import zlib
 
 import keras
@@ -26,16 +27,22 @@ def _bad(name, expected, value):
 
 
 def _check_common(factor, power, distance, log_form, epsilon):
-    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor < 0:
+    if isinstance(factor, bool) or not isinstance(factor, numbers.Real) or factor < 0:
         raise _bad("factor", "a float >= 0", factor)
-    if isinstance(power, bool) or not isinstance(power, (int, float)) or not power >= 0 or power == float("inf"):
+    if isinstance(power, bool) or not isinstance(power, numbers.Real) or not power >= 0 or power == float("inf"):
         raise _bad("power", "a finite float >= 0", power)
     if distance not in energy.DISTANCES:
         raise _bad("distance", f"one of {energy.DISTANCES}", distance)
     if log_form not in energy.LOG_FORMS:
         raise _bad("log_form", f"one of {energy.LOG_FORMS}", log_form)
-    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or epsilon < 0:
+    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or epsilon < 0:
         raise _bad("epsilon", "a float >= 0", epsilon)
+
+
+def as_number(value):
+    """A JSON-friendly Python int (integral values) or float."""
+    value = float(value)
+    return int(value) if value.is_integer() else value
 
 
 def stable_key(text):
@@ -125,7 +132,7 @@ class MHE(keras.regularizers.Regularizer):
         if beta is not None and num_samples is not None:
             raise _bad("num_samples", "None when `beta` is given", num_samples)
         self.factor = float(factor)
-        self.power = power
+        self.power = as_number(power)
         self.distance = distance
         self.half_space = bool(half_space)
         self.role = role
@@ -210,7 +217,7 @@ class DataDependentMHE:
     def __init__(self, factor=1.0, power=2, distance="euclidean", log_form="code", epsilon=energy.DEFAULT_EPSILON):
         _check_common(factor, power, distance, log_form, epsilon)
         self.factor = float(factor)
-        self.power = power
+        self.power = as_number(power)
         self.distance = distance
         self.log_form = log_form
         self.epsilon = float(epsilon)
