@@ -4,7 +4,8 @@ Trains one small network per loss (MLP 784-256-128-2, the 2-D feature feeding a
 `MarginHead(loss_type='lsoftmax')`; m = 1 is the plain softmax without bias, as in
 the thesis) and scatters the 2-D features of test images, one colour per class,
 with the test accuracy of the plain logits and the minimum inter-class angle in
-each panel title. The margins use a short λ annealing (λ = 100·(1 + 0.05 t)^−2,
+each panel title; a second row shows, per class, the histogram of the feature
+angle atan2(f_2, f_1), where the angular margins between classes are visible. The margins use a short λ annealing (λ = 100·(1 + 0.05 t)^−2,
 λ < 1 after ~180 steps), the short-run stand-in for the upstream MNIST preset.
 
     python examples/feature_picture.py --output docs/img/feature_picture.png
@@ -29,7 +30,7 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("output", "docs/img/feature_picture.png", "PNG to write.")
 flags.DEFINE_integer("num_train", 10000, "Training images.")
 flags.DEFINE_integer("num_test", 2000, "Test images to plot.")
-flags.DEFINE_integer("epochs", 6, "Epochs per model.")
+flags.DEFINE_integer("epochs", 8, "Epochs per model.")
 flags.DEFINE_list("margins", ["1", "2", "3", "4"], "L-Softmax margins m (1 = softmax).")
 flags.DEFINE_integer("seed", 0, "Random seed.")
 
@@ -59,15 +60,22 @@ def main(argv):
     x_train, y_train = flat(x_train[: FLAGS.num_train]), y_train[: FLAGS.num_train].astype("int32")
     x_test, y_test = flat(x_test[: FLAGS.num_test]), y_test[: FLAGS.num_test].astype("int32")
     margins = [int(m) for m in FLAGS.margins]
-    fig, axes = plt.subplots(1, len(margins), figsize=(4.2 * len(margins), 4.4))
+    fig, grid = plt.subplots(2, len(margins), figsize=(4.2 * len(margins), 7.0),
+                             gridspec_kw={"height_ratios": [3, 1.2]}, squeeze=False)
     cmap = plt.get_cmap("tab10")
-    for ax, m in zip(np.atleast_1d(axes), margins):
+    bins = np.linspace(-180, 180, 121)
+    for ax, hist_ax, m in zip(grid[0], grid[1], margins):
         f, pred = train_features(m, x_train, y_train, x_test, FLAGS.epochs, FLAGS.seed)
         acc = float(np.mean(pred == y_test))
         angle = float(np.degrees(metrics.min_interclass_angle(f, y_test, 10)))
         for c in range(10):
             pts = f[y_test == c]
             ax.scatter(pts[:, 0], pts[:, 1], s=2, color=cmap(c), label=fashion_mnist.CLASS_NAMES[c])
+            hist_ax.hist(np.degrees(np.arctan2(pts[:, 1], pts[:, 0])), bins=bins, color=cmap(c), alpha=0.7)
+        hist_ax.set_xlim(-180, 180)
+        hist_ax.set_xticks([-180, -90, 0, 90, 180])
+        hist_ax.set_xlabel("feature angle (degrees)", fontsize=9)
+        hist_ax.set_yticks([])
         lim = np.percentile(np.abs(f), 99) * 1.1
         ax.set_xlim(-lim, lim)
         ax.set_ylim(-lim, lim)
@@ -75,10 +83,10 @@ def main(argv):
         title = "softmax" if m == 1 else f"L-Softmax m={m}"
         ax.set_title(f"{title}\nacc {acc:.3f}, min inter-class angle {angle:.1f}°", fontsize=10)
         print(f"m={m}: accuracy {acc:.4f}, min inter-class angle {angle:.2f} deg", flush=True)
-    handles, names = np.atleast_1d(axes)[0].get_legend_handles_labels()
+    handles, names = grid[0][0].get_legend_handles_labels()
     fig.legend(handles, names, loc="lower center", ncol=10, markerscale=5, fontsize=8)
     fig.suptitle("Fashion-MNIST test features (2-D), softmax vs L-Softmax", fontsize=12)
-    fig.tight_layout(rect=(0, 0.06, 1, 0.95))
+    fig.tight_layout(rect=(0, 0.04, 1, 0.96))
     fig.savefig(FLAGS.output, dpi=110)
     print(f"wrote {FLAGS.output}")
 
