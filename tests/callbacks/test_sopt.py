@@ -41,7 +41,7 @@ def _data(n=24):
 
 def test_episodes_merge_resample_and_preserve_energy():
     model = _model()
-    model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss=LOSS)
+    model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss=LOSS, run_eagerly=True)
     conv, full = model.get_layer("sconv"), model.get_layer("full")
     v0 = conv.fixed_kernel.numpy().copy()
     idx0 = conv.stochastic_indices.numpy().copy()
@@ -63,7 +63,7 @@ def test_episodes_merge_resample_and_preserve_energy():
 
 def test_new_episode_resets_only_rotation_and_its_slots():
     model = _model()
-    model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss=LOSS)
+    model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss=LOSS, run_eagerly=True)
     x, y = _data()
     model.fit(x, y, batch_size=8, epochs=1, verbose=0)
     conv, bn = model.get_layer("sconv"), model.get_layer("bn")
@@ -93,7 +93,7 @@ def test_reset_optimizer_slots_through_wrappers():
         [keras.Input((4,)), opt_lib.OPTDense(3, orthogonalization="ogd", stochastic_dims=2, seed=0), keras.layers.Dense(2)]
     )
     optimizer = keras.optimizers.LossScaleOptimizer(OPTOptimizer(keras.optimizers.SGD(0.1, momentum=0.9)))
-    model.compile(optimizer=optimizer, loss=LOSS)
+    model.compile(optimizer=optimizer, loss=LOSS, run_eagerly=True)
     x = np.random.default_rng(0).standard_normal((8, 4)).astype("float32")
     y = np.array([0, 1] * 4, "int32")
     model.fit(x, y, epochs=1, verbose=0)
@@ -103,7 +103,7 @@ def test_reset_optimizer_slots_through_wrappers():
 
 def test_no_sopt_layer_and_bad_arguments():
     model = keras.Sequential([keras.Input((4,)), opt_lib.OPTDense(3)])
-    model.compile(optimizer="sgd", loss="mse")
+    model.compile(optimizer="sgd", loss="mse", run_eagerly=True)
     with pytest.raises(ValueError, match="no OPT layer with `stochastic_dims`"):
         model.fit(np.zeros((2, 4)), np.zeros((2, 3)), verbose=0, callbacks=[SOPTEpisodes(2)])
     with pytest.raises(ValueError, match="Invalid value for argument `episode_length`"):
@@ -117,7 +117,7 @@ def test_no_sopt_layer_and_bad_arguments():
 
 def test_merge_on_train_end():
     model = _model()
-    model.compile(optimizer="sgd", loss=LOSS)
+    model.compile(optimizer="sgd", loss=LOSS, run_eagerly=True)
     x, y = _data(8)
     model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[SOPTEpisodes(10, merge_on_train_end=True)])
     conv = model.get_layer("sconv")
