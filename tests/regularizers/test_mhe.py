@@ -140,7 +140,7 @@ def test_keras_roundtrip_and_losses(tmp_path, rng):
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 def test_mixed_precision_training_stays_finite(rng, policy):
     keras.mixed_precision.set_global_policy(policy)
-    model = _model(regularizers.MHE(power=2, half_space=True), regularizers.MHE(power=0),
+    model = _model(regularizers.MHE(power=2, half_space=True), regularizers.CoMHE(projection_dim=10),
                    regularizers.MHE(role="output"))
     model.compile(keras.optimizers.SGD(0.01), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     x = rng.standard_normal((8, 8, 8, 2)).astype(np.float32)
