@@ -3,5 +3,6 @@
 from sphere_tf.ops import angles
 from sphere_tf.ops import angular
 from sphere_tf.ops import magnitude
+from sphere_tf.ops import margin
 from sphere_tf.ops import operator
 from sphere_tf.ops.angles import safe_acos

@@ -99,6 +99,13 @@ def test_keras_file_roundtrip_keeps_config_and_iteration(rng, tmp_path, kwargs):
     assert int(new_head.iteration.numpy()) == 3
 
 
+def test_sequential_inference_and_keras_roundtrip(rng, tmp_path):
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), MarginHead(5, loss_type="arcface")])
+    x = _features(rng)
+    assert model(x).shape == (8, 5)
+    testing.assert_keras_roundtrip(model, x, tmp_path)
+
+
 # ---------------------------------------------------------------------------------------
 # Bad arguments.
 
@@ -234,7 +241,7 @@ def test_sphereface_plus_data_dependent_mhe_plugs_in(rng):
 
 
 def _loss_and_grads(head, x, y):
-    x = tf.constant(x)
+    x = tf.convert_to_tensor(x)
     with tf.GradientTape() as tape:
         tape.watch(x)
         logits = head(x, labels=y, training=True)
@@ -242,11 +249,11 @@ def _loss_and_grads(head, x, y):
             keras.losses.sparse_categorical_crossentropy(y, tf.cast(logits, "float32"), from_logits=True)
         )
     grads = tape.gradient(loss, [x] + head.trainable_weights)
-    return loss.numpy(), [g.numpy() for g in grads], logits.numpy()
+    return loss.numpy(), [tf.cast(g, "float32").numpy() for g in grads], logits.numpy()
 
 
 @pytest.mark.parametrize("loss_type", ALL_TYPES)
-@pytest.mark.parametrize("policy", ("float32", "mixed_float16"))
+@pytest.mark.parametrize("policy", ("float32", "mixed_float16", "mixed_bfloat16"))
 def test_finite_loss_and_gradients_at_degenerate_features(loss_type, policy):
     keras.mixed_precision.set_global_policy(policy)
     head = MarginHead(3, loss_type=loss_type, use_bias=True)
@@ -254,9 +261,9 @@ def test_finite_loss_and_gradients_at_degenerate_features(loss_type, policy):
     head.kernel.assign(np.array([[1.0, 0.0, -1.0], [0.0, 1.0, 0.0]], np.float32))
     y = np.array([0, 0, 0, 0, 0, 1], np.int32)
     base = np.array([[1.0, 0.0], [-1.0, 0.0], [0.0, 0.0], [1e-30, 0.0], [0.0, 1.0], [0.0, -1.0]])
-    dtype = np.float16 if policy == "mixed_float16" else np.float32
-    for norm in (1.0, 1e-3, 6e4 if dtype == np.float16 else 1e15):
-        x = (base * norm).astype(dtype)
+    compute_dtype = {"float32": "float32", "mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}[policy]
+    for norm in (1.0, 1e-3, 6e4 if compute_dtype == "float16" else 1e15):
+        x = tf.cast((base * norm).astype(np.float32), compute_dtype)  # what the previous layer emits
         loss, grads, logits = _loss_and_grads(head, x, y)
         assert np.isfinite(loss), (norm, loss)
         assert logits.dtype == np.float32 and np.all(np.isfinite(logits)), (norm, logits)
