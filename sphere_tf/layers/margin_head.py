@@ -196,7 +196,7 @@ class MarginHead(keras.layers.Layer):
 
     >>> head = MarginHead(10, loss_type="asoftmax", margin=4, annealing="sphereface")
     >>> features = keras.ops.ones((2, 3))
-    >>> head(features).shape
+    >>> tuple(head(features).shape)
     (2, 10)
     """
 
