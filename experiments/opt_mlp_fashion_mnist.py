@@ -35,7 +35,11 @@ flags.DEFINE_integer("epochs", 5, "Epochs.")
 flags.DEFINE_integer("batch_size", 100, "Batch size (thesis: 100).")
 flags.DEFINE_float("learning_rate", 0.01, "Momentum-SGD learning rate (thesis: 0.01).")
 flags.DEFINE_integer("seed", 0, "Seed of the data order and of every initialiser.")
-flags.DEFINE_list("variants", ["plain", "gram_schmidt", "cayley", "ogd", "gram_schmidt_unit_norm"], "Variants to run.")
+flags.DEFINE_list(
+    "variants", ["plain", "gram_schmidt", "cayley", "ogd"],
+    "Variants: 'plain' or an orthogonalization name, optionally suffixed ':unit_norm' (unit-norm V) or "
+    "':identity_init' (raw rotation initialised to I).",
+)
 flags.DEFINE_string("docs_file", "docs/opt.md", "Markdown file with the result markers ('' to skip).")
 flags.DEFINE_string("results_file", "experiments/results/opt_mlp_fashion_mnist.json", "JSON output ('' to skip).")
 
@@ -50,10 +54,12 @@ def build_mlp(variant, seed):
     def hidden(i):
         if variant == "plain":
             return keras.layers.Dense(256, activation="relu", kernel_initializer=_he_normal(seed + 10 * i))
-        orth = "gram_schmidt" if variant == "gram_schmidt_unit_norm" else variant
+        orth = variant.split(":")[0]
         return sphere_layers.OPTDense(
             256, activation="relu", orthogonalization=orth, seed=seed + 10 * i,
-            normalize_fixed_kernel=variant == "gram_schmidt_unit_norm",
+            normalize_fixed_kernel=variant.endswith(":unit_norm"),
+            # ":identity_init" starts the raw P at I (rows of unit norm) instead of upstream N(0, 1).
+            rotation_initializer="identity" if variant.endswith(":identity_init") else None,
         )
 
     return keras.Sequential(

@@ -324,7 +324,8 @@ def test_fold_functional_and_subclassed_error(tmp_path):
     x, _ = _data(n=4)
     folded = opt_lib.fold_opt_model(model)
     np.testing.assert_allclose(folded(x), model(x), atol=1e-5, rtol=1e-5)
-    testing.assert_saved_model_roundtrip(folded, x, tmp_path, rtol=1e-5, atol=1e-5)
+    testing.assert_saved_model_roundtrip(folded, x, tmp_path / "folded", rtol=1e-5, atol=1e-5)
+    testing.assert_saved_model_roundtrip(model, x, tmp_path / "opt", rtol=1e-5, atol=1e-5)  # unfolded exports too
 
     class Sub(keras.Model):
         def __init__(self):
