@@ -19,8 +19,10 @@ What it writes:
     `:test_support` and every other library the file mentions (as an import, a module path
     `trainers.x` or a file path `configs/...`).
 
-Test size and tags: tests under `tests/ops/` and `tests/test_build.py` are tagged
-`bazel_fast` (the subset `.ci/run` runs through Bazel); tests under `tests/trainers/`,
+Test size and tags: the files in FAST_TESTS (the core operator maths and this coverage
+check) are tagged `bazel_fast`, the subset `.ci/run` runs through Bazel (every py_test
+starts TensorFlow, so the subset is kept short; add `# bazel-tags: bazel_fast` to a file to
+join it); tests under `tests/trainers/`,
 `tests/examples/`, `tests/experiments/` and tests that start subprocesses are
 `size = "large"` (15 min timeout), the rest `medium` (5 min). A test file can override this
 with comment lines of its own:
@@ -46,6 +48,13 @@ BINARY_DIRS = ("trainers", "bench", "examples", "experiments")
 TESTS_DIR = "tests"
 PYTEST_MAIN = "//tools/bazel:pytest_main.py"
 FAST_TAG = "bazel_fast"
+FAST_TESTS = (
+    "tests/test_build.py",
+    "tests/ops/test_angles.py",
+    "tests/ops/test_angular.py",
+    "tests/ops/test_magnitude.py",
+    "tests/ops/test_operator.py",
+)
 # Root-level files pytest reads when present (configuration, root conftest).
 PYTEST_ROOT_FILES = ("conftest.py", "pyproject.toml", "pytest.ini", "setup.cfg", "tox.ini")
 SKIP_DIRS = {"__pycache__", ".hypothesis", ".pytest_cache"}
@@ -185,7 +194,7 @@ def _test_size_and_tags(rel, source):
     ):
         size = "large"
     tags = set()
-    if rel.startswith(TESTS_DIR + "/ops/") or rel == TESTS_DIR + "/test_build.py":
+    if rel in FAST_TESTS:
         tags.add(FAST_TAG)
     match = _SIZE_RE.search(source)
     if match:

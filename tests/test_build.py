@@ -192,7 +192,8 @@ def test_generator_targets_sizes_tags_and_deps(tmp_path, monkeypatch):
         "trainers/train.py": "from sphere_tf.ops import a\n\nif __name__ == '__main__':\n    pass\n",
         "configs/base.py": "import ml_collections\n",
         "tests/conftest.py": "",
-        "tests/ops/test_a.py": "from sphere_tf.ops import a\n",
+        "tests/ops/test_angles.py": "from sphere_tf.ops import a\n",
+        "tests/ops/test_other.py": "from sphere_tf.ops import a\n",
         "tests/trainers/test_train.py": "import subprocess\nCMD = ['-m', 'trainers.train']\n",
         "tests/layers/test_slow.py": "# bazel-size: enormous\n# bazel-tags: local, exclusive\n",
     }
@@ -207,8 +208,9 @@ def test_generator_targets_sizes_tags_and_deps(tmp_path, monkeypatch):
     assert rules["trainers"][1]["deps"] == [":sphere_tf", ":configs"]
     assert "deps" not in rules["configs"][1]
     assert rules["test_support"][1]["srcs"] == ["tests/conftest.py"]
-    ops = rules["tests/ops/test_a"][1]
+    ops = rules["tests/ops/test_angles"][1]
     assert (ops["size"], ops["tags"], ops["deps"]) == ("medium", ["bazel_fast"], [":sphere_tf", ":test_support"])
+    assert "tags" not in rules["tests/ops/test_other"][1]
     train = rules["tests/trainers/test_train"][1]
     assert train["size"] == "large" and "tags" not in train
     assert train["deps"] == [":sphere_tf", ":trainers", ":test_support"]
