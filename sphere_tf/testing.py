@@ -1,9 +1,21 @@
 """Small public helpers for testing sphere_tf layers (and layers built on them).
 
 Import as ``from sphere_tf import testing``. The helpers compare against
-independent references only: a save/load round trip against the live model,
-and `numpy_patches` as the explicit-loop patch extraction for NumPy references
-of convolution-like operators.
+independent references only:
+
+* `assert_keras_roundtrip`, `assert_saved_model_roundtrip`, `assert_config_roundtrip`:
+  save/load round trips checked against the live model;
+* `numpy_patches`: explicit-loop patch extraction with `keras.layers.Conv2D`
+  geometry, for NumPy references of convolution-like operators;
+* `numpy_decoupled`, `NUMPY_ANGULAR`, `NUMPY_MAGNITUDE`: float64 NumPy versions of
+  the operator formulas [S-2..4], [D-3..16], [D-19..21], written from the papers,
+  not from `sphere_tf.ops`.
+
+Example:
+
+>>> x = np.arange(16.0).reshape(1, 4, 4, 1)
+>>> numpy_patches(x, 3, strides=2, padding="same").shape
+(1, 2, 2, 9)
 """
 
 import os
