@@ -148,8 +148,6 @@ def test_projection_skips_weighted_operators():
 
 
 def test_calibration_sets_norm_mean_and_restores_everything_else():
-    source = build_cnn()
-    target = build_dcnet()
     x = np.random.default_rng(2).normal(size=(4, 6, 6, 2)).astype("float32")
     inputs = keras.Input((6, 6, 2))
     t = layers.DecoupledConv2D(4, 3, padding="same", magnitude="tanh", name="c1")(inputs)
