@@ -69,7 +69,7 @@ def build_mlp(variant, seed):
             hidden(2),
             keras.layers.Dense(10, kernel_initializer=keras.initializers.GlorotUniform(seed + 100)),
         ],
-        name=f"mlp_{variant}",
+        name="mlp_" + variant.replace(":", "_"),
     )
 
 
