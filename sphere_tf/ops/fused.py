@@ -156,6 +156,10 @@ def _angular_of_cos(cos_theta, angular, k):
 # -- the response ---------------------------------------------------------------------------
 
 
+# Magnitudes with h(‖x‖) = α·h₁(‖x‖) (α a pure factor); seg and mix mix α with β.
+_ALPHA_LINEAR = ("sphere", "ball", "tanh", "linear", "log")
+
+
 def norm_cancels(magnitude, angular, weighted):
     """True when h(‖x‖)·g(θ) does not depend on ‖x‖: LinearConv (α‖x‖) with cosine g.
 
@@ -208,12 +212,16 @@ def decoupled_response_from_dot(
         scale = alpha if weighted is None else alpha * w_norm
         return dot * scale
 
+    # h = α·h₁ for these magnitudes: α then joins the one-channel factor (or vanishes
+    # for α = 1) instead of costing a full-size multiply.
+    alpha_linear = any(mag is magnitude_lib.MAGNITUDE_FNS[n] for n in _ALPHA_LINEAR)
+    scale = alpha if alpha_linear else 1.0
     if weighted == "nonlinear":
-        h = mag.fn(x_norm * w_norm, radius, alpha, beta)
+        h = mag.fn(x_norm * w_norm, radius, 1.0 if alpha_linear else alpha, beta)
     elif mag is magnitude_lib.MAGNITUDE_FNS["sphere"]:
-        h = None if alpha == 1.0 else alpha  # a constant: no tensor at all
+        h = None  # a constant: no tensor at all
     else:
-        h = mag.fn(x_norm, radius, alpha, beta)
+        h = mag.fn(x_norm, radius, 1.0 if alpha_linear else alpha, beta)
     if weighted == "linear":
         h = w_norm if h is None else h * w_norm
     elif weighted == "nonlinear_separate":
@@ -221,7 +229,10 @@ def decoupled_response_from_dot(
         h = tanh_w if h is None else h * tanh_w
 
     if angular == "cosine":
-        # h·dot/‖x‖: the norm factors meet on the small tensor first.
-        return dot * (inv_norm if h is None else h * inv_norm)
+        # α·h₁·dot/‖x‖: the per-position factors meet on the one-channel tensor first.
+        factor = inv_norm if scale == 1.0 else scale * inv_norm
+        return dot * (factor if h is None else h * factor)
     g = _angular_of_cos(dot * inv_norm, angular, k)
-    return g if h is None else h * g
+    if h is not None:
+        g = h * g
+    return g if scale == 1.0 else scale * g
