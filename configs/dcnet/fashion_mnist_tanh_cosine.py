@@ -3,9 +3,11 @@ r"""DCNet (TanhConv + cosine) small CNN on Fashion-MNIST: the main job.
 Decoupled Networks (CVPR 2018, https://arxiv.org/abs/1804.08071): TanhConv
 h = tanh(‖x‖/(ρ·E‖x‖)) with learnable ρ, cosine g, BN + ReLU, Adam 1e-3 as in
 the paper's CIFAR recipe, on the real data set of these machines. Two stages of
-two 3×3 convs (32, 64), FC 128; 3 epochs.
+two 3×3 convs (32, 64), FC 128; 2 epochs of the 60k training images.
 
-Expected: about 91% test accuracy in 3-5 minutes on 2 CPU cores.
+Measured (2 CPU cores shared with one other training job): 3 epochs reached
+91.8% test accuracy in 9 min (330-450 ms per step of 128); the default 2 epochs
+take about two thirds of that.
 
 Run:
   python -m trainers.train_classifier \
@@ -19,7 +21,7 @@ from configs import common
 
 
 def get_config(arg=None):
-    arg = common.parse_arg(arg, quick=False, epochs=3)
+    arg = common.parse_arg(arg, quick=False, epochs=2)
     config = ml_collections.ConfigDict()
     config.seed = 0
     config.data = dict(name="fashion_mnist", train_limit=0, test_limit=0)
