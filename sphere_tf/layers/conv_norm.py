@@ -317,9 +317,8 @@ class ConvNorm2D(keras.layers.Layer):
             y = ops.conv(inputs, kernel, strides=self.strides, padding=self.padding)
             y = ops.cast(y, "float32") * v
         else:
-            y = fourier.full_convolution(inputs, kernel)
-            y = fourier.apply_spectral_normalizer(y, v)  # float32 FFT path
-            y = fourier.crop_and_stride(y, self._input_size, self.kernel_size, self.strides, self.padding)
+            # The whole convolution in the Fourier domain (float32); see `fourier.fourier_conv_norm`.
+            y = fourier.fourier_conv_norm(inputs, self.kernel, v, self.strides, self.padding)
         y = ops.cast(y, self.compute_dtype)
         if self.affine:
             y = ops.depthwise_conv(y, ops.cast(self.affine_kernel, y.dtype), strides=1, padding="same")

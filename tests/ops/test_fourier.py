@@ -284,3 +284,86 @@ def test_averaging_factor_is_the_upstream_cosine_rampdown(step):
 def test_averaging_factor_with_momentum_is_constant():
     for step in (1, 10, 50000):
         assert float(keras.ops.convert_to_numpy(fourier.averaging_factor(step, momentum=0.1))) == pytest.approx(0.1)
+
+
+# -- the Fourier-domain convolution (fourier_conv_norm) -------------------------------------------
+
+
+@pytest.mark.parametrize("size,fft_length", [((4, 5), (6, 7)), ((5, 6), (7, 8)), ((3, 3), (3, 4))])
+def test_rfft2d_gradient_matches_numpy_dft(size, fft_length, rng):
+    x = rng.standard_normal((2, 3) + size).astype(np.float32)
+    n1, n2 = fft_length
+    p = rng.standard_normal((2, 3, n1, n2 // 2 + 1))
+    q = rng.standard_normal((2, 3, n1, n2 // 2 + 1))
+    xt = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        spec = fourier.rfft2d(xt, fft_length)
+        loss = tf.reduce_sum(tf.math.real(spec) * p + tf.math.imag(spec) * q)
+    grad = tape.gradient(loss, xt).numpy()
+    # Y(f) = Σ_n x(n) e^(−iθ), θ = 2π(f1 n1/N1 + f2 n2/N2): ∂L/∂x(n) = Σ_f P cos θ − Q sin θ.
+    f1, f2, r, c = np.meshgrid(np.arange(n1), np.arange(n2 // 2 + 1), np.arange(size[0]), np.arange(size[1]),
+                               indexing="ij")
+    theta = 2 * np.pi * (f1 * r / n1 + f2 * c / n2)
+    ref = np.einsum("bcfg,fgrs->bcrs", p, np.cos(theta)) - np.einsum("bcfg,fgrs->bcrs", q, np.sin(theta))
+    np.testing.assert_allclose(grad, ref, rtol=1e-4, atol=1e-4)
+    pad = np.zeros((2, 3) + tuple(fft_length))
+    pad[..., : size[0], : size[1]] = x
+    np.testing.assert_allclose(spec.numpy(), np.fft.rfft2(pad), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kernel_size,grid", [((3, 3), (10, 10)), ((2, 3), (5, 7)), ((5, 1), (8, 4))])
+def test_kernel_spectrum_is_fft_of_the_flipped_padded_kernel(kernel_size, grid, rng):
+    a = rng.standard_normal(kernel_size + (2, 3)).astype(np.float32)
+    real, imag = fourier.kernel_spectrum(a, grid)
+    pad = np.zeros(grid + (2, 3))
+    pad[: kernel_size[0], : kernel_size[1]] = a[::-1, ::-1]
+    ref = np.fft.fft2(pad, axes=(0, 1))[:, : grid[1] // 2 + 1]
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(real), ref.real, atol=1e-4)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(imag), ref.imag, atol=1e-4)
+
+
+@pytest.mark.parametrize("kernel_size", [(2, 2), (3, 3), (2, 3), (5, 3)])
+@pytest.mark.parametrize("strides", [1, 2, (1, 2)])
+@pytest.mark.parametrize("padding", ["same", "valid"])
+def test_fourier_conv_norm_matches_numpy_with_a_given_normalizer(kernel_size, strides, padding, rng):
+    x = rng.standard_normal((2, 8, 7, 3)).astype(np.float32)
+    a = rng.standard_normal(kernel_size + (3, 4)).astype(np.float32) * 0.3
+    grid = fourier.full_size((8, 7), kernel_size)
+    v_full = rng.uniform(0.5, 2.0, grid + (4,))
+    v_full = 0.5 * (v_full + v_full[(-np.arange(grid[0])) % grid[0]][:, (-np.arange(grid[1])) % grid[1]])  # even
+    v_half = np.transpose(v_full[:, : grid[1] // 2 + 1], (2, 0, 1)).astype(np.float32)
+    out = keras.ops.convert_to_numpy(fourier.fourier_conv_norm(x, a, v_half, strides, padding))
+    s = strides if isinstance(strides, tuple) else (strides, strides)
+    rows = np_keras_rows(8, kernel_size[0], s[0], padding)
+    cols = np_keras_rows(7, kernel_size[1], s[1], padding)
+    full = np.real(np.fft.ifft2(np.fft.fft2(np_full_correlation(x, a), axes=(1, 2)) * v_full[None], axes=(1, 2)))
+    ref = full[:, rows][:, :, cols]
+    assert out.shape == ref.shape and out.dtype == np.float32
+    np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "kernel_size,strides,padding", [((3, 3), 1, "same"), ((2, 3), 2, "same"), ((3, 3), 2, "valid")]
+)
+def test_fourier_conv_norm_gradients_match_the_spatial_path(kernel_size, strides, padding, rng):
+    x = tf.constant(rng.standard_normal((2, 7, 8, 3)).astype(np.float32))
+    a = tf.constant(rng.standard_normal(kernel_size + (3, 4)).astype(np.float32))
+    v = fourier.spectral_normalizer(a, fourier.full_size((7, 8), kernel_size))
+    weights = tf.constant(rng.standard_normal((2, 7, 8, 4)).astype(np.float32))
+    grads = []
+    for path in ("fourier", "spatial"):
+        with tf.GradientTape() as tape:
+            tape.watch([x, a])
+            if path == "fourier":
+                y = fourier.fourier_conv_norm(x, a, v, strides, padding)
+            else:  # spatial full correlation (tf conv) + separate FFT normalisation with TF's own FFT gradients
+                full = fourier.full_convolution(x, a)
+                spec = tf.signal.rfft2d(tf.transpose(full, (0, 3, 1, 2)))
+                y = tf.transpose(tf.signal.irfft2d(spec * tf.cast(v, spec.dtype), fft_length=full.shape[1:3]),
+                                 (0, 2, 3, 1))
+                y = fourier.crop_and_stride(y, (7, 8), kernel_size, strides, padding)
+            loss = tf.reduce_sum(tf.sin(y) * weights[:, : y.shape[1], : y.shape[2]])
+        grads.append(tape.gradient(loss, [x, a]))
+    for g_fourier, g_spatial in zip(*grads):
+        np.testing.assert_allclose(g_fourier.numpy(), g_spatial.numpy(), rtol=1e-4, atol=1e-4)
