@@ -144,32 +144,79 @@ def _masked_terms(log_z_blocks, power, log_form):
 
 
 def _reduce(blocks, power, count, reduction, log_space):
-    """Sum (or mean) over the selected entries of every block.
+    """Sum (or mean) over the selected entries of every block, per batch entry.
 
-    For power > 0 the blocks hold exponents x = −s log z and the result is
-    Σ exp(x), computed with a max shift so nothing overflows.
+    Each block is `(x, mask)` with x of shape `(..., N, N)`; the last two axes
+    are reduced, leading (batch) axes are kept. For power > 0 the blocks hold
+    exponents x = −s log z and the result is Σ exp(x), computed with a max
+    shift taken separately for every batch entry so nothing overflows.
     """
     divisor = float(count) if reduction == "mean" else 1.0
+    pair_axes = (-2, -1)
     if power == 0:
         total = 0.0
         for term, mask in blocks:
-            total = total + ops.sum(ops.where(mask, term, 0.0))
+            total = total + ops.sum(ops.where(mask, term, 0.0), axis=pair_axes)
         return total / divisor
     neg_inf = float("-inf")
     shift = None
     for x, mask in blocks:
-        block_max = ops.max(ops.where(mask, x, neg_inf))
+        block_max = ops.max(ops.where(mask, x, neg_inf), axis=pair_axes, keepdims=True)
         shift = block_max if shift is None else ops.maximum(shift, block_max)
     # The shift cancels exactly; stop_gradient keeps it out of the backward pass.
     shift = ops.stop_gradient(shift)
     total = 0.0
     for x, mask in blocks:
         # where() before exp(): masked entries become exp(-inf) = 0 with zero gradient.
-        total = total + ops.sum(ops.exp(ops.where(mask, x - shift, neg_inf)))
-    log_value = ops.log(total) + shift - math.log(divisor)
+        total = total + ops.sum(ops.exp(ops.where(mask, x - shift, neg_inf)), axis=pair_axes)
+    log_value = ops.log(total) + ops.squeeze(shift, axis=pair_axes) - math.log(divisor)
     if log_space:
         return log_value
     return ops.exp(ops.minimum(log_value, _LOG_ENERGY_MAX))
+
+
+def _energy_from_cosines(
+    cos,
+    power,
+    distance="euclidean",
+    half_space=False,
+    beta=None,
+    log_form="thesis",
+    distance_epsilon=DEFAULT_DISTANCE_EPSILON,
+    reduction="mean",
+    log_space=False,
+):
+    """The energy reduction of `hyperspherical_energy` on cosine Gram matrices `(..., N, N)`.
+
+    Leading axes are batch axes (e.g. the C projections of RP-CoMHE [T-6.4]);
+    every batch entry is reduced on its own, with its own max shift, and one
+    float32 value per entry is returned (shape `cos.shape[:-2]`). Arguments are
+    not validated here (the public callers do it); N must be static and >= 2
+    unless `half_space`.
+    """
+    n = cos.shape[-1]
+    if beta is not None:
+        beta = ops.reshape(ops.cast(beta, "float32"), (n,))
+        beta_i, beta_j = ops.reshape(beta, (n, 1)), ops.reshape(beta, (1, n))
+    else:
+        beta_i = beta_j = None
+    off_diagonal = ops.logical_not(ops.cast(ops.eye(n), "bool"))
+    # Replace the diagonal by a harmless cosine *before* the log (spec §8.1).
+    cos_off = ops.where(off_diagonal, cos, 0.0)
+    blocks = [(_log_distance(cos_off, beta_i, beta_j, distance, distance_epsilon), off_diagonal)]
+    count = n * (n - 1)
+    if half_space:
+        # Pairs (ŵ_i, −ŵ_j) for all i, j, including the virtual antipode j = i.
+        everything = ops.ones((n, n), "bool")
+        blocks.append((_log_distance(-cos, beta_i, beta_j, distance, distance_epsilon), everything))
+        # The 2N points give each of these two blocks twice; the factor 2 cancels
+        # in the mean: [2 S_+ + 2 S_-] / (2N(2N−1)) = (S_+ + S_-) / (N(2N−1)).
+        count = n * (2 * n - 1)
+    terms = _masked_terms(blocks, power, log_form)
+    result = _reduce(terms, power, count, reduction, log_space)
+    if half_space and reduction == "sum":
+        result = result + math.log(2.0) if log_space else 2.0 * result
+    return ops.cast(result, "float32")
 
 
 def hyperspherical_energy(
@@ -234,28 +281,17 @@ def hyperspherical_energy(
         raise ValueError("Invalid value for argument `weights`: the number of neurons must be static.")
     if n < 2 and not half_space:
         return ops.zeros((), "float32")
-    if beta is not None:
-        beta = ops.reshape(ops.cast(beta, "float32"), (n,))
-        beta_i, beta_j = ops.reshape(beta, (n, 1)), ops.reshape(beta, (1, n))
-    else:
-        beta_i = beta_j = None
-    off_diagonal = ops.logical_not(ops.cast(ops.eye(n), "bool"))
-    # Replace the diagonal by a harmless cosine *before* the log (spec §8.1).
-    cos_off = ops.where(off_diagonal, cos, 0.0)
-    blocks = [(_log_distance(cos_off, beta_i, beta_j, distance, distance_epsilon), off_diagonal)]
-    count = n * (n - 1)
-    if half_space:
-        # Pairs (ŵ_i, −ŵ_j) for all i, j, including the virtual antipode j = i.
-        everything = ops.ones((n, n), "bool")
-        blocks.append((_log_distance(-cos, beta_i, beta_j, distance, distance_epsilon), everything))
-        # The 2N points give each of these two blocks twice; the factor 2 cancels
-        # in the mean: [2 S_+ + 2 S_-] / (2N(2N−1)) = (S_+ + S_-) / (N(2N−1)).
-        count = n * (2 * n - 1)
-    terms = _masked_terms(blocks, power, log_form)
-    result = _reduce(terms, power, count, reduction, log_space)
-    if half_space and reduction == "sum":
-        result = result + math.log(2.0) if log_space else 2.0 * result
-    return ops.cast(result, "float32")
+    return _energy_from_cosines(
+        cos,
+        power,
+        distance=distance,
+        half_space=half_space,
+        beta=beta,
+        log_form=log_form,
+        distance_epsilon=distance_epsilon,
+        reduction=reduction,
+        log_space=log_space,
+    )
 
 
 def data_dependent_energy(
