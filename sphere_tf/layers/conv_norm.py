@@ -21,29 +21,12 @@ init ``U(±1/√(kh·kw))``, BatchNorm with PyTorch's momentum 0.1 (Keras 0.9) a
 import keras
 from keras import ops
 
+from sphere_tf.layers import _validation
 from sphere_tf.ops import fourier
 
 # PyTorch BatchNorm2d defaults used by upstream `PreConv` (momentum 0.1 == Keras momentum 0.9).
 BN_MOMENTUM = 0.9
 BN_EPSILON = 1e-5
-
-
-def _int_pair(value, name):
-    pair = (value, value) if isinstance(value, int) else tuple(value)
-    if len(pair) != 2 or any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in pair):
-        raise ValueError(
-            f"Invalid value for argument `{name}`: expected a positive int or a pair of "
-            f"positive ints. Received: {name}={value!r}"
-        )
-    return pair
-
-
-def _positive_float(value, name):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(
-            f"Invalid value for argument `{name}`: expected a float > 0. Received: {name}={value!r}"
-        )
-    return float(value)
 
 
 def _unit_interval(value, name, allow_none=False):
@@ -182,8 +165,8 @@ class ConvNorm2D(keras.layers.Layer):
                 f"Invalid value for argument `filters`: expected a positive int. Received: filters={filters!r}"
             )
         self.filters = filters
-        self.kernel_size = _int_pair(kernel_size, "kernel_size")
-        self.strides = _int_pair(strides, "strides")
+        self.kernel_size = _validation.int_pair(kernel_size, "kernel_size")
+        self.strides = _validation.int_pair(strides, "strides")
         padding_name = padding.lower() if isinstance(padding, str) else padding
         if padding_name not in ("valid", "same"):
             raise ValueError(
@@ -192,7 +175,7 @@ class ConvNorm2D(keras.layers.Layer):
         self.padding = padding_name
         self.affine = bool(affine)
         self.batch_norm = bool(batch_norm)
-        self.epsilon = _positive_float(epsilon, "epsilon")
+        self.epsilon = _validation.positive_float(epsilon, "epsilon")
         self.momentum = _unit_interval(momentum, "momentum", allow_none=True)
         if isinstance(rampdown_steps, bool) or not isinstance(rampdown_steps, int) or rampdown_steps <= 0:
             raise ValueError(
@@ -206,7 +189,7 @@ class ConvNorm2D(keras.layers.Layer):
                 f"Invalid value for argument `bn_momentum`: expected a float in (0, 1). "
                 f"Received: bn_momentum={bn_momentum!r}"
             )
-        self.bn_epsilon = _positive_float(bn_epsilon, "bn_epsilon")
+        self.bn_epsilon = _validation.positive_float(bn_epsilon, "bn_epsilon")
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         upstream_init = _upstream_depthwise_initializer(self.kernel_size)
         self.affine_initializer = keras.initializers.get(affine_initializer or upstream_init)

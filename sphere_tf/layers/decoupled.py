@@ -27,6 +27,7 @@ import numbers
 import keras
 from keras import ops
 
+from sphere_tf.layers import _validation
 from sphere_tf.ops import angles
 from sphere_tf.ops import angular as angular_lib
 from sphere_tf.ops import fused
@@ -48,42 +49,6 @@ def _upstream_kernel_initializer():
     return keras.initializers.VarianceScaling(
         scale=2.0, mode="fan_in", distribution="untruncated_normal"
     )
-
-
-def _positive_float(value, name, allow_none=False):
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
-        raise ValueError(
-            f"Invalid value for argument `{name}`: expected a float > 0. Received: {name}={value!r}"
-        )
-    return float(value)
-
-
-def _positive_int(value, name):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
-        raise ValueError(
-            f"Invalid value for argument `{name}`: expected a positive int. Received: {name}={value!r}"
-        )
-    return int(value)
-
-
-def _int_pair(value, name):
-    if isinstance(value, numbers.Integral):
-        pair = (value, value)
-    else:
-        try:
-            pair = tuple(value)
-        except TypeError:
-            pair = ()
-    if len(pair) != 2 or any(
-        isinstance(v, bool) or not isinstance(v, numbers.Integral) or v <= 0 for v in pair
-    ):
-        raise ValueError(
-            f"Invalid value for argument `{name}`: expected a positive int or a pair of "
-            f"positive ints. Received: {name}={value!r}"
-        )
-    return tuple(int(v) for v in pair)
 
 
 class _HypersphericalOperator(keras.layers.Layer):
@@ -128,7 +93,7 @@ class _HypersphericalOperator(keras.layers.Layer):
                 f"(one of {sorted(angular_lib.ANGULAR_FNS)}); register custom functions with "
                 f"`sphere_tf.ops.angular.register_angular_fn`. Received: angular={angular!r}"
             )
-        self.alpha = _positive_float(alpha, "alpha")
+        self.alpha = _validation.positive_float(alpha, "alpha")
         if beta is None:
             beta = self._magnitude.default_beta
         elif self._magnitude.default_beta is None:
@@ -143,7 +108,7 @@ class _HypersphericalOperator(keras.layers.Layer):
                 )
             beta = float(beta)
         self.beta = beta
-        self.rho = _positive_float(rho, "rho")
+        self.rho = _validation.positive_float(rho, "rho")
         self.learnable_rho = bool(learnable_rho)
         if weighted not in operator.WEIGHTINGS:
             raise ValueError(
@@ -157,7 +122,7 @@ class _HypersphericalOperator(keras.layers.Layer):
                 f"Received: magnitude={magnitude!r}"
             )
         self.weighted = weighted
-        self.k = _positive_float(k, "k")
+        self.k = _validation.positive_float(k, "k")
         self.learnable_k = bool(learnable_k)
         if self.learnable_k and angular not in angular_lib.USES_K:
             raise ValueError(
@@ -165,7 +130,7 @@ class _HypersphericalOperator(keras.layers.Layer):
                 f"parameter k ({sorted(angular_lib.USES_K)}) can learn it. Received: "
                 f"learnable_k=True with angular={angular!r}"
             )
-        self.learnable_k_init = _positive_float(learnable_k_init, "learnable_k_init")
+        self.learnable_k_init = _validation.positive_float(learnable_k_init, "learnable_k_init")
         if self.learnable_k and self.learnable_k_init <= K_MIN:
             raise ValueError(
                 f"Invalid value for argument `learnable_k_init`: expected a float > {K_MIN} "
@@ -379,10 +344,10 @@ class _ConvGeometry:
     """Sliding-window patches of a 2-D convolution, `keras.layers.Conv2D` geometry."""
 
     def _init_conv(self, filters, kernel_size, strides, padding, dilation_rate):
-        self.filters = _positive_int(filters, "filters")
-        self.kernel_size = _int_pair(kernel_size, "kernel_size")
-        self.strides = _int_pair(strides, "strides")
-        self.dilation_rate = _int_pair(dilation_rate, "dilation_rate")
+        self.filters = _validation.positive_int(filters, "filters")
+        self.kernel_size = _validation.int_pair(kernel_size, "kernel_size")
+        self.strides = _validation.int_pair(strides, "strides")
+        self.dilation_rate = _validation.int_pair(dilation_rate, "dilation_rate")
         if not isinstance(padding, str) or padding.lower() not in ("valid", "same"):
             raise ValueError(
                 "Invalid value for argument `padding`: expected 'valid' or 'same'. "
@@ -443,7 +408,7 @@ class _DenseGeometry:
     """The whole input vector as the patch (fully connected layers)."""
 
     def _init_dense(self, units):
-        self.units = _positive_int(units, "units")
+        self.units = _validation.positive_int(units, "units")
 
     @property
     def _units(self):

@@ -59,6 +59,7 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
+from sphere_tf.layers import _validation
 from sphere_tf.ops import orthogonal
 
 ORTHOGONALIZATIONS = tuple(sorted(orthogonal.ORTHOGONALIZATION_FNS)) + ("ogd", "soft")
@@ -82,32 +83,12 @@ def _fixed_kernel_initializer(seed):
     )
 
 
-def _check_positive_int(value, name, allow_none=False):
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise ValueError(
-            f"Invalid value for argument `{name}`: expected a positive int. Received: {name}={value!r}"
-        )
-    return int(value)
-
-
 def _check_non_negative_float(value, name):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or not np.isfinite(value):
         raise ValueError(
             f"Invalid value for argument `{name}`: expected a finite float >= 0. Received: {name}={value!r}"
         )
     return float(value)
-
-
-def _int_pair(value, name):
-    pair = (value, value) if isinstance(value, int) else tuple(value)
-    if len(pair) != 2 or any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in pair):
-        raise ValueError(
-            f"Invalid value for argument `{name}`: expected a positive int or a pair of "
-            f"positive ints. Received: {name}={value!r}"
-        )
-    return pair
 
 
 def _identity_initializer(shape, dtype=None):
@@ -183,15 +164,15 @@ class _OPTLayer(keras.layers.Layer):
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.rotation_regularizer = keras.regularizers.get(rotation_regularizer)
         self.bias_regularizer = keras.regularizers.get(bias_regularizer)
-        self.num_blocks = _check_positive_int(num_blocks, "num_blocks")
+        self.num_blocks = _validation.positive_int(num_blocks, "num_blocks")
         self.share_blocks = bool(share_blocks)
-        self.stochastic_dims = _check_positive_int(stochastic_dims, "stochastic_dims", allow_none=True)
+        self.stochastic_dims = _validation.positive_int(stochastic_dims, "stochastic_dims", allow_none=True)
         if self.stochastic_dims is not None and self.num_blocks != 1:
             raise ValueError(
                 "Invalid value for argument `stochastic_dims`: S-OPT cannot be combined with PE-OPT blocks "
                 f"(num_blocks={self.num_blocks}). Received: stochastic_dims={stochastic_dims!r}"
             )
-        self.newton_schulz_iters = _check_positive_int(newton_schulz_iters, "newton_schulz_iters", allow_none=True)
+        self.newton_schulz_iters = _validation.positive_int(newton_schulz_iters, "newton_schulz_iters", allow_none=True)
         if self.newton_schulz_iters is not None and orthogonalization != "lowdin":
             raise ValueError(
                 "Invalid value for argument `newton_schulz_iters`: only used with orthogonalization='lowdin'. "
@@ -206,7 +187,7 @@ class _OPTLayer(keras.layers.Layer):
                 f"Received: energy_init={energy_init!r}"
             )
         self.energy_init = energy_init
-        self.energy_init_steps = _check_positive_int(energy_init_steps, "energy_init_steps")
+        self.energy_init_steps = _validation.positive_int(energy_init_steps, "energy_init_steps")
         self.energy_init_lr = _check_non_negative_float(energy_init_lr, "energy_init_lr")
         if self.energy_init_lr == 0:
             raise ValueError(
@@ -534,10 +515,10 @@ class OPTConv2D(_OPTLayer):
 
     def __init__(self, filters, kernel_size, strides=1, padding="valid", dilation_rate=1, **kwargs):
         super().__init__(**kwargs)
-        self.filters = _check_positive_int(filters, "filters")
-        self.kernel_size = _int_pair(kernel_size, "kernel_size")
-        self.strides = _int_pair(strides, "strides")
-        self.dilation_rate = _int_pair(dilation_rate, "dilation_rate")
+        self.filters = _validation.positive_int(filters, "filters")
+        self.kernel_size = _validation.int_pair(kernel_size, "kernel_size")
+        self.strides = _validation.int_pair(strides, "strides")
+        self.dilation_rate = _validation.int_pair(dilation_rate, "dilation_rate")
         if padding not in ("valid", "same"):
             raise ValueError(
                 f"Invalid value for argument `padding`: expected 'valid' or 'same'. Received: padding={padding!r}"
@@ -644,7 +625,7 @@ class OPTDense(_OPTLayer):
 
     def __init__(self, units, **kwargs):
         super().__init__(**kwargs)
-        self.units = _check_positive_int(units, "units")
+        self.units = _validation.positive_int(units, "units")
         self.input_spec = keras.layers.InputSpec(min_ndim=2)
 
     @property
