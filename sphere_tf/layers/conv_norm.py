@@ -160,11 +160,7 @@ class ConvNorm2D(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if isinstance(filters, bool) or not isinstance(filters, int) or filters <= 0:
-            raise ValueError(
-                f"Invalid value for argument `filters`: expected a positive int. Received: filters={filters!r}"
-            )
-        self.filters = filters
+        self.filters = _validation.positive_int(filters, "filters")
         self.kernel_size = _validation.int_pair(kernel_size, "kernel_size")
         self.strides = _validation.int_pair(strides, "strides")
         padding_name = padding.lower() if isinstance(padding, str) else padding
