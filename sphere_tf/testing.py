@@ -252,3 +252,20 @@ def numpy_decoupled(patches, kernel, magnitude="tanh", angular="cosine", alpha=1
         if weighted == "linear":
             h = h * w_norm
     return h * g, batch_mean
+
+
+def numpy_full_correlation(x, kernel):
+    """Cross-correlation with k − 1 zeros on every side (the "full" linear conv), float64.
+
+    One kernel tap at a time: `x` NHWC, `kernel` HWIO; returns `(N, H + kh − 1, W + kw − 1, C_out)`.
+    The ConvNorm reference [ConvNorm C.1] starts from this grid.
+    """
+    n, h, w, _ = x.shape
+    kh, kw, _, c_out = kernel.shape
+    xp = np.pad(np.asarray(x, np.float64), ((0, 0), (kh - 1, kh - 1), (kw - 1, kw - 1), (0, 0)))
+    hf, wf = h + kh - 1, w + kw - 1
+    y = np.zeros((n, hf, wf, c_out))
+    for u in range(kh):
+        for v in range(kw):
+            y += np.einsum("nhwi,io->nhwo", xp[:, u : u + hf, v : v + wf, :], np.asarray(kernel[u, v], np.float64))
+    return y

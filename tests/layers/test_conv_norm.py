@@ -13,18 +13,6 @@ from sphere_tf.layers import ConvNorm2D
 # -- NumPy reference of the whole layer (explicit loops + np.fft; independent of sphere_tf) ------
 
 
-def np_full_correlation(x, a):
-    n, h, w, _ = x.shape
-    kh, kw, _, c_out = a.shape
-    xp = np.pad(x.astype(np.float64), ((0, 0), (kh - 1, kh - 1), (kw - 1, kw - 1), (0, 0)))
-    hf, wf = h + kh - 1, w + kw - 1
-    y = np.zeros((n, hf, wf, c_out))
-    for u in range(kh):
-        for v in range(kw):
-            y += np.einsum("nhwi,io->nhwo", xp[:, u : u + hf, v : v + wf, :], a[u, v].astype(np.float64))
-    return y
-
-
 def np_normalizer_full(a, grid, eps):
     kh, kw, c_in, c_out = a.shape
     pad = np.zeros(tuple(grid) + (c_in, c_out))
@@ -58,7 +46,7 @@ def np_layer(x, a, strides, padding, eps, affine=None, bn=None, v_full=None):
     """ConvNorm2D forward. affine=(r, b); bn=(gamma, beta, mean, var, eps) or 'batch' statistics."""
     _, h, w, _ = x.shape
     kh, kw = a.shape[:2]
-    y = np_full_correlation(x, a)
+    y = testing.numpy_full_correlation(x, a)
     v = np_normalizer_full(a, y.shape[1:3], eps) if v_full is None else v_full
     y = np.real(np.fft.ifft2(np.fft.fft2(y, axes=(1, 2)) * v[None], axes=(1, 2)))
     y = y[:, np_keras_rows(h, kh, strides, padding)][:, :, np_keras_rows(w, kw, strides, padding)]
@@ -192,7 +180,7 @@ def test_forward_without_affine_and_bn_for_non_square_kernel(rng):
     out = keras.ops.convert_to_numpy(layer(x))
     # (1, 2) strides: rows stride 1, columns stride 2, so the reference crops axis by axis.
     a = _weights(layer)["kernel"]
-    y = np_full_correlation(x, a)
+    y = testing.numpy_full_correlation(x, a)
     v = np_normalizer_full(a, y.shape[1:3], 1e-4)
     y = np.real(np.fft.ifft2(np.fft.fft2(y, axes=(1, 2)) * v[None], axes=(1, 2)))
     ref = y[:, np_keras_rows(6, 1, 1, "same")][:, :, np_keras_rows(9, 3, 2, "same")]

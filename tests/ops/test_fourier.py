@@ -9,22 +9,10 @@ import tensorflow as tf
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sphere_tf import testing
 from sphere_tf.ops import fourier
 
 # -- NumPy references (explicit loops / np.fft; independent of sphere_tf.ops.fourier) ------------
-
-
-def np_full_correlation(x, a):
-    """Cross-correlation with k − 1 zeros on every side, one kernel tap at a time."""
-    n, h, w, _ = x.shape
-    kh, kw, _, c_out = a.shape
-    xp = np.pad(x.astype(np.float64), ((0, 0), (kh - 1, kh - 1), (kw - 1, kw - 1), (0, 0)))
-    hf, wf = h + kh - 1, w + kw - 1
-    y = np.zeros((n, hf, wf, c_out))
-    for u in range(kh):
-        for v in range(kw):
-            y += np.einsum("nhwi,io->nhwo", xp[:, u : u + hf, v : v + wf, :], a[u, v].astype(np.float64))
-    return y
 
 
 def np_normalizer_full(a, grid, eps):
@@ -50,7 +38,7 @@ def np_conv_norm(x, a, strides, padding, eps, v_full=None):
     """ConvNorm forward (no affine/BN): full correlation, FFT normalisation, crop, stride."""
     _, h, w, _ = x.shape
     kh, kw = a.shape[:2]
-    y = np_full_correlation(x, a)
+    y = testing.numpy_full_correlation(x, a)
     grid = y.shape[1:3]
     v = np_normalizer_full(a, grid, eps) if v_full is None else v_full
     y = np.real(np.fft.ifft2(np.fft.fft2(y, axes=(1, 2)) * v[None], axes=(1, 2)))
@@ -167,7 +155,7 @@ def test_crop_of_full_convolution_is_keras_conv2d(kernel_size, strides, padding,
     kernel = conv.kernel
     full = fourier.full_convolution(x, kernel)
     np.testing.assert_allclose(
-        keras.ops.convert_to_numpy(full), np_full_correlation(x, keras.ops.convert_to_numpy(kernel)), atol=1e-5
+        keras.ops.convert_to_numpy(full), testing.numpy_full_correlation(x, keras.ops.convert_to_numpy(kernel)), atol=1e-5
     )
     out = keras.ops.convert_to_numpy(fourier.crop_and_stride(full, size, kernel_size, strides, padding))
     assert out.shape == expected.shape
@@ -337,7 +325,7 @@ def test_fourier_conv_norm_matches_numpy_with_a_given_normalizer(kernel_size, st
     s = strides if isinstance(strides, tuple) else (strides, strides)
     rows = np_keras_rows(8, kernel_size[0], s[0], padding)
     cols = np_keras_rows(7, kernel_size[1], s[1], padding)
-    full = np.real(np.fft.ifft2(np.fft.fft2(np_full_correlation(x, a), axes=(1, 2)) * v_full[None], axes=(1, 2)))
+    full = np.real(np.fft.ifft2(np.fft.fft2(testing.numpy_full_correlation(x, a), axes=(1, 2)) * v_full[None], axes=(1, 2)))
     ref = full[:, rows][:, :, cols]
     assert out.shape == ref.shape and out.dtype == np.float32
     np.testing.assert_allclose(out, ref, rtol=1e-4, atol=1e-5)
