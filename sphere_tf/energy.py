@@ -37,6 +37,7 @@ import functools
 import math
 import numbers
 
+import tensorflow as tf  # tf.linalg.matmul(transpose_a=...): keras.ops.matmul has no transpose flags
 from keras import ops
 
 from sphere_tf.ops import angles
@@ -49,6 +50,8 @@ DEFAULT_DISTANCE_EPSILON = 1e-6
 NORMALIZED_ANGLE_EPSILON = 1e-4
 # Saturation point of the returned mean energy (log scale); see the module docstring.
 _LOG_ENERGY_MAX = 50.0
+# Bound on (number of terms) × (largest term derivative) for the direct s = 1, 2 sum.
+_DIRECT_LIMIT = 1e30
 
 DISTANCES = ("euclidean", "angular", "normalized_angular")
 LOG_FORMS = ("thesis", "code")
@@ -121,6 +124,23 @@ def cosine_gram(weights, epsilon=DEFAULT_EPSILON):
     return ops.matmul(ops.transpose(w_hat), w_hat)
 
 
+def _doubled_cosines(weights, epsilon=DEFAULT_EPSILON):
+    """2·C in the upstream form ``2·(WᵀW) / (‖w‖ᵀ‖w‖)``, `(N, N)` float32.
+
+    wy1iu/MHE divides the raw Gram matrix by the outer product of the norms
+    rather than normalising W first; the squared norms Σw² are the Gram's
+    diagonal, so no (d, N) elementwise pass (or its gradient) is needed, only
+    (N, N) ones. Equal to `2·cosine_gram(weights, epsilon)` up to float32
+    rounding; the factor 2 rides on one norm factor (exact).
+    """
+    w2d = neuron_matrix(weights)
+    # tf.linalg.matmul: keras.ops.matmul has no transpose_a, and an explicit
+    # transpose of the (d, N) kernel is a full copy (plus one in the gradient).
+    gram = tf.linalg.matmul(w2d, w2d, transpose_a=True)
+    inv_norm = ops.rsqrt(ops.diagonal(gram) + epsilon)
+    return gram * (ops.reshape(2.0 * inv_norm, (-1, 1)) * ops.reshape(inv_norm, (1, -1)))
+
+
 def _log_distance(cos, beta_i, beta_j, distance, distance_epsilon):
     """log z for a matrix of cosines (float32); z is the chord or geodesic distance."""
     if distance == "euclidean":
@@ -175,9 +195,65 @@ def _reduce(blocks, power, count, reduction, log_space):
     return ops.exp(ops.minimum(log_value, _LOG_ENERGY_MAX))
 
 
+def _use_direct(power, distance, log_space, distance_epsilon, count):
+    """Whether the Riesz sum may be evaluated directly (no log/exp, no max shift).
+
+    Only for the euclidean distance with s = 1 or 2 (the defaults everywhere).
+    Every squared distance is floored at `distance_epsilon`, so each term is at
+    most ε_d^{−s/2} and its derivative in z² at most (s/2)·ε_d^{−s/2−1}; the
+    direct path is taken when `count` times the latter stays below
+    `_DIRECT_LIMIT` (1e30, far under the float32 maximum 3.4e38). With the
+    default ε_d = 1e-6 and s = 2 that is ~1e12 per term, i.e. any N < 1e8.
+    """
+    if distance != "euclidean" or log_space or power not in (1, 2):
+        return False
+    return count * float(distance_epsilon) ** (-(power / 2.0 + 1.0)) <= _DIRECT_LIMIT
+
+
+def _direct_riesz_sum(doubled_cos, power, half_space, beta, distance_epsilon):
+    """Σ z^{−s} over the pairs of every batch entry, s ∈ {1, 2}, straight from 2·cos.
+
+    ```
+    z²_ij = max(β_i² + β_j² − β_iβ_j·(2C_ij), ε_d)     (β ≡ 1 unweighted)
+    half-space pairs (ŵ_i, −ŵ_j): z² = max(β_i² + β_j² + β_iβ_j·(2C_ij), ε_d), all i, j
+    s = 2: 1/z²,   s = 1: rsqrt(z²)
+    ```
+
+    The diagonal of the first block (a neuron with itself) is excluded without
+    a mask: its squared distance is floored at D = 2·max β² (2 unweighted)
+    instead of ε_d. Since C_ii ≥ 0 for a Gram matrix, z²_ii ≤ 2β_i² ≤ D, so
+    every diagonal entry is exactly D^{−s/2}, its gradient goes to the constant
+    floor (never to C_ii), and N·D^{−s/2} is subtracted from the sum. Every
+    off-diagonal term is at least (4·max β²)^{−s/2}, i.e. ≥ 2^{−s/2} times a
+    diagonal one, so the subtraction cancels no significant digits.
+    Same values as the masked log-space path up to float32 rounding.
+    """
+    n = doubled_cos.shape[-1]
+    if beta is None:
+        base = 2.0
+        scaled = doubled_cos
+        diag_floor = ops.convert_to_tensor(2.0, "float32")
+    else:
+        beta_sq = ops.square(beta)
+        base = ops.reshape(beta_sq, (n, 1)) + ops.reshape(beta_sq, (1, n))
+        scaled = doubled_cos * (ops.reshape(beta, (n, 1)) * ops.reshape(beta, (1, n)))
+        diag_floor = 2.0 * ops.max(beta_sq)
+    eye = ops.cast(ops.eye(n), "bool")
+    floor = ops.where(eye, diag_floor, distance_epsilon)
+    # maximum(floor, ·): on a tie the gradient goes to the first argument, the constant floor.
+    sq_plus = ops.maximum(floor, base - scaled)
+    term = ops.reciprocal if power == 2 else ops.rsqrt
+    pair_axes = (-2, -1)
+    total = ops.sum(term(sq_plus), axis=pair_axes) - float(n) * term(diag_floor)
+    if half_space:
+        sq_minus = ops.maximum(base + scaled, distance_epsilon)
+        total = total + ops.sum(term(sq_minus), axis=pair_axes)
+    return total
+
+
 def _energy_from_cosines(
-    cos,
-    power,
+    cos=None,
+    power=2,
     distance="euclidean",
     half_space=False,
     beta=None,
@@ -185,18 +261,39 @@ def _energy_from_cosines(
     distance_epsilon=DEFAULT_DISTANCE_EPSILON,
     reduction="mean",
     log_space=False,
+    doubled_cos=None,
 ):
     """The energy reduction of `hyperspherical_energy` on cosine Gram matrices `(..., N, N)`.
 
-    Leading axes are batch axes (e.g. the C projections of RP-CoMHE [T-6.4]);
-    every batch entry is reduced on its own, with its own max shift, and one
+    Pass either `cos` or `doubled_cos` = 2·cos (what the direct s = 1, 2 path
+    consumes; callers can get it for free by scaling one factor of the Gram
+    by 2, which is exact). Leading axes are batch axes (e.g. the C projections
+    of RP-CoMHE [T-6.4]); every batch entry is reduced on its own and one
     float32 value per entry is returned (shape `cos.shape[:-2]`). Arguments are
     not validated here (the public callers do it); N must be static and >= 2
-    unless `half_space`.
+    unless `half_space`; the diagonal must be that of a Gram matrix (C_ii >= 0).
+
+    Euclidean s = 1, 2 is summed directly (`_direct_riesz_sum`) when that
+    cannot overflow (`_use_direct`); everything else goes through log-space
+    terms with a max shift per batch entry (`_reduce`).
     """
-    n = cos.shape[-1]
+    if (cos is None) == (doubled_cos is None):
+        raise ValueError("Pass exactly one of `cos` and `doubled_cos`.")
+    some_cos = cos if cos is not None else doubled_cos
+    n = some_cos.shape[-1]
+    count = n * (2 * n - 1) if half_space else n * (n - 1)
     if beta is not None:
         beta = ops.reshape(ops.cast(beta, "float32"), (n,))
+    if _use_direct(power, distance, log_space, distance_epsilon, 2 * n * n):
+        if doubled_cos is None:
+            doubled_cos = 2.0 * cos
+        total = _direct_riesz_sum(doubled_cos, power, half_space, beta, distance_epsilon)
+        if half_space and reduction == "sum":
+            total = 2.0 * total
+        return ops.cast(total / float(count) if reduction == "mean" else total, "float32")
+    if cos is None:
+        cos = 0.5 * doubled_cos  # exact
+    if beta is not None:
         beta_i, beta_j = ops.reshape(beta, (n, 1)), ops.reshape(beta, (1, n))
     else:
         beta_i = beta_j = None
@@ -204,14 +301,12 @@ def _energy_from_cosines(
     # Replace the diagonal by a harmless cosine *before* the log (spec §8.1).
     cos_off = ops.where(off_diagonal, cos, 0.0)
     blocks = [(_log_distance(cos_off, beta_i, beta_j, distance, distance_epsilon), off_diagonal)]
-    count = n * (n - 1)
     if half_space:
         # Pairs (ŵ_i, −ŵ_j) for all i, j, including the virtual antipode j = i.
         everything = ops.ones((n, n), "bool")
         blocks.append((_log_distance(-cos, beta_i, beta_j, distance, distance_epsilon), everything))
         # The 2N points give each of these two blocks twice; the factor 2 cancels
         # in the mean: [2 S_+ + 2 S_-] / (2N(2N−1)) = (S_+ + S_-) / (N(2N−1)).
-        count = n * (2 * n - 1)
     terms = _masked_terms(blocks, power, log_form)
     result = _reduce(terms, power, count, reduction, log_space)
     if half_space and reduction == "sum":
@@ -275,15 +370,15 @@ def hyperspherical_energy(
         raise ValueError(
             f"Invalid value for argument `distance_epsilon`: expected > 0. Received: distance_epsilon={distance_epsilon}"
         )
-    cos = cosine_gram(weights, epsilon)
-    n = cos.shape[-1]
+    doubled_cos = _doubled_cosines(weights, epsilon)
+    n = doubled_cos.shape[-1]
     if n is None:
         raise ValueError("Invalid value for argument `weights`: the number of neurons must be static.")
     if n < 2 and not half_space:
         return ops.zeros((), "float32")
     return _energy_from_cosines(
-        cos,
-        power,
+        doubled_cos=doubled_cos,
+        power=power,
         distance=distance,
         half_space=half_space,
         beta=beta,

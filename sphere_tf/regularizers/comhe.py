@@ -201,22 +201,32 @@ class CoMHE(keras.regularizers.Regularizer):
         return tf.random.stateless_normal((self.num_projections, self.projection_dim, d), seed=seed)
 
     def projected_energy(self, x, projections):
-        """Aggregated energy of the neurons of `x` projected by `projections` `(C, k, d)`."""
-        w_hat = energy.normalized_neurons(x, self.epsilon)
+        """Aggregated energy of the neurons of `x` projected by `projections` `(C, k, d)`.
+
+        As in rmlin/CoMHE (spec §3.3), P multiplies the *raw* neuron matrix and
+        the projected columns are normalised afterwards, ``P_c w_i / sqrt(‖P_c w_i‖² + ε)``;
+        this equals Eq 6.4's ``P_c ŵ_i / ‖P_c ŵ_i‖`` since the scale of ŵ_i cancels
+        (up to where ε sits), and it skips normalising the (d, N) kernel and its gradient.
+        With orthonormal P columns (k ≥ d) it is MHE on W exactly (same ε).
+        """
+        w2d = energy.neuron_matrix(x)
         projections = ops.cast(projections, "float32")
-        # All C projections at once: (C, k, d) x (d, N) -> (C, k, N), then the same
-        # column normalisation as `energy.cosine_gram` and one batched Gram (C, N, N).
+        # All C projections at once: (C·k, d) x (d, N) -> (C, k, N), the column
+        # normalisation on the small (C, k, N) tensor, one batched Gram (C, N, N).
         # (ops.matmul on a reshaped P: ops.einsum was slower in a quick CPU measurement.)
         c, k, d = projections.shape
-        n = w_hat.shape[-1]
-        projected = ops.reshape(ops.matmul(ops.reshape(projections, (c * k, d)), w_hat), (c, k, n))
-        norm = ops.sqrt(ops.sum(ops.square(projected), axis=-2, keepdims=True) + self.epsilon)
-        unit = projected / norm
-        cos = ops.matmul(ops.transpose(unit, (0, 2, 1)), unit)
+        n = w2d.shape[-1]
+        projected = ops.reshape(ops.matmul(ops.reshape(projections, (c * k, d)), w2d), (c, k, n))
+        unit = projected * ops.rsqrt(ops.sum(ops.square(projected), axis=-2, keepdims=True) + self.epsilon)
         if n < 2 and not self.half_space:
             return ops.zeros((), "float32")
-        # One value per projection, each with its own max shift (finite for 'max').
-        energies = energy._energy_from_cosines(cos, self.power, half_space=self.half_space, log_form=self.log_form)
+        # 2·cos (exact doubling: 2·unit scales every product and sum by 2), the form
+        # the energy reduction consumes; one value per projection, each reduced on
+        # its own (finite for 'max').
+        doubled_cos = ops.matmul(ops.transpose(2.0 * unit, (0, 2, 1)), unit)
+        energies = energy._energy_from_cosines(
+            doubled_cos=doubled_cos, power=self.power, half_space=self.half_space, log_form=self.log_form
+        )
         return ops.max(energies) if self.aggregation == "max" else ops.mean(energies)
 
     def _variable_for(self, key, d):
