@@ -40,6 +40,8 @@ weights; `get_config()` writes their current values (`step`,
 the learned projections.
 """
 
+import math
+
 import keras
 import tensorflow as tf  # stateless RNG, nested GradientTape, init_scope: no keras.ops equivalents
 from keras import ops
@@ -57,6 +59,28 @@ DEFAULT_PROJECTION_STEPS = {"angle_preserving": 1, "adversarial": 10}
 # rmlin/CoMHE: P's own loss adds 1e-3 · (5e-4 · ‖P‖²/2).
 DEFAULT_PROJECTION_DECAY = 1e-3 * 5e-4
 _FROBENIUS_EPSILON = 1e-12
+
+
+def standard_normal(shape, seed):
+    """i.i.d. N(0, 1) float32 samples of `shape`, a pure function of `seed` (int64 `(2,)`).
+
+    Box–Muller transform of stateless Philox uniforms u₁, u₂ ∈ [0, 1):
+    ``z = sqrt(−2 log(1 − u₁)) · (cos 2πu₂, sin 2πu₂)``, both independent N(0, 1)
+    (1 − u₁ ∈ (0, 1], so the log is finite; tails reach ±5.6σ, as in TF's own
+    sampler, which uses the same transform with the same 23-bit uniforms).
+    Note: `tf.random.stateless_normal` does the transform one element at a
+    time; these four vectorised elementwise passes are ~1.5× faster on CPU
+    (the draw is ~40% of RP-CoMHE's cost on a (2048, 256) kernel).
+    """
+    total = math.prod(shape)
+    half = (total + 1) // 2
+    u1, u2 = tf.unstack(tf.random.stateless_uniform((2, half), seed=seed, dtype=tf.float32))
+    radius = ops.sqrt(-2.0 * ops.log1p(-u1))
+    angle = (2.0 * math.pi) * u2
+    z = ops.concatenate([radius * ops.cos(angle), radius * ops.sin(angle)])
+    if 2 * half != total:
+        z = z[:total]
+    return ops.reshape(z, shape)
 
 
 def _bad(name, expected, value):
@@ -193,12 +217,14 @@ class CoMHE(keras.regularizers.Regularizer):
 
     def random_projections(self, dim, step, key=None):
         """The C Gaussian matrices `(C, k, dim)` drawn at `step` (key defaults to the shared `dim<d>`)."""
-        return self._draw(key or f"dim{dim}", dim, step)
+        stacked = self._draw(key or f"dim{dim}", dim, step)  # (d, C·k)
+        return ops.transpose(ops.reshape(stacked, (dim, self.num_projections, self.projection_dim)), (1, 2, 0))
 
     def _draw(self, key, d, step):
+        """All C projections at `step`, stored transposed and side by side: `(d, C·k)`, column c·k + r = row r of P_c."""
         block = ops.cast(step, "int64") // self.resample_every
         seed = ops.stack([ops.cast(mhe_lib.stable_key(key) ^ self.seed, "int64"), block])
-        return tf.random.stateless_normal((self.num_projections, self.projection_dim, d), seed=seed)
+        return standard_normal((d, self.num_projections * self.projection_dim), seed)
 
     def projected_energy(self, x, projections):
         """Aggregated energy of the neurons of `x` projected by `projections` `(C, k, d)`.
@@ -209,21 +235,28 @@ class CoMHE(keras.regularizers.Regularizer):
         (up to where ε sits), and it skips normalising the (d, N) kernel and its gradient.
         With orthonormal P columns (k ≥ d) it is MHE on W exactly (same ε).
         """
-        w2d = energy.neuron_matrix(x)
         projections = ops.cast(projections, "float32")
+        c, k, d = projections.shape
+        stacked = ops.reshape(ops.transpose(projections, (2, 0, 1)), (d, c * k))
+        return self._projected_energy(energy.neuron_matrix(x), stacked, c)
+
+    def _projected_energy(self, w2d, stacked, c):
+        """`projected_energy` for P given as `_draw` returns it, `(d, C·k)`."""
+        d, n = w2d.shape
+        k = stacked.shape[-1] // c
         # All C projections at once: (C·k, d) x (d, N) -> (C, k, N), the column
         # normalisation on the small (C, k, N) tensor, one batched Gram (C, N, N).
-        # (ops.matmul on a reshaped P: ops.einsum was slower in a quick CPU measurement.)
-        c, k, d = projections.shape
-        n = w2d.shape[-1]
-        projected = ops.reshape(ops.matmul(ops.reshape(projections, (c * k, d)), w2d), (c, k, n))
+        # tf.linalg.matmul: keras.ops.matmul has no transpose flags; with P stored
+        # (d, C·k) neither this product nor its gradient P·g needs a transpose copy,
+        # and it was the fastest layout on CPU.
+        projected = ops.reshape(tf.linalg.matmul(stacked, w2d, transpose_a=True), (c, k, n))
         unit = projected * ops.rsqrt(ops.sum(ops.square(projected), axis=-2, keepdims=True) + self.epsilon)
         if n < 2 and not self.half_space:
             return ops.zeros((), "float32")
         # 2·cos (exact doubling: 2·unit scales every product and sum by 2), the form
         # the energy reduction consumes; one value per projection, each reduced on
         # its own (finite for 'max').
-        doubled_cos = ops.matmul(ops.transpose(2.0 * unit, (0, 2, 1)), unit)
+        doubled_cos = tf.linalg.matmul(2.0 * unit, unit, transpose_a=True)
         energies = energy._energy_from_cosines(
             doubled_cos=doubled_cos, power=self.power, half_space=self.half_space, log_form=self.log_form
         )
@@ -320,7 +353,7 @@ class CoMHE(keras.regularizers.Regularizer):
             return self._energy(w2d)
         if self.projection == "random":
             step = self._counter.step_for(x)
-            return self.projected_energy(w2d, self._draw(self._key(x, d, n), d, step))
+            return self._projected_energy(w2d, self._draw(self._key(x, d, n), d, step), self.num_projections)
         return self._learned(x, w2d)
 
     def __call__(self, x):

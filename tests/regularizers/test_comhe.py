@@ -44,7 +44,9 @@ def test_orthogonal_projection_equals_mhe(rng, k):
     p = q[:, :d]  # (k, d) with orthonormal columns: ‖Px‖ = ‖x‖
     reg = regularizers.CoMHE(projection_dim=k - 1)  # d > projection_dim is irrelevant here
     got = float(reg.projected_energy(w, np.stack([p, p]).astype(np.float32)))
-    np.testing.assert_allclose(got, float(regularizers.MHE(half_space=True)(w)), rtol=1e-4)
+    # The raw kernel is projected (rmlin/CoMHE), so ‖Pw‖ = ‖w‖ and the same ε give MHE itself.
+    np.testing.assert_allclose(got, float(regularizers.MHE(half_space=True)(w)), rtol=1e-5)
+    np.testing.assert_allclose(got, np_hs_energy(w), rtol=2e-5)
 
 
 def test_random_projection_value_matches_reference(rng):
@@ -54,8 +56,8 @@ def test_random_projection_value_matches_reference(rng):
         got = float(reg(w))  # plain tensor: step stays 0
         p = reg.random_projections(72, 0).numpy()
         assert p.shape == (3, 10, 72)
-        u = np_unit_columns(w.reshape(-1, 6))
-        per = [np_hs_energy(p[c] @ u) for c in range(3)]
+        # Upstream order (spec §3.3): project the raw kernel, normalise afterwards.
+        per = [np_hs_energy(p[c] @ w.reshape(-1, 6)) for c in range(3)]
         want = max(per) if aggregation == "max" else np.mean(per)
         np.testing.assert_allclose(got, want, rtol=1e-4)
     # Entries are N(0, 1).
@@ -82,6 +84,44 @@ def test_resampling_changes_and_reproduces(rng):
     assert not np.allclose(p1, p2)
 
 
+def test_projection_of_normalized_and_raw_kernel_agree(rng):
+    """Eq 6.4 normalises ŵ before P; upstream projects raw W. Equal up to where ε sits (here ≪ 1e-5)."""
+    w = (3.0 * rng.standard_normal((50, 7))).astype(np.float32)
+    p = rng.standard_normal((2, 8, 50)).astype(np.float32)
+    reg = regularizers.CoMHE(projection_dim=8, num_projections=2)
+    got = float(reg.projected_energy(w, p))
+    np.testing.assert_allclose(got, np.mean([np_hs_energy(p[c] @ w) for c in range(2)]), rtol=2e-5)
+    np.testing.assert_allclose(got, np.mean([np_hs_energy(p[c] @ np_unit_columns(w)) for c in range(2)]), rtol=1e-4)
+
+
+def _np_normal_cdf(x):
+    return 0.5 * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))
+
+
+@pytest.mark.parametrize("shape", [(3, 40, 501), (7,)])
+def test_standard_normal_sampler_is_iid_gaussian_and_reproducible(shape):
+    from sphere_tf.regularizers import comhe
+
+    seed = tf.constant([5, 9], tf.int64)
+    z = comhe.standard_normal(shape, seed).numpy()
+    assert z.shape == shape and z.dtype == np.float32 and np.all(np.isfinite(z))
+    np.testing.assert_array_equal(z, comhe.standard_normal(shape, seed).numpy())
+    assert not np.allclose(z, comhe.standard_normal(shape, tf.constant([5, 10], tf.int64)).numpy())
+    if len(shape) > 1:
+        flat = np.sort(z.ravel().astype(np.float64))
+        m = flat.size
+        # Kolmogorov–Smirnov distance to N(0, 1): 1.63/sqrt(m) is the 1% critical value.
+        cdf = _np_normal_cdf(flat)
+        ks = max(np.max(np.arange(1, m + 1) / m - cdf), np.max(cdf - np.arange(m) / m))
+        assert ks < 1.63 / math.sqrt(m), ks
+        # The two Box–Muller halves (cos and sin of one pair) are uncorrelated, also in their squares.
+        half = m // 2
+        a, b = z.ravel()[:half], z.ravel()[half : 2 * half]
+        assert abs(np.corrcoef(a, b)[0, 1]) < 4 / math.sqrt(half)
+        assert abs(np.corrcoef(a**2, b**2)[0, 1]) < 4 / math.sqrt(half)
+        assert abs(np.mean(z**4) - 3.0) < 0.1  # Gaussian kurtosis
+
+
 @pytest.mark.parametrize("share", [True, False])
 def test_layers_of_equal_dimension_share_projections(rng, share):
     w1 = rng.standard_normal((3, 3, 4, 5)).astype(np.float32)
@@ -90,8 +130,8 @@ def test_layers_of_equal_dimension_share_projections(rng, share):
     v1, v2 = keras.Variable(w1, name="a"), keras.Variable(w2, name="b")
     e1, e2 = float(reg(v1)), float(reg(v2))  # one "step": v1 leads, advances to step 1
     shared = reg.random_projections(36, 1).numpy()
-    want1 = np.mean([np_hs_energy(shared[c] @ np_unit_columns(w1.reshape(-1, 5))) for c in range(2)])
-    want2 = np.mean([np_hs_energy(shared[c] @ np_unit_columns(w2.reshape(-1, 7))) for c in range(2)])
+    want1 = np.mean([np_hs_energy(shared[c] @ w1.reshape(-1, 5)) for c in range(2)])
+    want2 = np.mean([np_hs_energy(shared[c] @ w2.reshape(-1, 7)) for c in range(2)])
     if share:
         np.testing.assert_allclose([e1, e2], [want1, want2], rtol=1e-4)
     else:
