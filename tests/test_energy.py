@@ -269,3 +269,105 @@ def test_rank1_and_registry_errors():
         energy.get_energy_fn("s9")
     with pytest.raises(ValueError, match="already registered"):
         energy.register_energy_fn("s2", lambda w: w)
+
+
+# -- direct s = 1, 2 path (no log/exp) vs the log-space path and the NumPy loops -------------------
+
+
+def _np_energy_eps(w, power, half_space, distance_epsilon, beta=None, eps=1e-4):
+    """np_energy with a configurable floor on the squared distance (float64 loops)."""
+    w2d = np.asarray(w, np.float64).reshape(-1, np.shape(w)[-1])
+    n = w2d.shape[1]
+    pts = [w2d[:, i] / math.sqrt(float(np.sum(w2d[:, i] ** 2)) + eps) for i in range(n)]
+    betas = [1.0] * n if beta is None else [float(b) for b in beta]
+    if half_space:
+        pts, betas = pts + [-p for p in pts], betas + betas
+    vals = [max(betas[i] ** 2 + betas[j] ** 2 - 2 * betas[i] * betas[j] * float(np.dot(pts[i], pts[j])),
+                distance_epsilon) ** (-power / 2)
+            for i in range(len(pts)) for j in range(len(pts)) if i != j]
+    return float(np.mean(vals))
+
+
+def _value_and_grad(w, force_log_space, **kwargs):
+    w = tf.Variable(w)
+    saved = energy._DIRECT_LIMIT
+    energy._DIRECT_LIMIT = -1.0 if force_log_space else saved  # -1: every count is over the limit
+    try:
+        with tf.GradientTape() as tape:
+            value = energy.hyperspherical_energy(w, **kwargs)
+        grad = tape.gradient(value, w)
+    finally:
+        energy._DIRECT_LIMIT = saved
+    return float(value), grad.numpy()
+
+
+def _degenerate_kernel(kind):
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal((5, 6)).astype(np.float32)
+    if kind in ("duplicate", "mixed"):
+        w[:, 1] = w[:, 0]
+    if kind in ("antipodal", "mixed"):
+        w[:, 3] = -w[:, 2]
+    if kind in ("zero", "mixed"):
+        w[:, 5] = 0.0
+    return w
+
+
+def test_direct_path_is_taken_only_where_it_cannot_overflow():
+    assert energy._use_direct(2, "euclidean", False, 1e-6, 2 * 256**2)
+    assert energy._use_direct(1.0, "euclidean", False, 1e-6, 2 * 4096**2)
+    assert not energy._use_direct(2, "euclidean", True, 1e-6, 8)  # log_space
+    assert not energy._use_direct(3, "euclidean", False, 1e-6, 8)
+    assert not energy._use_direct(2, "angular", False, 1e-6, 8)
+    # z² >= 1e-20 allows terms of 1e20 and derivatives of 1e40 (over float32): log-space path.
+    assert not energy._use_direct(2, "euclidean", False, 1e-20, 8)
+
+
+@pytest.mark.parametrize("kind", ["random", "duplicate", "antipodal", "zero", "mixed"])
+@pytest.mark.parametrize("power", [1, 2])
+@pytest.mark.parametrize("half_space", [False, True])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_direct_path_matches_log_space_path_and_loops(kind, power, half_space, weighted):
+    w = _degenerate_kernel(kind)
+    beta = np.linspace(0.5, 2.0, 6).astype(np.float32) if weighted else None
+    kwargs = dict(power=power, half_space=half_space, beta=beta)
+    direct, g_direct = _value_and_grad(w, False, **kwargs)
+    logspace, g_log = _value_and_grad(w, True, **kwargs)
+    want = _np_energy_eps(w, power, half_space, 1e-6, beta=beta)
+    # Coincident points (a duplicate, or an antipode's virtual neuron) sit at z² = 2ε/(‖w‖² + ε) ≈ 4e-5,
+    # where float32 2 − 2C cancels ~7 digits down to ~3 (both paths alike); elsewhere float32 rounding.
+    coincident = kind in ("duplicate", "mixed") or (kind == "antipodal" and half_space)
+    np.testing.assert_allclose(direct, want, rtol=1e-2 if coincident else 2e-5)
+    np.testing.assert_allclose(direct, logspace, rtol=2e-5)
+    assert np.all(np.isfinite(g_direct))
+    # Coincident pairs: a 1/z⁴-sized factor times a cancelling ∂C/∂w, float32 noise of a few % on both paths.
+    np.testing.assert_allclose(g_direct, g_log, rtol=5e-2 if coincident else 1e-4, atol=1e-5 * np.max(np.abs(g_log)))
+
+
+def test_direct_path_gradient_matches_finite_differences(rng):
+    w = rng.standard_normal((4, 5)).astype(np.float64)
+    for half_space in (False, True):
+        _, grad = _value_and_grad(w.astype(np.float32), False, power=2, half_space=half_space)
+        h = 1e-6
+        for idx in [(0, 0), (2, 3), (3, 4)]:
+            up, down = w.copy(), w.copy()
+            up[idx] += h
+            down[idx] -= h
+            fd = (_np_energy_eps(up, 2, half_space, 1e-6) - _np_energy_eps(down, 2, half_space, 1e-6)) / (2 * h)
+            np.testing.assert_allclose(grad[idx], fd, rtol=2e-3, atol=1e-5)
+
+
+def test_tiny_distance_epsilon_falls_back_to_log_space_and_stays_finite():
+    w = _degenerate_kernel("duplicate")
+    value, grad = _value_and_grad(w, False, power=2, distance_epsilon=1e-20)
+    assert not energy._use_direct(2, "euclidean", False, 1e-20, 2 * 6 * 6)
+    # The duplicate pair dominates (z² ≈ 4e-5, float32 cancellation as above).
+    np.testing.assert_allclose(value, _np_energy_eps(w, 2, False, 1e-20), rtol=1e-2)
+    assert np.isfinite(value) and np.all(np.isfinite(grad))
+
+
+def test_single_neuron_half_space_direct_path_is_the_antipode_pair():
+    w = np.array([[3.0], [4.0]], np.float32)
+    # One point and its antipode: 2 ordered pairs at distance 2 (up to ε): E_2 = 1/4, E_1 = 1/2.
+    np.testing.assert_allclose(float(energy.hyperspherical_energy(w, power=2, half_space=True)), 0.25, rtol=1e-5)
+    np.testing.assert_allclose(float(energy.hyperspherical_energy(w, power=1, half_space=True)), 0.5, rtol=1e-5)
