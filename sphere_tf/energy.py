@@ -13,8 +13,8 @@ half-space [T-5.3.4]: the 2N points {ŵ_k, −ŵ_k}, mean over 2N(2N−1) ordere
 weighted [T-D.10]:   z = ‖β_i ŵ_i − β_j ŵ_j‖
 ```
 
-Everything is computed in float32 from the cosine Gram matrix C = ŴᵀŴ with the
-upstream norm ``‖w‖ = sqrt(Σ w² + 1e-4)`` (wy1iu/MHE, rmlin/CoMHE), and the
+Everything is computed in float32 from the cosine Gram matrix, in the upstream
+form C = WᵀW / (‖w‖ᵀ‖w‖) with ``‖w‖ = sqrt(Σ w² + 1e-4)`` (wy1iu/MHE, rmlin/CoMHE), and the
 squared chord distance ``2 − 2C`` (``β_i² + β_j² − 2β_iβ_j C`` when weighted).
 
 Numerics (spec §8):
@@ -22,7 +22,11 @@ Numerics (spec §8):
   log, never by multiplying infinities with a 0 mask (inf·0 = NaN gradients).
 * The squared distance is floored at `distance_epsilon` (1e-6) before the log, so
   duplicate neurons give a large but finite energy and a zero (not NaN) gradient.
-* Riesz terms are evaluated in log-space, ``z^{−s} = exp(−s·log z)``, and summed
+* Euclidean s = 1 and 2 (the defaults) are summed directly, 1/z² or rsqrt(z²)
+  from the floored z², when ε_d bounds every term and its gradient far below
+  the float32 maximum (`_use_direct`); the result is the same up to float32
+  rounding and needs a handful of elementwise passes instead of log/exp/shift.
+* Other Riesz terms are evaluated in log-space, ``z^{−s} = exp(−s·log z)``, and summed
   with a max shift (log-sum-exp), so the mean is exact up to float32 rounding
   and nothing overflows on the way; the mean itself saturates at
   ``exp(_LOG_ENERGY_MAX) ≈ 5e21`` (reached only by near-duplicate neurons at
