@@ -118,14 +118,47 @@ def normalized_neurons(weights, epsilon=DEFAULT_EPSILON):
     return w2d / norm
 
 
+def _gram(w, scale=1.0):
+    """G = scale·WᵀW for `w` of shape `(..., d, N)` (leading axes batch), with a one-matmul gradient.
+
+    ```
+    forward   G = (scale·W)ᵀW                  (transpose_a: no copy of W)
+    backward  ∂L/∂W = (scale·W)·(Ḡ + Ḡᵀ),   Ḡ = ∂L/∂G
+    ```
+
+    The backward formula is exact for any upstream Ḡ (dG = s(dWᵀW + WᵀdW) gives
+    ∂L/∂W = s(WḠᵀ + WḠ)); TF's generic MatMul gradient evaluates those two
+    (d, N)×(N, N) products separately and adds them, here the small N×N Ḡ is
+    symmetrised first and one product remains. Same values up to float32
+    rounding. `scale` (a Python float; 2 gives the exact 2·C the direct energy
+    sum consumes) multiplies the (d, N) operand, not the (N, N) result. The
+    gradient is written in differentiable TF ops, so nested tapes (the unrolled
+    AP/Adv-CoMHE steps) differentiate through it as through the plain product.
+    """
+
+    # tf.custom_gradient / tf.linalg.matmul / matrix_transpose: keras.ops has no
+    # custom gradients and no transpose flags, and ops.transpose of the (d, N)
+    # kernel would be a full copy.
+    @tf.custom_gradient
+    def gram(w):
+        scaled = w if scale == 1.0 else float(scale) * w
+        value = tf.linalg.matmul(scaled, w, transpose_a=True)
+
+        def grad(upstream):
+            return tf.linalg.matmul(scaled, upstream + tf.linalg.matrix_transpose(upstream))
+
+        return value, grad
+
+    return gram(w)
+
+
 def cosine_gram(weights, epsilon=DEFAULT_EPSILON):
     """C = ŴᵀŴ, the (N, N) cosine matrix of a layer's neurons (float32).
 
     Matches the upstream ``(WᵀW) / (‖w‖ᵀ‖w‖)`` with ``‖w‖ = sqrt(Σw² + ε)``, so
-    C_ii = ‖w_i‖²/(‖w_i‖² + ε) < 1.
+    C_ii = ‖w_i‖²/(‖w_i‖² + ε) < 1. The product uses `_gram` (one-matmul gradient).
     """
-    w_hat = normalized_neurons(weights, epsilon)
-    return ops.matmul(ops.transpose(w_hat), w_hat)
+    return _gram(normalized_neurons(weights, epsilon))
 
 
 def _doubled_cosines(weights, epsilon=DEFAULT_EPSILON):
@@ -137,10 +170,8 @@ def _doubled_cosines(weights, epsilon=DEFAULT_EPSILON):
     (N, N) ones. Equal to `2·cosine_gram(weights, epsilon)` up to float32
     rounding; the factor 2 rides on one norm factor (exact).
     """
-    w2d = neuron_matrix(weights)
-    # tf.linalg.matmul: keras.ops.matmul has no transpose_a, and an explicit
-    # transpose of the (d, N) kernel is a full copy (plus one in the gradient).
-    gram = tf.linalg.matmul(w2d, w2d, transpose_a=True)
+    # `_gram`: WᵀW without a transposed copy, gradient W·(Ḡ + Ḡᵀ) in one matmul.
+    gram = _gram(neuron_matrix(weights))
     inv_norm = ops.rsqrt(ops.diagonal(gram) + epsilon)
     return gram * (ops.reshape(2.0 * inv_norm, (-1, 1)) * ops.reshape(inv_norm, (1, -1)))
 

@@ -371,3 +371,103 @@ def test_single_neuron_half_space_direct_path_is_the_antipode_pair():
     # One point and its antipode: 2 ordered pairs at distance 2 (up to ε): E_2 = 1/4, E_1 = 1/2.
     np.testing.assert_allclose(float(energy.hyperspherical_energy(w, power=2, half_space=True)), 0.25, rtol=1e-5)
     np.testing.assert_allclose(float(energy.hyperspherical_energy(w, power=1, half_space=True)), 0.5, rtol=1e-5)
+
+
+# -- `_gram`: WᵀW with the one-matmul gradient W·(Ḡ + Ḡᵀ) -------------------------------------------
+
+
+@pytest.mark.parametrize("shape", [(7, 5), (3, 6, 4)])
+@pytest.mark.parametrize("scale", [1.0, 2.0])
+def test_gram_value_and_gradient_match_closed_form(rng, shape, scale):
+    """Any upstream gradient (here a non-symmetric A) gives ∂Σ(A⊙sWᵀW)/∂W = sW(A + Aᵀ)."""
+    w = rng.standard_normal(shape)
+    a = rng.standard_normal(shape[:-2] + (shape[-1], shape[-1]))
+    wt = tf.Variable(w.astype(np.float32))
+    with tf.GradientTape() as tape:
+        g = energy._gram(wt, scale=scale)
+        loss = tf.reduce_sum(g * a.astype(np.float32))
+    grad = tape.gradient(loss, wt).numpy()
+    w_t = np.swapaxes(w, -1, -2)
+    np.testing.assert_allclose(g.numpy(), scale * (w_t @ w), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(grad, scale * (w @ (a + np.swapaxes(a, -1, -2))), rtol=1e-5, atol=1e-5)
+
+
+def test_gram_second_order_through_nested_tapes(rng):
+    """Nested tapes differentiate the custom gradient: for L = Σ A⊙(G⊙G), g = W(Ḡ + Ḡᵀ) with Ḡ = 2A⊙G
+    depends on W through Ḡ too; ∂‖g‖²/∂W is checked against float64 finite differences of the closed form."""
+    d, n = 4, 3
+    w = rng.standard_normal((d, n))
+    a = rng.standard_normal((n, n))
+
+    def np_inner_grad(w):
+        g_bar = 2.0 * a * (w.T @ w)
+        return w @ (g_bar + g_bar.T)
+
+    wt = tf.Variable(w.astype(np.float32))
+    for fn in (lambda f: f, tf.function):
+
+        @fn
+        def outer_grad():
+            with tf.GradientTape() as outer:
+                with tf.GradientTape() as inner:
+                    g = energy._gram(wt)
+                    loss = tf.reduce_sum(a.astype(np.float32) * g * g)
+                inner_grad = inner.gradient(loss, wt)
+                second = tf.reduce_sum(tf.square(inner_grad))
+            return inner_grad, outer.gradient(second, wt)
+
+        inner_grad, got = outer_grad()
+        np.testing.assert_allclose(inner_grad.numpy(), np_inner_grad(w), rtol=1e-4, atol=1e-5)
+        want = np.zeros_like(w)
+        h = 1e-6
+        for idx in np.ndindex(*w.shape):
+            up, down = w.copy(), w.copy()
+            up[idx] += h
+            down[idx] -= h
+            want[idx] = (np.sum(np_inner_grad(up) ** 2) - np.sum(np_inner_grad(down) ** 2)) / (2 * h)
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-3, atol=1e-3 * np.max(np.abs(want)))
+
+
+def test_energy_gradient_of_upper_triangle_sum_matches_finite_differences(rng):
+    """A symmetric function written non-symmetrically (pairs i < j only, so Ḡ is upper-triangular):
+    the gradient through `cosine_gram` still matches float64 finite differences."""
+    w = rng.standard_normal((6, 5))
+    iu = np.triu_indices(5, k=1)
+
+    def np_value(w):
+        u = w / np.sqrt(np.sum(w**2, axis=0, keepdims=True) + 1e-4)
+        c = (u.T @ u)[iu]
+        return float(np.sum(1.0 / (2.5 - 2.0 * c) ** 2))
+
+    wt = tf.Variable(w.astype(np.float32))
+    upper = tf.constant(np.triu(np.ones((5, 5)), k=1).astype(np.float32))
+    with tf.GradientTape() as tape:
+        c = energy.cosine_gram(wt)
+        value = tf.reduce_sum(upper / tf.square(2.5 - 2.0 * c))
+    grad = tape.gradient(value, wt).numpy()
+    np.testing.assert_allclose(float(value), np_value(w), rtol=1e-5)
+    want = np.zeros_like(w)
+    h = 1e-6
+    for idx in np.ndindex(*w.shape):
+        up, down = w.copy(), w.copy()
+        up[idx] += h
+        down[idx] -= h
+        want[idx] = (np_value(up) - np_value(down)) / (2 * h)
+    np.testing.assert_allclose(grad, want, rtol=1e-3, atol=1e-4 * np.max(np.abs(want)))
+
+
+@pytest.mark.parametrize("power, half_space", [(2, False), (2, True), (1, True), (0, False), (3, True)])
+def test_energy_value_and_gradient_unchanged_by_custom_gram(rng, monkeypatch, power, half_space):
+    """Same values and gradients (float32 rounding) as with TF's generic two-matmul MatMul gradient."""
+    w = tf.Variable(rng.standard_normal((20, 9)).astype(np.float32))
+
+    def value_and_grad():
+        with tf.GradientTape() as tape:
+            value = energy.hyperspherical_energy(w, power=power, half_space=half_space)
+        return value.numpy(), tape.gradient(value, w).numpy()
+
+    value, grad = value_and_grad()
+    monkeypatch.setattr(energy, "_gram", lambda x, scale=1.0: tf.linalg.matmul(scale * x, x, transpose_a=True))
+    ref_value, ref_grad = value_and_grad()
+    np.testing.assert_allclose(value, ref_value, rtol=1e-6)
+    np.testing.assert_allclose(grad, ref_grad, rtol=1e-5, atol=1e-6 * np.max(np.abs(ref_grad)))

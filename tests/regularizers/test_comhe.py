@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from sphere_tf import energy
 from sphere_tf import regularizers
 
 
@@ -282,3 +283,80 @@ def test_config_roundtrip():
     assert clone.get_config() == reg.get_config()
     assert regularizers.CoMHE(projection="angle_preserving").num_projections == 1
     assert regularizers.CoMHE(projection="adversarial").projection_steps == 10
+
+
+def _np_unrolled_ap_value(w, p0, lr):
+    """AP-CoMHE unrolled value in float64: P' = P0 − lr ∂L_P/∂P (central differences), E(P'Ŵ)."""
+    u = np_unit_columns(w)
+    grad = np.zeros_like(p0)
+    for idx in np.ndindex(*p0.shape):
+        e = np.zeros_like(p0)
+        e[idx] = 1e-6
+        grad[idx] = (_np_angle_loss(p0 + e, u) - _np_angle_loss(p0 - e, u)) / 2e-6
+    return np_hs_energy((p0 - lr * grad) @ u)
+
+
+def test_angle_preserving_unrolled_gradient_matches_nested_finite_differences(rng, monkeypatch):
+    """The unrolled step's W-gradient (second-order term through the one-matmul Gram gradient) against
+    finite differences of a NumPy reference, and against TF's generic MatMul gradient (float32 rounding)."""
+    d, n, k, lr = 6, 4, 3, 0.3
+    w = rng.standard_normal((d, n))
+    wt = tf.Variable(w.astype(np.float32))
+
+    def value_and_grad(graph):
+        reg = regularizers.CoMHE(projection="angle_preserving", projection_dim=k, inner_lr=lr, projection_steps=0)
+
+        def fn():
+            with tf.GradientTape() as tape:
+                value = reg(wt)
+            return value, tape.gradient(value, wt)
+
+        value, grad = (tf.function(fn) if graph else fn)()
+        return float(value), grad.numpy()
+
+    p0 = tf.random.stateless_normal((k, d), seed=[regularizers.mhe.stable_key(f"dim{d}x{n}") ^ 0, 0]).numpy()
+    p0 = p0.astype(np.float64)
+    value, grad = value_and_grad(graph=False)
+    np.testing.assert_allclose(value, _np_unrolled_ap_value(w, p0, lr), rtol=1e-4)
+    want = np.zeros_like(w)
+    h = 1e-4
+    for idx in np.ndindex(*w.shape):
+        up, down = w.copy(), w.copy()
+        up[idx] += h
+        down[idx] -= h
+        want[idx] = (_np_unrolled_ap_value(up, p0, lr) - _np_unrolled_ap_value(down, p0, lr)) / (2 * h)
+    np.testing.assert_allclose(grad, want, rtol=2e-3, atol=1e-3 * np.max(np.abs(want)))
+    graph_value, graph_grad = value_and_grad(graph=True)
+    monkeypatch.setattr(energy, "_gram", lambda x, scale=1.0: tf.linalg.matmul(scale * x, x, transpose_a=True))
+    for graph in (False, True):
+        ref_value, ref_grad = value_and_grad(graph)
+        np.testing.assert_allclose(value if not graph else graph_value, ref_value, rtol=1e-6)
+        np.testing.assert_allclose(grad if not graph else graph_grad, ref_grad, rtol=1e-5,
+                                   atol=1e-6 * np.max(np.abs(ref_grad)))
+
+
+@pytest.mark.parametrize("aggregation", ["mean", "max"])
+def test_random_projection_gradient_matches_finite_differences(rng, aggregation):
+    """RP-CoMHE (batched Gram with the one-matmul gradient) against float64 finite differences."""
+    d, n = 40, 6
+    w = rng.standard_normal((d, n))
+    reg = regularizers.CoMHE(projection_dim=10, num_projections=3, aggregation=aggregation, seed=3)
+    p = reg.random_projections(d, 0).numpy().astype(np.float64)
+    agg = np.max if aggregation == "max" else np.mean
+
+    def np_value(w):
+        return float(agg([np_hs_energy(p[c] @ w) for c in range(3)]))
+
+    wt = tf.Variable(w.astype(np.float32))
+    with tf.GradientTape() as tape:
+        value = reg.projected_energy(wt, p.astype(np.float32))
+    grad = tape.gradient(value, wt).numpy()
+    np.testing.assert_allclose(float(value), np_value(w), rtol=2e-5)
+    want = np.zeros_like(w)
+    h = 1e-6
+    for idx in [(0, 0), (5, 2), (17, 3), (39, 5), (22, 1)]:
+        up, down = w.copy(), w.copy()
+        up[idx] += h
+        down[idx] -= h
+        want[idx] = (np_value(up) - np_value(down)) / (2 * h)
+        np.testing.assert_allclose(grad[idx], want[idx], rtol=2e-3, atol=1e-5)
