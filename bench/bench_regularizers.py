@@ -14,6 +14,9 @@ Cases, timed round-robin in one process so machine load hits all alike:
 
 `--cases widest` times only the `widest_*` cases (no CNN train steps), plus
 `widest_rp_comhe_looped`, RP-CoMHE with the pre-batching per-projection loop, as a same-run reference.
+`--cases parts` times the pieces of both on the widest layer, each forward + backward with a fixed
+upstream gradient (`part_*`, ratios to `part_mhe_total`): MHE's Gram and its pair sum; RP-CoMHE's
+Gaussian draw, projection, column normalisation + batched Gram, and its 2·C half-space pair blocks.
 Every row has wall-time median/p90/min and the median process CPU time (`cpu_median_s`, all threads).
 """
 
@@ -35,7 +38,10 @@ flags.DEFINE_integer("num_warmup", 3, "Untimed calls per case.")
 flags.DEFINE_integer("num_iters", 15, "Timed calls per case (median reported).")
 flags.DEFINE_bool("jit_compile", False, "XLA-compile the train step.")
 flags.DEFINE_string("results_file", None, "JSON-lines output file.")
-flags.DEFINE_enum("cases", "all", ["all", "widest"], "'widest': only the widest_* regularizer-alone cases.")
+flags.DEFINE_enum(
+    "cases", "all", ["all", "widest", "parts"],
+    "'widest': only the widest_* regularizer-alone cases; 'parts': their pieces (part_*).",
+)
 
 
 def _conv(reg):
@@ -108,6 +114,64 @@ def _widest_cases():
     return cases
 
 
+def _with_grad(fn, x, upstream=None):
+    """tf.function of `fn(x)` and its gradient w.r.t. `x` (fixed upstream gradient, no extra loss ops)."""
+
+    def run():
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            out = fn(x)
+        return out, tape.gradient(out, x, output_gradients=upstream)
+
+    return tf.function(run, jit_compile=FLAGS.jit_compile)
+
+
+def _part_cases():
+    """The widest-layer regularizers taken apart (same shapes and code paths as the classes use)."""
+    d, n = 2048, 256
+    reg = regularizers.CoMHE()
+    c, k = reg.num_projections, reg.projection_dim
+    kernel = tf.random.normal((d, n), stddev=0.03)
+    stacked = reg._draw("dim2048", d, 0)  # (d, C·k)
+    projected = tf.reshape(tf.linalg.matmul(stacked, kernel, transpose_a=True), (c, k, n))
+
+    def normalise_and_gram(p):
+        u = p * tf.math.rsqrt(tf.reduce_sum(tf.square(p), axis=-2, keepdims=True) + reg.epsilon)
+        return energy._gram(u, scale=2.0)
+
+    doubled = normalise_and_gram(projected)
+    mhe_doubled = energy._doubled_cosines(kernel)
+
+    mhe = regularizers.MHE(power=2)
+    draw_step = tf.Variable(0, dtype=tf.int64)
+
+    @tf.function(jit_compile=FLAGS.jit_compile)
+    def draw():
+        draw_step.assign_add(1)
+        return reg._draw("dim2048", d, draw_step)
+
+    return {
+        "part_mhe_total": (_with_grad(mhe, kernel), ()),
+        "part_mhe_gram": (_with_grad(energy._doubled_cosines, kernel, tf.random.normal((n, n))), ()),
+        "part_mhe_pairs": (_with_grad(lambda dc: energy._energy_from_cosines(doubled_cos=dc), mhe_doubled), ()),
+        "part_comhe_draw": (draw, ()),
+        "part_comhe_projection": (
+            _with_grad(lambda w: tf.linalg.matmul(stacked, w, transpose_a=True), kernel, tf.random.normal((c * k, n))),
+            (),
+        ),
+        "part_comhe_batched_gram": (_with_grad(normalise_and_gram, projected, tf.random.normal((c, n, n))), ()),
+        "part_comhe_pairs": (
+            _with_grad(lambda dc: tf.reduce_mean(energy._energy_from_cosines(doubled_cos=dc, half_space=True)), doubled),
+            (),
+        ),
+        "part_comhe_total": (_with_grad(reg, kernel), ()),
+        "part_comhe_total_fixed_p": (
+            _with_grad(lambda w: reg._projected_energy(w, stacked, c), kernel),
+            (),
+        ),
+    }
+
+
 def _block(result):
     for t in tf.nest.flatten(result):
         if hasattr(t, "numpy"):
@@ -116,7 +180,10 @@ def _block(result):
 
 def main(argv):
     del argv
-    cases = _widest_cases()
+    if FLAGS.cases == "parts":
+        cases = _part_cases()
+    else:
+        cases = _widest_cases()
     if FLAGS.cases == "all":
         cases = {**_train_cases(common.random_batch(FLAGS.batch_size)), **cases}
     for fn, args in cases.values():
@@ -138,7 +205,7 @@ def main(argv):
     rows = []
     for name, t in times.items():
         t = sorted(t)
-        baseline = "none" if not name.startswith("widest") else "widest_mhe_s2"
+        baseline = "widest_mhe_s2" if name.startswith("widest") else "part_mhe_total" if name.startswith("part") else "none"
         rows.append({
             **env,
             "bench": "regularizers",

@@ -471,3 +471,14 @@ def test_energy_value_and_gradient_unchanged_by_custom_gram(rng, monkeypatch, po
     ref_value, ref_grad = value_and_grad()
     np.testing.assert_allclose(value, ref_value, rtol=1e-6)
     np.testing.assert_allclose(grad, ref_grad, rtol=1e-5, atol=1e-6 * np.max(np.abs(ref_grad)))
+
+
+def test_gram_of_higher_rank_batches(rng):
+    w = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    a = rng.standard_normal((2, 3, 5, 5)).astype(np.float32)
+    wt = tf.Variable(w)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(energy._gram(wt) * a)
+    w64, a64 = w.astype(np.float64), a.astype(np.float64)
+    want = w64 @ (a64 + np.swapaxes(a64, -1, -2))
+    np.testing.assert_allclose(tape.gradient(loss, wt).numpy(), want, rtol=1e-5, atol=1e-5)
