@@ -16,3 +16,6 @@ from sphere_tf.training.model import wrap
 from sphere_tf.training.pretrain import TransferReport
 from sphere_tf.training.pretrain import initialize_from_pretrained
 from sphere_tf.training.pretrain import parameterised_layers
+from sphere_tf.training.runtime import bfc_cpu_allocator_active
+from sphere_tf.training.runtime import cpu_memory_info
+from sphere_tf.training.runtime import use_bfc_cpu_allocator
