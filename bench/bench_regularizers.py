@@ -161,7 +161,7 @@ def _part_cases():
         ),
         "part_comhe_batched_gram": (_with_grad(normalise_and_gram, projected, tf.random.normal((c, n, n))), ()),
         "part_comhe_pairs": (
-            _with_grad(lambda dc: tf.reduce_mean(energy._energy_from_cosines(doubled_cos=dc, half_space=True)), doubled),
+            _with_grad(lambda x: tf.reduce_mean(energy._energy_from_cosines(doubled_cos=x, half_space=True)), doubled),
             (),
         ),
         "part_comhe_total": (_with_grad(reg, kernel), ()),
@@ -205,7 +205,11 @@ def main(argv):
     rows = []
     for name, t in times.items():
         t = sorted(t)
-        baseline = "widest_mhe_s2" if name.startswith("widest") else "part_mhe_total" if name.startswith("part") else "none"
+        baseline = "none"
+        if name.startswith("widest"):
+            baseline = "widest_mhe_s2"
+        elif name.startswith("part"):
+            baseline = "part_mhe_total"
         rows.append({
             **env,
             "bench": "regularizers",

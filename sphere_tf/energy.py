@@ -144,16 +144,20 @@ def _gram(w, scale=1.0):
     if len(w.shape) == 2:
         # tf.linalg.matmul: keras.ops.matmul has no transpose flags, and
         # ops.transpose of the (d, N) kernel would be a full copy.
-        product, grad_product = (
-            lambda a, b: tf.linalg.matmul(a, b, transpose_a=True),
-            tf.linalg.matmul,
-        )
+        def product(a, b):  # aᵀb
+            return tf.linalg.matmul(a, b, transpose_a=True)
+
+        def grad_product(a, b):  # a·b
+            return tf.linalg.matmul(a, b)
+
     else:
         batch = "c" if len(w.shape) == 3 else "..."
-        product, grad_product = (
-            lambda a, b: tf.einsum(f"{batch}kn,{batch}km->{batch}nm", a, b),
-            lambda a, b: tf.einsum(f"{batch}kn,{batch}nm->{batch}km", a, b),
-        )
+
+        def product(a, b):  # a_cᵀ b_c for every batch entry c
+            return tf.einsum(f"{batch}kn,{batch}km->{batch}nm", a, b)
+
+        def grad_product(a, b):  # a_c · b_c
+            return tf.einsum(f"{batch}kn,{batch}nm->{batch}km", a, b)
 
     # tf.custom_gradient: keras.ops has no custom gradients.
     @tf.custom_gradient

@@ -255,7 +255,7 @@ class CoMHE(keras.regularizers.Regularizer):
             return ops.zeros((), "float32")
         # 2·cos (exact doubling: 2·unit scales every product and sum by 2), the form
         # the energy reduction consumes; one value per projection, each reduced on
-        # its own (finite for 'max'). `energy._gram`: one batched matmul forward and
+        # its own (finite for 'max'). `energy._gram`: one batched product forward and
         # one backward (symmetrised upstream gradient) instead of TF's two.
         doubled_cos = energy._gram(unit, scale=2.0)
         energies = energy._energy_from_cosines(
