@@ -360,3 +360,48 @@ def test_random_projection_gradient_matches_finite_differences(rng, aggregation)
         down[idx] -= h
         want[idx] = (np_value(up) - np_value(down)) / (2 * h)
         np.testing.assert_allclose(grad[idx], want[idx], rtol=2e-3, atol=1e-5)
+
+
+def test_adversarial_unrolled_gradient_matches_nested_finite_differences(rng, monkeypatch):
+    """Adv-CoMHE differentiates the energy (and so `energy._gram`'s custom gradient) twice."""
+    d, n, k, lr = 6, 4, 3, 0.05
+    w = rng.standard_normal((d, n))
+    wt = tf.Variable(w.astype(np.float32))
+    p0 = tf.random.stateless_normal((k, d), seed=[regularizers.mhe.stable_key(f"dim{d}x{n}") ^ 0, 0]).numpy()
+    p0 = p0.astype(np.float64)
+
+    def np_value(w):
+        u = np_unit_columns(w)
+        grad = np.zeros_like(p0)
+        for idx in np.ndindex(*p0.shape):
+            e = np.zeros_like(p0)
+            e[idx] = 1e-6
+            grad[idx] = (np_hs_energy((p0 + e) @ u, half_space=False)
+                         - np_hs_energy((p0 - e) @ u, half_space=False)) / 2e-6
+        return np_hs_energy((p0 + lr * grad) @ u)  # ascent on the full-space energy, then half-space E
+
+    def value_and_grad(graph):
+        reg = regularizers.CoMHE(projection="adversarial", projection_dim=k, inner_lr=lr, projection_steps=0)
+
+        def fn():
+            with tf.GradientTape() as tape:
+                value = reg(wt)
+            return value, tape.gradient(value, wt)
+
+        value, grad = (tf.function(fn) if graph else fn)()
+        return float(value), grad.numpy()
+
+    value, grad = value_and_grad(graph=True)
+    np.testing.assert_allclose(value, np_value(w), rtol=1e-4)
+    want = np.zeros_like(w)
+    h = 1e-4
+    for idx in np.ndindex(*w.shape):
+        up, down = w.copy(), w.copy()
+        up[idx] += h
+        down[idx] -= h
+        want[idx] = (np_value(up) - np_value(down)) / (2 * h)
+    np.testing.assert_allclose(grad, want, rtol=2e-3, atol=1e-3 * np.max(np.abs(want)))
+    monkeypatch.setattr(energy, "_gram", lambda x, scale=1.0: tf.linalg.matmul(scale * x, x, transpose_a=True))
+    ref_value, ref_grad = value_and_grad(graph=True)
+    np.testing.assert_allclose(value, ref_value, rtol=1e-6)
+    np.testing.assert_allclose(grad, ref_grad, rtol=1e-5, atol=1e-6 * np.max(np.abs(ref_grad)))
