@@ -20,7 +20,8 @@ for the backward pass, gradients, workspace), plus the absolute peak.
 
 Cases (`--layers`): conv2d, tanh_cosine (DecoupledConv2D tanh + cosine),
 sphere_linear (SphereConv2D linear), sphere_cosine, linear_cosine, tanh_sqcosine,
-sphere_sigmoid; a `:composed` suffix runs the layer through the plain
+sphere_sigmoid; a `:noxla` suffix runs the fused path without its XLA clusters
+(`sphere_tf.ops.fused.set_xla_fusion`), a `:composed` suffix runs the layer through the plain
 composition `operator.decoupled_response` instead of `sphere_tf.ops.fused`.
 """
 
@@ -39,6 +40,7 @@ import tensorflow as tf
 
 from bench import common
 from sphere_tf import layers as sphere_layers
+from sphere_tf.training import runtime
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list(
@@ -53,6 +55,10 @@ flags.DEFINE_list("modes", ["train", "forward", "memory"], "What to measure.")
 flags.DEFINE_integer("memory_steps", 3, "Train steps per memory subprocess.")
 flags.DEFINE_string("results_file", None, "Write the JSON lines here as well.")
 flags.DEFINE_string("memory_case", None, "Internal: measure one case's memory and exit.")
+flags.DEFINE_enum(
+    "cpu_allocator", "bfc", ["bfc", "default"],
+    "TensorFlow's CPU allocator for the whole run (sphere_tf.training.runtime; the trainers use 'bfc').",
+)
 
 BASELINE = "conv2d"
 
@@ -74,17 +80,23 @@ _CASES = {
 
 
 def conv_factory(case):
-    """`(filters) -> layer` for a case name, `name:composed` for the plain composition."""
+    """`(filters) -> layer` for a case name; `name:composed` for the plain composition,
+    `name:noxla` for the fused path without its XLA clusters."""
     name, _, variant = case.partition(":")
     if name not in _CASES:
-        raise ValueError(f"Unknown case {case!r}; expected one of {sorted(_CASES)} (+ ':composed').")
-    if variant not in ("", "composed"):
-        raise ValueError(f"Unknown variant in {case!r}; only ':composed' exists.")
+        raise ValueError(
+            f"Unknown case {case!r}; expected one of {sorted(_CASES)} (+ ':composed' or ':noxla')."
+        )
+    if variant not in ("", "composed", "noxla"):
+        raise ValueError(f"Unknown variant in {case!r}; only ':composed' and ':noxla' exist.")
 
     def make(filters):
         layer = _CASES[name](filters)
+        # Benchmark-only switches: the reference composition, or no XLA clusters.
         if variant == "composed":
-            layer._use_fused_path = False  # benchmark-only switch to the reference composition
+            layer._use_fused_path = False
+        elif variant == "noxla":
+            layer._use_xla_fusion = False
         return layer
 
     return make
@@ -126,16 +138,29 @@ def time_round_robin(fns, args, num_warmup, num_iters):
 
 
 def _memory_of_case(case, jit):
-    """Runs in a fresh process: peak RSS (MiB) before and after `memory_steps` train steps."""
+    """Runs in a fresh process: peak RSS (MiB) before and after `memory_steps` train steps.
+
+    With the BFC allocator also the allocator's own peak of live tensor bytes
+    during the steps (activations kept for the backward pass, gradients,
+    workspaces), which no other process or the runtime's code can blur.
+    """
     x, y = common.random_batch(FLAGS.batch_size, (FLAGS.image_size, FLAGS.image_size, 3))
     model = _build(case)
     step = common.make_train_step(model, jit_compile=jit)
     step.get_concrete_function(x, y)  # trace (and build the optimizer) before the baseline
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    bfc = runtime.bfc_cpu_allocator_active()
+    if bfc:
+        tf.config.experimental.reset_memory_stats("CPU:0")
+        resident = tf.config.experimental.get_memory_info("CPU:0")["current"]
     for _ in range(FLAGS.memory_steps):
         step(x, y).numpy()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    return {"peak_rss_mib": peak, "rss_before_steps_mib": before, "step_rss_growth_mib": peak - before}
+    out = {"peak_rss_mib": peak, "rss_before_steps_mib": before, "step_rss_growth_mib": peak - before}
+    if bfc:
+        info = tf.config.experimental.get_memory_info("CPU:0")
+        out["step_tensor_peak_mib"] = (info["peak"] - resident) / 2**20
+    return out
 
 
 def _measure_memory(case, jit):
@@ -143,6 +168,7 @@ def _measure_memory(case, jit):
         sys.executable, "-m", "bench.bench_train_step", f"--memory_case={case}",
         f"--batch_size={FLAGS.batch_size}", f"--image_size={FLAGS.image_size}",
         f"--jit_compile={'true' if jit else 'false'}", f"--memory_steps={FLAGS.memory_steps}",
+        f"--cpu_allocator={FLAGS.cpu_allocator}",
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -166,8 +192,12 @@ def print_table(rows):
         if r["mode"] == "memory":
             growth = r["step_rss_growth_mib_ratio"]
             growth = "n/a" if growth is None else f"{growth:.2f}"
+            tensors = ""
+            if "step_tensor_peak_mib" in r:
+                tensors = (f", tensors {r['step_tensor_peak_mib']:.0f} MiB "
+                           f"({r['step_tensor_peak_mib_ratio']:.2f})")
             print(f"| memory | {r['jit_compile']} | {r['layer']} | growth {r['step_rss_growth_mib']:.0f} MiB, "
-                  f"peak {r['peak_rss_mib']:.0f} MiB | {growth} | peak {r['peak_rss_mib_ratio']:.2f} |")
+                  f"peak {r['peak_rss_mib']:.0f} MiB{tensors} | {growth} | peak {r['peak_rss_mib_ratio']:.2f} |")
         else:
             print(f"| {r['mode']} | {r['jit_compile']} | {r['layer']} | {r['median_s']:.3f} | "
                   f"{r['median_s_ratio']:.3f} | {r['cpu_median_s_ratio']:.3f} |")
@@ -175,6 +205,8 @@ def print_table(rows):
 
 def main(argv):
     del argv
+    if FLAGS.cpu_allocator == "bfc":
+        runtime.use_bfc_cpu_allocator()  # before any tensor exists
     jit_values = [v.strip().lower() in ("1", "true", "yes") for v in FLAGS.jit_compile]
     if FLAGS.memory_case:
         print(json.dumps(_memory_of_case(FLAGS.memory_case, jit_values[0])))
@@ -188,8 +220,17 @@ def main(argv):
     for jit in jit_values:
         extra = {
             "jit_compile": jit, "batch_size": FLAGS.batch_size, "image_size": FLAGS.image_size,
-            "num_iters": FLAGS.num_iters, "num_warmup": FLAGS.num_warmup, **env,
+            "num_iters": FLAGS.num_iters, "num_warmup": FLAGS.num_warmup,
+            "cpu_allocator": FLAGS.cpu_allocator, **env,
         }
+        # Memory first: a child's peak RSS starts at this process's RSS, which the
+        # timing runs raise (the BFC allocator keeps what it has taken).
+        if "memory" in FLAGS.modes:
+            results = {c: _measure_memory(c, jit) for c in cases}
+            keys = ("peak_rss_mib", "step_rss_growth_mib")
+            if all("step_tensor_peak_mib" in r for r in results.values()):
+                keys += ("step_tensor_peak_mib",)
+            rows += _ratio_rows("memory", results, {**extra, "memory_steps": FLAGS.memory_steps}, keys)
         models = {case: _build(case) for case in cases}
         if "train" in FLAGS.modes:
             steps = {c: common.make_train_step(m, jit_compile=jit) for c, m in models.items()}
@@ -199,12 +240,6 @@ def main(argv):
             fwds = {c: common.make_forward(m, jit_compile=jit) for c, m in models.items()}
             results = time_round_robin(fwds, (x,), FLAGS.num_warmup, FLAGS.num_iters)
             rows += _ratio_rows("forward", results, extra, ("median_s", "cpu_median_s"))
-        if "memory" in FLAGS.modes:
-            results = {c: _measure_memory(c, jit) for c in cases}
-            rows += _ratio_rows(
-                "memory", results, {**extra, "memory_steps": FLAGS.memory_steps},
-                ("peak_rss_mib", "step_rss_growth_mib"),
-            )
         del models
     common.write_results(rows, FLAGS.results_file)
     print_table(rows)

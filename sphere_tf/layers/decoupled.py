@@ -248,6 +248,9 @@ class _HypersphericalOperator(keras.layers.Layer):
     # The fused hot path (`sphere_tf.ops.fused`); False selects the plain composition
     # through `operator.decoupled_response` (same values; kept for benchmarks and tests).
     _use_fused_path = True
+    # Whether the fused path may use its XLA clusters while training (see
+    # `fused.set_xla_fusion` for the global switch); False only for benchmarks.
+    _use_xla_fusion = True
 
     def call(self, inputs, training=None):
         if not self._use_fused_path:
@@ -271,7 +274,7 @@ class _HypersphericalOperator(keras.layers.Layer):
             dot, x_norm, inv_norm, w_norm,
             magnitude=self._magnitude, angular=self.angular, alpha=self.alpha, beta=self.beta,
             radius=radius, k=self.effective_k(), weighted=self.weighted,
-            weight_radius=weight_radius,
+            weight_radius=weight_radius, xla=self._use_xla_fusion and fused.use_xla_fusion(training),
         )
         return self._finish(out)
 

@@ -13,20 +13,25 @@ docs/performance.md):
   ``α‖x‖·dot/‖x‖ = α·dot``, a plain convolution with ŵ, so the patch norm is never
   computed; SphereConv with cosine g needs only ``dot·α/‖x‖``.
 * **Patch energy by shifted slices.** ``Σ_patch x²`` is a box sum of the
-  per-pixel channel energy; summing `kh + kw` strided slices (separable) is
-  exact and cheaper than the one-channel ones-kernel conv, forward and backward.
-* **A custom gradient for angular functions that need θ** (linear, sigmoid with a
-  fixed k). The backward pass uses only cos θ and the forward output:
+  per-pixel channel energy (one EuclideanNorm reduction, no full-size x²);
+  summing `kh + kw` strided slices (separable) is exact and cheaper than the
+  one-channel ones-kernel conv. Its gradient ``2x·Bᵀ(G)`` is written by hand:
+  one full-size multiply instead of autodiff's broadcast and two multiplies.
+* **Custom gradients for the tails that need them** (`_angular_of_dot`,
+  `_tanh_cosine`). For linear and fixed-k sigmoid g, one function maps
+  (dot, 1/‖x‖) to g and stores only the clipped cosine:
 
   ```
-  linear:   dg/dc = (2/π) / √(1 − c²)                                   [S-2]
-  sigmoid:  dg/dc = (1 − (g·tanh(π/4k))²) / (2k·tanh(π/4k)·√(1 − c²))    [S-4]
+  linear:   g = (2/π)·arcsin c,              dg/dc = (2/π) / √(1 − c²)            [S-2]
+  sigmoid:  g = tanh(arcsin(c)/2k)/tanh(π/4k), dg/dc = (1 − tanh²)/(2k·tanh(π/4k)·√(1 − c²))  [S-4]
   ```
 
-  with ``1 − c²`` evaluated once and the gradient set to zero outside the clip
-  range of `angles.safe_acos` (|c| ≥ 1 − δ), exactly as the clip's own gradient
-  does, so it stays ≤ 1/√(2δ − δ²) ≈ 707. Autodiff through clip → arccos → affine
-  stores three full-size intermediates and runs about twice as many kernels.
+  (arcsin c = π/2 − θ), with the gradient set to zero outside the clip range of
+  `angles.safe_acos` (|c| ≥ 1 − δ), exactly as the clip's own gradient does, so
+  it stays ≤ 1/√(2δ − δ²) ≈ 707. TanhConv with cosine g (the DCNet default)
+  gets one function of (dot, ‖x‖, α/‖x‖, 1/(ρ_j E‖x‖)) whose backward is one
+  TanhGrad kernel and two matrix-vector products for the one-channel and
+  per-filter gradients.
 
 Values equal `operator.decoupled_response` to float32 rounding (the forward pass
 of every angular function is the registry function itself); the tests compare
@@ -35,12 +40,49 @@ both paths against NumPy references.
 
 import math
 
+import numpy as np
 import tensorflow as tf
 from keras import ops
 
 from sphere_tf.ops import angles
 from sphere_tf.ops import angular as angular_lib
 from sphere_tf.ops import magnitude as magnitude_lib
+
+# Not public API, but the only way to see whether a graph is being traced for XLA
+# (tf.function(jit_compile=True), Keras `jit_compile=True`); Keras 2 used it too.
+from tensorflow.python.ops import control_flow_util as _control_flow_util  # noqa: E402
+
+_XLA_FUSION = {"enabled": True}
+
+
+def set_xla_fusion(enabled):
+    """Turn the XLA clusters of the layers' training path on (default) or off.
+
+    With it on, the fused tails that profit from fusion (TanhConv + cosine)
+    run their full-size elementwise work as small `jit_compile=True` functions
+    while training; inference, export and code already compiled by XLA always
+    use plain TensorFlow ops (a SavedModel then needs no XLA JIT, which
+    TensorFlow Serving disables by default). Off: plain ops everywhere, same values
+    to float32 rounding.
+    """
+    _XLA_FUSION["enabled"] = bool(enabled)
+
+
+def xla_fusion_enabled():
+    """Whether `set_xla_fusion` is on."""
+    return _XLA_FUSION["enabled"]
+
+
+def in_xla_context():
+    """True while tracing a function that XLA will compile as a whole."""
+    if tf.executing_eagerly():
+        return False
+    return _control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+
+
+def use_xla_fusion(training):
+    """Whether a layer call should use the XLA clusters: training, enabled, not inside XLA already."""
+    return bool(training) and xla_fusion_enabled() and not in_xla_context()
 
 
 # -- patch energy ------------------------------------------------------------------------
@@ -56,9 +98,8 @@ def _window_geometry(size, kernel, stride, dilation, padding):
     return 0, 0, (size - span) // stride + 1
 
 
-def _box_sum_axis(energy, axis, kernel, stride, dilation, padding):
-    size = energy.shape[axis]
-    before, after, out = _window_geometry(size, kernel, stride, dilation, padding)
+def _box_sum_axis(energy, axis, kernel, stride, dilation, before, after, out):
+    """Σ_k energy_padded[i·stride + k·dilation] along one axis, for i < out."""
     if before or after:
         paddings = [[0, 0]] * len(energy.shape)
         paddings[axis] = [before, after]
@@ -73,12 +114,49 @@ def _box_sum_axis(energy, axis, kernel, stride, dilation, padding):
     return total
 
 
+def _box_sum(energy, kernel_size, strides, dilation_rate, padding):
+    """The ones-kernel correlation of a one-channel NHWC tensor, the conv's geometry."""
+    for axis in (1, 2):
+        k, s, d = kernel_size[axis - 1], strides[axis - 1], dilation_rate[axis - 1]
+        before, after, out = _window_geometry(energy.shape[axis], k, s, d, padding)
+        energy = _box_sum_axis(energy, axis, k, s, d, before, after, out)
+    return energy
+
+
+def _box_sum_adjoint(upstream, size, kernel_size, strides, dilation_rate, padding):
+    """Transpose of `_box_sum` applied to `upstream`; `size` is the input's (H, W).
+
+    With stride 1 the transpose of a ones-kernel correlation is again one, with
+    the padding mirrored (``span − 1 − before`` in front, ``size − out + before``
+    behind); with a stride it is the 1→1 transposed convolution (TF's CPU kernel
+    has no dilation, but strides > 1 exclude dilation > 1).
+    """
+    if max(strides) > 1:
+        ones = tf.ones(tuple(kernel_size) + (1, 1), upstream.dtype)
+        shape = tf.stack([tf.shape(upstream)[0], size[0], size[1], 1])
+        return tf.nn.conv2d_transpose(upstream, ones, shape, strides=strides, padding=padding.upper())
+    for axis in (1, 2):
+        k, d = kernel_size[axis - 1], dilation_rate[axis - 1]
+        before, _, out = _window_geometry(size[axis - 1], k, 1, d, padding)
+        span = (k - 1) * d + 1
+        upstream = _box_sum_axis(
+            upstream, axis, k, 1, d, span - 1 - before, size[axis - 1] - out + before, size[axis - 1]
+        )
+    return upstream
+
+
 def patch_squared_norm(inputs, kernel_size, strides=1, padding="valid", dilation_rate=1):
     """Σ_patch x² per output position, exact, by a separable box sum of shifted slices.
 
     Same contract as `angles.patch_squared_norm` (float32 `(N, H', W', 1)`, the
     conv's geometry, padded zeros counted); falls back to it when the spatial
     size is not known when the graph is built.
+
+    The gradient is written by hand: ``∂/∂x = 2x · B`` with ``B`` the adjoint of
+    the box sum applied to the one-channel upstream gradient (`_box_sum_adjoint`).
+    Autodiff of square → channel sum → slices instead broadcasts the upstream
+    gradient to the input's full size, multiplies twice and adds one
+    strided-slice gradient per kernel row and column.
 
     Args:
         inputs: NHWC tensor.
@@ -94,63 +172,226 @@ def patch_squared_norm(inputs, kernel_size, strides=1, padding="valid", dilation
     padding = padding.lower()
     if inputs.shape[1] is None or inputs.shape[2] is None:
         return angles.patch_squared_norm(inputs, kernel_size, strides, padding, dilation_rate)
-    x = ops.cast(inputs, "float32")
-    energy = ops.sum(ops.square(x), axis=-1, keepdims=True)
-    for axis in (1, 2):
-        energy = _box_sum_axis(
-            energy, axis, kernel_size[axis - 1], strides[axis - 1], dilation_rate[axis - 1], padding
-        )
-    return energy
+    # tf.custom_gradient: keras.ops has no custom-gradient primitive.
+    @tf.custom_gradient
+    def patch_energy(x):
+        if in_xla_context():
+            # XLA has no EuclideanNorm kernel, and fuses the square into the sum anyway.
+            pixel_energy = ops.sum(ops.square(x), axis=-1, keepdims=True)
+        else:
+            # One reduction kernel (EuclideanNorm) instead of a full-size x² and a sum.
+            pixel_energy = ops.square(tf.math.reduce_euclidean_norm(x, axis=-1, keepdims=True))
+        out = _box_sum(pixel_energy, kernel_size, strides, dilation_rate, padding)
+
+        def grad(upstream):
+            # Adjoint of the box sum: every output position's gradient is spread
+            # back over its window (zero-padded borders drop out).
+            spread = _box_sum_adjoint(
+                upstream, pixel_energy.shape[1:3], kernel_size, strides, dilation_rate, padding
+            )
+            return x * (2.0 * spread)
+
+        return out, grad
+
+    return patch_energy(ops.cast(inputs, "float32"))
 
 
 # -- angular functions of θ with a hand-written gradient ----------------------------------
 
-# The clip margin δ of `angles.safe_acos`; |c| ≥ 1 − δ gets zero gradient, as the clip gives.
-_ONE_MINUS_C2_MIN = 2.0 * angles.ACOS_DELTA - angles.ACOS_DELTA**2
+# The clip bound 1 − δ of `angles.safe_acos`.
+_CLIP = 1.0 - angles.ACOS_DELTA
+# 1 − c² at the clip bound as float32 computes it, with 1 % margin: rounding can
+# put the clipped value a hair above the exact 2δ − δ², while the next float32
+# cosine inside the range (6e-8 closer to 0) already has 1 − c² larger by ~6 %.
+_OUTSIDE_CLIP = float(np.float32(1.0) - np.square(np.float32(_CLIP))) * 1.01
 
 
-def _inv_sin(c):
-    """1/√(1 − c²) inside the clip range of `safe_acos`, 0 outside (the clip's gradient)."""
-    one_minus = 1.0 - ops.square(c)
-    inside = ops.greater(one_minus, _ONE_MINUS_C2_MIN)
-    return ops.where(inside, ops.rsqrt(ops.maximum(one_minus, _ONE_MINUS_C2_MIN)), 0.0)
+def _theta_activation(angular, k):
+    """`(g_of_clipped_c, dg_dc_from(G·1/sinθ, stored))` for linear / fixed-k sigmoid g.
 
+    Both are written with arcsin, since π/2 − θ = arcsin(c):
 
-def _angular_with_grad(angular, k):
-    """`g(c)` as a `tf.custom_gradient` function for the θ-based activations."""
-    g_fn = angular_lib.ANGULAR_FNS[angular]
+    ```
+    linear:   g = 1 − 2θ/π = (2/π)·arcsin c,           dg/dc = (2/π) / √(1 − c²)      [S-2]
+    sigmoid:  g = tanh(arcsin(c)/2k) / tanh(π/4k),
+              dg/dc = (1 − tanh²(arcsin(c)/2k)) / (2k·tanh(π/4k)·√(1 − c²))          [S-4]
+    ```
+
+    Returns `(forward, backward, constant)`: `forward(c) -> (g, saved)`,
+    `backward(upstream_over_sin, saved)` the gradient without the constant
+    factor, which the caller folds into the one-channel 1/‖x‖.
+    """
     if angular == "linear":
+        def forward(c):
+            return (2.0 / math.pi) * ops.arcsin(c), None
 
-        def dg_dc(c, g):
-            del g
-            return (2.0 / math.pi) * _inv_sin(c)
+        def backward(upstream_over_sin, saved):
+            del saved
+            return upstream_over_sin
 
-    else:  # sigmoid with a fixed float k
-        k = float(k)
-        t = math.tanh(math.pi / (4.0 * k))
+        return forward, backward, 2.0 / math.pi
+    k = float(k)
+    t = math.tanh(math.pi / (4.0 * k))
 
-        def dg_dc(c, g):
-            tanh_u = g * t
-            return ((1.0 - ops.square(tanh_u)) / (2.0 * k * t)) * _inv_sin(c)
+    def forward(c):
+        tanh_u = ops.tanh(ops.arcsin(c) * (0.5 / k))
+        return tanh_u * (1.0 / t), tanh_u
+
+    def backward(upstream_over_sin, tanh_u):
+        # TanhGrad(y, dy) = dy·(1 − y²) in one kernel.
+        return tf.raw_ops.TanhGrad(y=tanh_u, dy=upstream_over_sin)
+
+    return forward, backward, 1.0 / (2.0 * k * t)
+
+
+def _theta_gradient(upstream, c, saved, inv_norm, backward, constant):
+    """∂L/∂dot and ∂L/∂(1/‖x‖) of `_angular_of_dot` from the stored clipped cosine c."""
+    one_minus_c2 = 1.0 - ops.square(c)
+    over_sin = ops.where(one_minus_c2 > _OUTSIDE_CLIP, upstream * ops.rsqrt(one_minus_c2), 0.0)
+    dg = backward(over_sin, saved)
+    d_dot = dg * (constant * inv_norm)
+    # Σ_j dg·dot = Σ_j dg·c / (1/‖x‖): dg is 0 wherever the clip changed c, so
+    # `dot` itself need not be kept for the backward pass (one full tensor less).
+    d_inv = (constant / inv_norm) * ops.sum(dg * c, axis=-1, keepdims=True)
+    return d_dot, d_inv
+
+
+# One XLA cluster per (activation, k) for `_theta_gradient`: its ~8 elementwise
+# passes and the row reduction become one loop (no transcendental function in it,
+# so XLA's slow CPU arcsin/arccos never runs).
+_THETA_GRADIENT_XLA = {}
+
+
+def _theta_gradient_xla(angular, k):
+    key = (angular, float(k) if k is not None else None)
+    if key not in _THETA_GRADIENT_XLA:
+        _, backward, constant = _theta_activation(angular, k)
+
+        def gradient(upstream, c, saved, inv_norm):
+            return _theta_gradient(upstream, c, saved, inv_norm, backward, constant)
+
+        _THETA_GRADIENT_XLA[key] = tf.function(gradient, jit_compile=True, autograph=False)
+    return _THETA_GRADIENT_XLA[key]
+
+
+def _angular_of_dot(dot, inv_norm, angular, k, xla=False):
+    """g(θ) with cos θ = dot·(1/‖x‖), one custom gradient for the θ-based activations.
+
+    The forward value equals the registry function (`safe_acos`'s clip to
+    [−1 + δ, 1 − δ], then g); the gradient with respect to `dot` and the
+    one-channel `inv_norm` is written by hand from the stored clipped cosine
+    alone (`dot` is not kept):
+    ``G·g'(c)`` inside the clip range and exactly 0 outside it (the clip's own
+    gradient), so it stays ≤ 1/√(2δ − δ²) ≈ 707 times g's slope factor. Autodiff
+    of product → clip → arccos → affine keeps three full-size intermediates and
+    runs about twice as many kernels. With `xla=True` the backward pass is one
+    XLA cluster (the forward stays TensorFlow's: its arcsin is much faster than
+    XLA's on CPU). Other activations (cosine, sqcosine, a learnable k,
+    user-registered functions) use autodiff of the registry function.
+    """
+    if not (angular == "linear" or (angular == "sigmoid" and isinstance(k, (int, float)))):
+        return angular_lib.get_angular_fn(angular)(dot * inv_norm, k)
+    forward, backward, constant = _theta_activation(angular, k)
 
     # tf.custom_gradient: keras.ops has no custom-gradient primitive.
     @tf.custom_gradient
-    def g_of_c(c):
-        g = g_fn(c, k)
+    def g_of_dot(dot, inv_norm):
+        c = ops.clip(dot * inv_norm, -_CLIP, _CLIP)
+        g, saved = forward(c)
 
         def grad(upstream):
-            return upstream * dg_dc(c, g)
+            if xla:
+                if saved is None:
+                    saved_value = ops.zeros((), "float32")  # tf.function needs a tensor
+                else:
+                    saved_value = saved
+                return _theta_gradient_xla(angular, k)(upstream, c, saved_value, inv_norm)
+            return _theta_gradient(upstream, c, saved, inv_norm, backward, constant)
 
         return g, grad
 
-    return g_of_c
+    return g_of_dot(dot, inv_norm)
 
 
-def _angular_of_cos(cos_theta, angular, k):
-    # A learnable k is a tensor that needs its own gradient: autodiff handles that case.
-    if angular == "linear" or (angular == "sigmoid" and isinstance(k, (int, float))):
-        return _angular_with_grad(angular, k)(cos_theta)
-    return angular_lib.get_angular_fn(angular)(cos_theta, k)
+def _tanh_cosine_terms(upstream, dot, x_norm, factor, inv_radius):
+    """The full-size part of `_tanh_cosine`'s backward pass (tanh recomputed, not stored).
+
+    Returns ``(∂L/∂dot, r, ∂L/∂v)`` with ``r = G·dot·(1 − tanh²)``; the caller
+    reduces r to the one-channel and per-filter gradients.
+    """
+    t = ops.tanh(x_norm * inv_radius)
+    q = upstream * dot
+    return upstream * (t * factor), q * (1.0 - t * t), ops.sum(q * t, axis=-1, keepdims=True)
+
+
+def _tanh_cosine_value(dot, x_norm, factor, inv_radius):
+    return dot * (ops.tanh(x_norm * inv_radius) * factor)
+
+
+# XLA clusters for the training path of `_tanh_cosine`: the forward value in one
+# fused pass, the backward's full-size terms in one multi-output fusion.
+_tanh_cosine_value_xla = tf.function(_tanh_cosine_value, jit_compile=True, autograph=False)
+_tanh_cosine_terms_xla = tf.function(_tanh_cosine_terms, jit_compile=True, autograph=False)
+
+
+def _tanh_cosine(dot, x_norm, factor, inv_radius, xla=False):
+    """TanhConv with cosine g,  ``f = dot · tanh(‖x‖·a_j) · v``,  with a hand-written gradient.
+
+    ``a_j = 1/(ρ_j·E{‖x‖})`` is the per-filter inverse radius `(units,)` and
+    ``v = α/‖x‖`` the one-channel factor, so f = α·tanh(‖x‖/(ρ_j E‖x‖))·cos θ  [D-8, D-12].
+    With ``q = G·dot`` and ``r = q·(1 − tanh²)``:
+
+    ```
+    ∂L/∂dot = G·tanh·v        ∂L/∂v   = Σ_j q·tanh
+    ∂L/∂‖x‖ = v · Σ_j r·a_j   ∂L/∂a_j = Σ_positions r·v·‖x‖
+    ```
+
+    the two last as matrix-vector products over the `(positions, units)` view.
+    Autodiff of the same expression runs a full-size division gradient and
+    broadcast reductions for each factor instead.
+
+    With `xla=True` (the layers' training path, see `use_xla_fusion`) the value
+    and the full-size backward terms each run as one XLA cluster: the forward
+    writes only f and the backward recomputes tanh from the one-channel ‖x‖ and
+    the `(units,)` radius, so no full-size tanh is kept between the passes
+    (fewer memory passes and a smaller activation footprint). Otherwise plain
+    TensorFlow ops, which keep tanh and tanh·v for the backward pass.
+    """
+    units = dot.shape[-1]
+
+    def reduce_terms(r, d_factor):
+        rows = ops.reshape(r, (-1, units))
+        d_x_norm = factor * ops.reshape(
+            ops.matmul(rows, ops.reshape(inv_radius, (units, 1))), ops.shape(x_norm)
+        )
+        d_inv_radius = ops.reshape(ops.matmul(ops.reshape(factor * x_norm, (1, -1)), rows), (units,))
+        return d_x_norm, d_factor, d_inv_radius
+
+    if xla:
+        # tf.custom_gradient: keras.ops has no custom-gradient primitive.
+        @tf.custom_gradient
+        def response_xla(dot, x_norm, factor, inv_radius):
+            def grad(upstream):
+                d_dot, r, d_factor = _tanh_cosine_terms_xla(upstream, dot, x_norm, factor, inv_radius)
+                return (d_dot,) + reduce_terms(r, d_factor)
+
+            return _tanh_cosine_value_xla(dot, x_norm, factor, inv_radius), grad
+
+        return response_xla(dot, x_norm, factor, inv_radius)
+
+    @tf.custom_gradient
+    def response(dot, x_norm, factor, inv_radius):
+        t = ops.tanh(x_norm * inv_radius)
+        s = t * factor
+
+        def grad(upstream):
+            q = upstream * dot
+            r = tf.raw_ops.TanhGrad(y=t, dy=q)  # q·(1 − t²) in one kernel
+            return (upstream * s,) + reduce_terms(r, ops.sum(q * t, axis=-1, keepdims=True))
+
+        return dot * s, grad
+
+    return response(dot, x_norm, factor, inv_radius)
 
 
 # -- the response ---------------------------------------------------------------------------
@@ -187,6 +428,7 @@ def decoupled_response_from_dot(
     k=None,
     weighted=None,
     weight_radius=None,
+    xla=False,
 ):
     """``f = h(‖w‖, ‖x‖)·g(θ)`` from ``dot = x·ŵ`` and the patch norm, float32   [D-3].
 
@@ -202,6 +444,8 @@ def decoupled_response_from_dot(
         w_norm: float32 `(units,)`, needed when `weighted`.
         magnitude, angular, alpha, beta, radius, k, weighted, weight_radius: as
             `operator.decoupled_response`.
+        xla: bool, run the tails that profit from it as XLA clusters (the
+            layers pass `use_xla_fusion(training)`); same values.
 
     Returns:
         float32 tensor of the shape of `dot`.
@@ -216,6 +460,19 @@ def decoupled_response_from_dot(
     # for α = 1) instead of costing a full-size multiply.
     alpha_linear = any(mag is magnitude_lib.MAGNITUDE_FNS[n] for n in _ALPHA_LINEAR)
     scale = alpha if alpha_linear else 1.0
+    if (
+        mag is magnitude_lib.MAGNITUDE_FNS["tanh"]
+        and angular == "cosine"
+        and weighted is None
+        and dot.shape[-1] is not None
+        and len(x_norm.shape) == len(dot.shape)
+        and x_norm.shape[-1] == 1
+    ):
+        # The DCNet default (TanhConv + cosine): one custom-gradient tail.
+        units = dot.shape[-1]
+        inv_radius = ops.broadcast_to(1.0 / ops.cast(radius, "float32"), (units,))
+        factor = inv_norm if scale == 1.0 else scale * inv_norm
+        return _tanh_cosine(dot, x_norm, factor, inv_radius, xla=xla)
     if weighted == "nonlinear":
         h = mag.fn(x_norm * w_norm, radius, 1.0 if alpha_linear else alpha, beta)
     elif mag is magnitude_lib.MAGNITUDE_FNS["sphere"]:
@@ -232,7 +489,7 @@ def decoupled_response_from_dot(
         # α·h₁·dot/‖x‖: the per-position factors meet on the one-channel tensor first.
         factor = inv_norm if scale == 1.0 else scale * inv_norm
         return dot * (factor if h is None else h * factor)
-    g = _angular_of_cos(dot * inv_norm, angular, k)
+    g = _angular_of_dot(dot, inv_norm, angular, k, xla=xla)
     if h is not None:
         g = h * g
     return g if scale == 1.0 else scale * g

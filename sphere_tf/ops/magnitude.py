@@ -15,6 +15,11 @@ from typing import Callable, Optional
 from keras import ops
 
 
+def _times(alpha, h):
+    # α = 1 (the default) costs no full-size multiply.
+    return h if isinstance(alpha, (int, float)) and alpha == 1 else alpha * h
+
+
 def sphere(x_norm, radius, alpha, beta):
     """SphereConv  h = α   [D-4]; α = 1 is SphereNet."""
     del radius, beta
@@ -24,13 +29,14 @@ def sphere(x_norm, radius, alpha, beta):
 def ball(x_norm, radius, alpha, beta):
     """BallConv  h = α·min(‖x‖, r)/r   [D-5], r = ρ·E{‖x‖} [D-20]."""
     del beta
-    return alpha * ops.minimum(x_norm, radius) / radius
+    # min(‖x‖/r, 1): the division is by the small radius tensor, not a full-size one.
+    return _times(alpha, ops.minimum(x_norm * (1.0 / radius), 1.0))
 
 
 def tanh(x_norm, radius, alpha, beta):
     """TanhConv  h = α·tanh(‖x‖/r)   [D-6], r = ρ·E{‖x‖} [D-19]."""
     del beta
-    return alpha * ops.tanh(x_norm / radius)
+    return _times(alpha, ops.tanh(x_norm * (1.0 / radius)))
 
 
 def linear(x_norm, radius, alpha, beta):

@@ -13,6 +13,11 @@ The hyperspherical operators add a few elementwise passes per layer, so they
 gain the most, but a plain Conv2D network gets faster as well (both figures in
 docs/performance.md). The trainers in `trainers/` switch it on by default
 (`--cpu_allocator=bfc`).
+
+Where TensorFlow runs with oneDNN (the default on x86 CPUs with AVX-512 VNNI/BF16
+or AMX; `TF_ENABLE_ONEDNN_OPTS=0` turns it off), its CPU allocator is oneDNN's
+pooling allocator, which also reuses memory and keeps statistics: there the
+allocator pools from the start and `use_bfc_cpu_allocator` has nothing to change.
 """
 
 import os
@@ -23,11 +28,13 @@ _ENV_VAR = "TF_CPU_ALLOCATOR_USE_BFC"
 
 
 def bfc_cpu_allocator_active():
-    """True when this process's CPU tensors come from the BFC allocator.
+    """True when this process's CPU tensors come from a pooling allocator.
 
-    Only the BFC allocator keeps statistics, so `get_memory_info('CPU:0')`
-    succeeds exactly when it is active. Asking creates TensorFlow's CPU device
-    (and so its allocator): call `use_bfc_cpu_allocator` first, not this.
+    That is the BFC allocator (`use_bfc_cpu_allocator`) or, with oneDNN on,
+    oneDNN's BFC-based CPU allocator. Only those keep statistics (the plain
+    malloc allocator does not), so `get_memory_info('CPU:0')` succeeds exactly
+    when one is active. Asking creates TensorFlow's CPU device (and so its
+    allocator): call `use_bfc_cpu_allocator` first, not this.
     """
     try:
         tf.config.experimental.get_memory_info("CPU:0")
@@ -48,7 +55,8 @@ def use_bfc_cpu_allocator():
 
     Raises:
         RuntimeError: TensorFlow already created its CPU allocator with the
-            default (malloc) implementation, so the setting cannot take effect.
+            plain (malloc) implementation, so the setting cannot take effect.
+            (With oneDNN on, the allocator pools already and nothing is raised.)
     """
     previous = os.environ.get(_ENV_VAR)
     os.environ[_ENV_VAR] = "true"

@@ -23,6 +23,7 @@ from sphere_tf.layers import DecoupledDense
 from sphere_tf.layers import SphereConv2D
 from sphere_tf.layers import SphereDense
 from sphere_tf.ops import angular as angular_lib
+from sphere_tf.ops import fused
 from sphere_tf.ops import magnitude as magnitude_lib
 
 MAGNITUDES = sorted(magnitude_lib.MAGNITUDE_FNS)
@@ -734,6 +735,7 @@ def test_subclassed_model_fit_and_saved_model(rng, tmp_path):
 
 
 @pytest.mark.parametrize("factory", [
+    lambda: DecoupledConv2D(3, 3, padding="same", magnitude="tanh", angular="cosine"),
     lambda: DecoupledConv2D(3, 3, strides=2, padding="same", magnitude="tanh", angular="sigmoid",
                             learnable_k=True),
     lambda: DecoupledConv2D(3, 3, dilation_rate=2, padding="same", magnitude="seg",
@@ -770,6 +772,78 @@ def test_eager_and_jit_compiled_agree(rng, factory):
         for e, c in zip(eager_mode[1:], compiled_mode[1:]):
             e, c = e.numpy(), c.numpy()
             np.testing.assert_allclose(c, e, rtol=1e-4, atol=1e-4 * np.max(np.abs(e)))
+
+
+# -- the XLA clusters of the training path (sphere_tf.ops.fused.use_xla_fusion) ---------------------
+
+XLA_FUSED = [
+    lambda: DecoupledConv2D(4, 3, strides=2, padding="same", magnitude="tanh", angular="cosine",
+                            alpha=1.7),
+    lambda: SphereConv2D(4, 3, padding="same", angular="linear"),
+    lambda: SphereConv2D(4, 3, dilation_rate=2, angular="sigmoid", k=0.5),
+    lambda: DecoupledDense(4, magnitude="tanh", angular="cosine"),
+]
+
+
+def _has_xla_function(concrete):
+    graph_def = concrete.graph.as_graph_def()
+    nodes = list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
+    attrs = [f.attr for f in graph_def.library.function] + [n.attr for n in nodes]
+    return any("_XlaMustCompile" in a and a["_XlaMustCompile"].b for a in attrs)
+
+
+@pytest.mark.parametrize("factory", XLA_FUSED)
+def test_xla_clusters_match_plain_ops(rng, factory):
+    # Training-mode values and every gradient with the XLA clusters and with plain ops.
+    layers = [factory(), factory()]
+    dense = isinstance(layers[0], DecoupledDense)
+    x = tf.constant(_inputs(rng, (3, 7) if dense else (2, 7, 7, 3)))
+    _randomise(layers[0], rng, x.numpy())
+    layers[1](x[:1], training=False)
+    layers[1].set_weights(layers[0].get_weights())
+    layers[1]._use_xla_fusion = False
+    results = []
+    for layer in layers:
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x, training=True)
+            loss = tf.reduce_sum(tf.sin(3.0 * y))
+        results.append([y] + tape.gradient(loss, [x] + layer.trainable_variables))
+    for fused_value, plain_value in zip(*results):
+        plain_value = plain_value.numpy()
+        np.testing.assert_allclose(fused_value.numpy(), plain_value, rtol=1e-5,
+                                   atol=1e-5 * max(1.0, np.max(np.abs(plain_value))))
+
+
+@pytest.mark.parametrize("factory", XLA_FUSED)
+def test_xla_clusters_only_in_training_graphs(rng, factory):
+    # Inference (what SavedModel export traces) must not need the XLA JIT, which
+    # TensorFlow Serving disables by default; training graphs use the clusters.
+    layer = factory()
+    dense = isinstance(layer, DecoupledDense)
+    spec = tf.TensorSpec((None, 7) if dense else (None, 7, 7, 3), tf.float32)
+    layer(tf.zeros([1] + list(spec.shape[1:])), training=False)
+
+    def grads(training):
+        def fn(x):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = layer(x, training=training)
+            return tape.gradient(y, [x] + layer.trainable_variables)
+        return tf.function(fn).get_concrete_function(spec)
+
+    assert _has_xla_function(grads(True))
+    assert not _has_xla_function(grads(False))
+    assert not _has_xla_function(tf.function(lambda x: layer(x, training=False)).get_concrete_function(spec))
+    fused.set_xla_fusion(False)
+    try:
+        assert not _has_xla_function(grads(True))
+    finally:
+        fused.set_xla_fusion(True)
+    # Inside a function XLA compiles as a whole: plain ops, no nested clusters.
+    assert not _has_xla_function(
+        tf.function(lambda x: layer(x, training=True), jit_compile=True).get_concrete_function(spec)
+    )
 
 
 # -- bad arguments ---------------------------------------------------------------------------------

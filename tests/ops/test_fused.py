@@ -66,25 +66,82 @@ def test_patch_squared_norm_gradient_is_two_x_times_window_count():
     np.testing.assert_allclose(grad, 2 * x * counts[None, :, :, None], rtol=1e-5)
 
 
-def _angular_grad(angular, c, k=0.3):
-    ct = tf.constant(c, tf.float32)
+def np_patch_squared_norm_grad(x, upstream, kernel_size, strides, padding, dilation):
+    """d/dx Σ_out upstream·Σ_patch x² = 2x · Σ_(windows holding the pixel) upstream, by loops."""
+    n, h, w, _ = x.shape
+    (kh, kw), (sh, sw), (dh, dw) = kernel_size, strides, dilation
+    span_h, span_w = (kh - 1) * dh + 1, (kw - 1) * dw + 1
+    pad_top = pad_left = 0
+    if padding == "same":
+        out_h, out_w = -(-h // sh), -(-w // sw)
+        pad_top = max((out_h - 1) * sh + span_h - h, 0) // 2
+        pad_left = max((out_w - 1) * sw + span_w - w, 0) // 2
+    else:
+        out_h, out_w = (h - span_h) // sh + 1, (w - span_w) // sw + 1
+    spread = np.zeros((n, h, w))
+    for i in range(out_h):
+        for j in range(out_w):
+            for a in range(kh):
+                for b in range(kw):
+                    r, c = i * sh + a * dh - pad_top, j * sw + b * dw - pad_left
+                    if 0 <= r < h and 0 <= c < w:
+                        spread[:, r, c] += upstream[:, i, j, 0]
+    return 2.0 * x * spread[..., None]
+
+
+@pytest.mark.parametrize(
+    "shape,kernel_size,strides,padding,dilation",
+    [
+        ((2, 7, 6, 3), (3, 3), (1, 1), "same", (1, 1)),
+        ((2, 7, 6, 3), (3, 3), (2, 2), "same", (1, 1)),
+        ((1, 8, 9, 2), (2, 3), (2, 1), "same", (1, 1)),
+        ((1, 8, 9, 2), (3, 2), (1, 3), "valid", (1, 1)),
+        ((1, 9, 9, 2), (3, 3), (1, 1), "same", (2, 2)),
+        ((1, 9, 10, 2), (2, 3), (1, 1), "valid", (2, 3)),
+        ((1, 9, 10, 2), (4, 2), (1, 1), "same", (2, 1)),
+        ((1, 4, 4, 1), (5, 5), (1, 1), "same", (1, 1)),
+        ((2, 6, 6, 3), (1, 1), (2, 2), "valid", (1, 1)),
+    ],
+)
+def test_patch_squared_norm_hand_written_gradient_matches_loops(shape, kernel_size, strides, padding, dilation):
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal(shape).astype(np.float32)
+    xt = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        energy = fused.patch_squared_norm(xt, kernel_size, strides, padding, dilation)
+        upstream = rng.standard_normal(energy.shape).astype(np.float32)
+        total = tf.reduce_sum(energy * upstream)
+    want = np_patch_squared_norm_grad(x.astype(np.float64), upstream, kernel_size, strides, padding, dilation)
+    np.testing.assert_allclose(tape.gradient(total, xt).numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def _angular_grad(angular, c, k=0.3, xla=False):
+    """g and dg/dc through `_angular_of_dot` with ‖x‖ = 1 (dot = c, 1/‖x‖ = 1)."""
+    ct = tf.constant(np.reshape(c, (1, -1)), tf.float32)
     with tf.GradientTape() as tape:
         tape.watch(ct)
-        g = fused._angular_of_cos(ct, angular, k)
-    return g.numpy(), tape.gradient(g, ct).numpy()
+        g = fused._angular_of_dot(ct, tf.ones((1, 1)), angular, k, xla=xla)
+    return g.numpy()[0], tape.gradient(g, ct).numpy()[0]
 
 
-def test_linear_custom_gradient_matches_closed_form():
+# Both backward implementations: plain TensorFlow ops and the XLA cluster.
+XLA = pytest.mark.parametrize("xla", [False, True], ids=["tf", "xla"])
+
+
+@XLA
+def test_linear_custom_gradient_matches_closed_form(xla):
     c = np.linspace(-0.999, 0.999, 41).astype(np.float32)
-    g, dg = _angular_grad("linear", c)
+    g, dg = _angular_grad("linear", c, xla=xla)
     np.testing.assert_allclose(g, 1 - 2 * np.arccos(c.astype(np.float64)) / np.pi, atol=2e-6)
     np.testing.assert_allclose(dg, 2 / (np.pi * np.sqrt(1 - c.astype(np.float64) ** 2)), rtol=2e-4)
 
 
+@XLA
 @pytest.mark.parametrize("k", [0.1, 0.3, 0.7, 5.0])
-def test_sigmoid_custom_gradient_matches_closed_form(k):
+def test_sigmoid_custom_gradient_matches_closed_form(k, xla):
     c = np.linspace(-0.99, 0.99, 33).astype(np.float32)
-    g, dg = _angular_grad("sigmoid", c, k)
+    g, dg = _angular_grad("sigmoid", c, k, xla=xla)
     theta = np.arccos(c.astype(np.float64))
     u = theta / k - np.pi / (2 * k)
     big_c = (1 + np.exp(-np.pi / (2 * k))) / (1 - np.exp(-np.pi / (2 * k)))
@@ -96,15 +153,85 @@ def test_sigmoid_custom_gradient_matches_closed_form(k):
     np.testing.assert_allclose(dg, want_dg, rtol=5e-4, atol=2e-5)
 
 
+@XLA
 @pytest.mark.parametrize("angular", ["linear", "sigmoid"])
-def test_custom_gradient_finite_and_zero_outside_clip(angular):
+def test_custom_gradient_finite_and_zero_outside_clip(angular, xla):
     c = np.array([-1.5, -1.0, -1.0 + 1e-7, 0.0, 1.0 - 1e-7, 1.0, 1.5], np.float32)
-    g, dg = _angular_grad(angular, c)
+    g, dg = _angular_grad(angular, c, xla=xla)
     assert np.all(np.isfinite(g)) and np.all(np.isfinite(dg))
     assert np.all(np.abs(g) <= 1.0)
-    np.testing.assert_array_equal(dg[[0, 1, 5, 6]], 0.0)
+    # Outside the clip range [−1 + δ, 1 − δ] (δ = 1e-6) the gradient is exactly 0.
+    np.testing.assert_array_equal(dg[[0, 1, 2, 4, 5, 6]], 0.0)
     # Bounded by the clip: 1/√(2δ − δ²) ≈ 707 times g's own slope factor (≤ 2 here).
     assert np.all(np.abs(dg) <= 2.0 / math.sqrt(2e-6 - 1e-12))
+
+
+@XLA
+@pytest.mark.parametrize("angular", ["linear", "sigmoid"])
+def test_custom_gradient_just_inside_clip_is_the_formula(angular, xla):
+    # The largest float32 cosines strictly inside the clip range keep their gradient.
+    bound = np.float32(1.0 - 1e-6)
+    c = np.array([np.nextafter(bound, np.float32(0)), -np.nextafter(bound, np.float32(0))], np.float32)
+    _, dg = _angular_grad(angular, c, xla=xla)
+    c64 = c.astype(np.float64)
+    slope = 2 / np.pi if angular == "linear" else None
+    if slope is not None:
+        np.testing.assert_allclose(dg, slope / np.sqrt(1 - c64**2), rtol=0.05)
+    assert np.all(dg > 0.0)
+
+
+def _np_response(magnitude, angular, dot, x_norm, radius, alpha, k=0.3):
+    cos = dot / x_norm
+    g = {
+        "cosine": cos,
+        "linear": 1 - 2 * np.arccos(np.clip(cos, -1 + 1e-6, 1 - 1e-6)) / np.pi,
+        "sigmoid": np.tanh((np.pi / 2 - np.arccos(np.clip(cos, -1 + 1e-6, 1 - 1e-6))) / (2 * k))
+        / np.tanh(np.pi / (4 * k)),
+    }[angular]
+    h = {"tanh": alpha * np.tanh(x_norm / radius), "sphere": alpha * np.ones_like(x_norm)}[magnitude]
+    return h * g
+
+
+@XLA
+@pytest.mark.parametrize(
+    "magnitude,angular", [("tanh", "cosine"), ("sphere", "linear"), ("sphere", "sigmoid"), ("tanh", "linear")]
+)
+def test_custom_gradient_tails_match_finite_differences(magnitude, angular, xla):
+    # Gradients w.r.t. dot, ‖x‖ (also through 1/‖x‖) and the per-filter radius against
+    # central differences of the NumPy formula in float64.
+    rng = np.random.default_rng(7)
+    x_norm = rng.uniform(0.5, 2.0, (4, 1))
+    dot = rng.uniform(-0.9, 0.9, (4, 3)) * x_norm
+    radius = rng.uniform(0.5, 2.0, (3,))
+    weights = rng.standard_normal((4, 3))
+    alpha = 1.5
+
+    def loss_np(d, n, r):
+        return np.sum(weights * _np_response(magnitude, angular, d, n, r, alpha))
+
+    tensors = [tf.constant(a, tf.float32) for a in (dot, x_norm, radius)]
+    with tf.GradientTape() as tape:
+        tape.watch(tensors)
+        d, n, r = tensors
+        out = fused.decoupled_response_from_dot(
+            d, n, 1.0 / n, magnitude=magnitude, angular=angular, alpha=alpha, radius=r, k=0.3, xla=xla
+        )
+        loss = tf.reduce_sum(weights * out)
+    np.testing.assert_allclose(loss.numpy(), loss_np(dot, x_norm, radius), rtol=1e-5, atol=2e-6)
+    grads = tape.gradient(loss, tensors)
+    args = [dot, x_norm, radius]
+    for i, grad in enumerate(grads):
+        want = np.zeros_like(args[i])
+        for idx in np.ndindex(args[i].shape):
+            plus = [a.copy() for a in args]
+            minus = [a.copy() for a in args]
+            plus[i][idx] += 1e-6
+            minus[i][idx] -= 1e-6
+            want[idx] = (loss_np(*plus) - loss_np(*minus)) / 2e-6
+        if magnitude == "sphere" and i == 2:
+            assert grad is None or np.allclose(grad.numpy(), 0.0)
+            continue
+        np.testing.assert_allclose(grad.numpy(), want, rtol=2e-4, atol=2e-5)
 
 
 @pytest.mark.parametrize("alpha", [1.0, 2.5])
@@ -121,9 +248,10 @@ def test_linear_magnitude_cosine_is_alpha_times_dot(alpha):
     np.testing.assert_allclose(out.numpy(), alpha * dot, rtol=1e-6)
 
 
+@XLA
 @pytest.mark.parametrize("magnitude", sorted(magnitude_lib.MAGNITUDE_FNS))
 @pytest.mark.parametrize("angular", ["linear", "cosine", "sigmoid", "sqcosine"])
-def test_response_from_dot_matches_formula(magnitude, angular):
+def test_response_from_dot_matches_formula(magnitude, angular, xla):
     # f = h(‖x‖)·g(θ) with NumPy h and g (upstream forms), from dot = x·ŵ and ‖x‖.
     rng = np.random.default_rng(3)
     x_norm = rng.uniform(0.1, 3.0, (5, 1))
@@ -151,6 +279,6 @@ def test_response_from_dot_matches_formula(magnitude, angular):
     out = fused.decoupled_response_from_dot(
         f32(dot), f32(x_norm), f32(1 / x_norm), magnitude=magnitude, angular=angular,
         alpha=alpha, beta=magnitude_lib.MAGNITUDE_FNS[magnitude].default_beta,
-        radius=f32(radius), k=0.3,
+        radius=f32(radius), k=0.3, xla=xla,
     )
     np.testing.assert_allclose(out.numpy(), h * g, rtol=1e-4, atol=1e-5)

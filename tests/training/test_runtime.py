@@ -9,8 +9,16 @@ import textwrap
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _run(code):
+def _run(code, onednn=None):
+    """Runs `code` in a fresh Python; `onednn` False/True sets TF_ENABLE_ONEDNN_OPTS.
+
+    With oneDNN on (TensorFlow's default on CPUs with AVX-512 VNNI/BF16 or AMX),
+    TensorFlow's CPU allocator is oneDNN's pooling one, so the malloc-allocator
+    cases below switch oneDNN off to behave the same on every machine.
+    """
     env = {k: v for k, v in os.environ.items() if k != "TF_CPU_ALLOCATOR_USE_BFC"}
+    if onednn is not None:
+        env["TF_ENABLE_ONEDNN_OPTS"] = "1" if onednn else "0"
     proc = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)], cwd=ROOT, env=env,
         capture_output=True, text=True, timeout=120,
@@ -51,7 +59,8 @@ def test_too_late_raises_and_restores_the_environment():
         print(json.dumps({"error": error, "env": os.environ.get("TF_CPU_ALLOCATOR_USE_BFC"),
                           "active": runtime.bfc_cpu_allocator_active(),
                           "info": runtime.cpu_memory_info()}))
-        """
+        """,
+        onednn=False,
     )
     assert out["error"] is not None and "before creating any tensor" in out["error"]
     assert out["env"] is None and not out["active"] and out["info"] is None
@@ -65,6 +74,35 @@ def test_default_process_has_no_allocator_statistics():
         from sphere_tf.training import runtime
         x = tf.ones((4,))
         print(json.dumps({"active": runtime.bfc_cpu_allocator_active()}))
-        """
+        """,
+        onednn=False,
     )
     assert out == {"active": False}
+
+
+def test_onednn_allocator_pools_from_the_start():
+    # With oneDNN requested, the allocator pools exactly when oneDNN is really on
+    # (it needs AVX-512 VNNI/BF16 or AMX), and a late call then has nothing to fix.
+    out = _run(
+        """
+        import json
+        import tensorflow as tf
+        from tensorflow.python.util import _pywrap_util_port
+        from sphere_tf.training import runtime
+        x = tf.ones((256, 1024))
+        onednn = bool(_pywrap_util_port.IsMklEnabled())
+        try:
+            late = runtime.use_bfc_cpu_allocator()
+        except RuntimeError:
+            late = False
+        info = runtime.cpu_memory_info()
+        print(json.dumps({"onednn": onednn, "late": late,
+                          "current": info["current"] if info else None}))
+        """,
+        onednn=True,
+    )
+    assert out["late"] == out["onednn"]
+    if out["onednn"]:
+        assert out["current"] >= 256 * 1024 * 4
+    else:
+        assert out["current"] is None
