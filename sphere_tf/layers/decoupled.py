@@ -257,8 +257,9 @@ class _HypersphericalOperator(keras.layers.Layer):
             return self._call_composed(inputs, training)
         w_hat, w_norm = angles.normalize_kernel(self.kernel, self._sqrt_epsilon)
         need_norm = not fused.norm_cancels(self._magnitude, self.angular, self.weighted)
+        xla = self._use_xla_fusion and fused.use_xla_fusion(training)
         dot, x_sq = self._dot_and_patch_sq(
-            inputs, ops.cast(w_hat, self.compute_dtype), need_patch_sq=need_norm
+            inputs, ops.cast(w_hat, self.compute_dtype), need_patch_sq=need_norm, xla=xla
         )
         dot = ops.cast(dot, "float32")
         x_norm = inv_norm = radius = weight_radius = None
@@ -274,7 +275,7 @@ class _HypersphericalOperator(keras.layers.Layer):
             dot, x_norm, inv_norm, w_norm,
             magnitude=self._magnitude, angular=self.angular, alpha=self.alpha, beta=self.beta,
             radius=radius, k=self.effective_k(), weighted=self.weighted,
-            weight_radius=weight_radius, xla=self._use_xla_fusion and fused.use_xla_fusion(training),
+            weight_radius=weight_radius, xla=xla,
         )
         return self._finish(out)
 
@@ -374,7 +375,12 @@ class _ConvGeometry:
             raise ValueError(f"{type(self).__name__} needs a known channel dimension; received {input_shape}.")
         return self.kernel_size + (input_shape[-1], self.filters)
 
-    def _dot_and_patch_sq(self, inputs, w_hat, need_patch_sq=True, composed=False):
+    def _dot_and_patch_sq(self, inputs, w_hat, need_patch_sq=True, composed=False, xla=False):
+        if xla and need_patch_sq and not composed and None not in inputs.shape[1:3]:
+            # Training: one custom gradient for the conv and the patch energy.
+            return fused.conv_and_patch_energy(
+                inputs, w_hat, self.strides, self.padding, self.dilation_rate
+            )
         dot = ops.conv(
             inputs, w_hat, strides=self.strides, padding=self.padding,
             data_format="channels_last", dilation_rate=self.dilation_rate,
@@ -382,8 +388,14 @@ class _ConvGeometry:
         if not need_patch_sq:
             return dot, None
         # The fused path sums shifted slices; the composed one convolves with ones.
-        patch_sq = angles.patch_squared_norm if composed else fused.patch_squared_norm
-        x_sq = patch_sq(inputs, self.kernel_size, self.strides, self.padding, self.dilation_rate)
+        if composed:
+            x_sq = angles.patch_squared_norm(
+                inputs, self.kernel_size, self.strides, self.padding, self.dilation_rate
+            )
+        else:
+            x_sq = fused.patch_squared_norm(
+                inputs, self.kernel_size, self.strides, self.padding, self.dilation_rate, xla=xla
+            )
         return dot, x_sq
 
     def compute_output_shape(self, input_shape):
@@ -422,8 +434,8 @@ class _DenseGeometry:
             raise ValueError(f"{type(self).__name__} needs a known last dimension; received {input_shape}.")
         return (input_shape[-1], self.units)
 
-    def _dot_and_patch_sq(self, inputs, w_hat, need_patch_sq=True, composed=False):
-        del composed
+    def _dot_and_patch_sq(self, inputs, w_hat, need_patch_sq=True, composed=False, xla=False):
+        del composed, xla  # no patch geometry: one vector norm
         x_sq = angles.vector_squared_norm(inputs) if need_patch_sq else None
         return ops.matmul(inputs, w_hat), x_sq
 

@@ -145,7 +145,13 @@ def _box_sum_adjoint(upstream, size, kernel_size, strides, dilation_rate, paddin
     return upstream
 
 
-def patch_squared_norm(inputs, kernel_size, strides=1, padding="valid", dilation_rate=1):
+# The box sum and its adjoint are ~2·(kh + kw) small ops on one-channel tensors;
+# as XLA clusters (training path only) each is one loop.
+_box_sum_xla = tf.function(_box_sum, jit_compile=True, autograph=False)
+_box_sum_adjoint_xla = tf.function(_box_sum_adjoint, jit_compile=True, autograph=False)
+
+
+def patch_squared_norm(inputs, kernel_size, strides=1, padding="valid", dilation_rate=1, xla=False):
     """Σ_patch x² per output position, exact, by a separable box sum of shifted slices.
 
     Same contract as `angles.patch_squared_norm` (float32 `(N, H', W', 1)`, the
@@ -163,6 +169,8 @@ def patch_squared_norm(inputs, kernel_size, strides=1, padding="valid", dilation
         kernel_size: pair `(kh, kw)`.
         strides, dilation_rate: ints or pairs.
         padding: 'valid' or 'same'.
+        xla: bool, run the box sum and its adjoint as XLA clusters (the layers'
+            training path, `use_xla_fusion`); same values.
 
     Returns:
         float32 tensor `(N, H', W', 1)`.
@@ -181,19 +189,86 @@ def patch_squared_norm(inputs, kernel_size, strides=1, padding="valid", dilation
         else:
             # One reduction kernel (EuclideanNorm) instead of a full-size x² and a sum.
             pixel_energy = ops.square(tf.math.reduce_euclidean_norm(x, axis=-1, keepdims=True))
-        out = _box_sum(pixel_energy, kernel_size, strides, dilation_rate, padding)
+        box_sum, box_sum_adjoint = (_box_sum_xla, _box_sum_adjoint_xla) if xla else (_box_sum, _box_sum_adjoint)
+        out = box_sum(pixel_energy, kernel_size, strides, dilation_rate, padding)
 
         def grad(upstream):
             # Adjoint of the box sum: every output position's gradient is spread
             # back over its window (zero-padded borders drop out).
-            spread = _box_sum_adjoint(
-                upstream, pixel_energy.shape[1:3], kernel_size, strides, dilation_rate, padding
+            spread = box_sum_adjoint(
+                upstream, tuple(pixel_energy.shape[1:3]), kernel_size, strides, dilation_rate, padding
             )
             return x * (2.0 * spread)
 
         return out, grad
 
     return patch_energy(ops.cast(inputs, "float32"))
+
+
+def _add_patch_gradient(conv_grad, x, spread):
+    """``conv_grad + 2x·spread`` in the dtype of `conv_grad` (spread is one-channel float32)."""
+    patch_grad = ops.cast(x, "float32") * (2.0 * spread)
+    return conv_grad + ops.cast(patch_grad, conv_grad.dtype)
+
+
+# One loop for the input gradient's two terms: no separate full-size 2x·spread
+# tensor and no AddN of it with the conv's input gradient.
+_add_patch_gradient_xla = tf.function(_add_patch_gradient, jit_compile=True, autograph=False)
+
+
+def conv_and_patch_energy(inputs, kernel, strides, padding, dilation_rate):
+    """``(conv(x, kernel), Σ_patch x²)`` with one gradient for both: the training path.
+
+    The values are those of `ops.conv` and `patch_squared_norm` (one float32
+    one-channel patch energy, the conv's geometry). The backward pass runs the
+    conv's own gradient ops (`Conv2DBackpropInput` / `Conv2DBackpropFilter`, what
+    autodiff of `Conv2D` runs) and then adds the patch energy's input gradient
+    ``2x·Bᵀ(G_sq)`` in the same XLA loop: the two input-gradient terms would
+    otherwise be two full-size tensors summed by an AddN. Box sums as XLA clusters.
+
+    Args:
+        inputs: NHWC tensor of static spatial size.
+        kernel: `(kh, kw, C_in, C_out)` tensor in the dtype of `inputs`.
+        strides, dilation_rate: pairs; padding: 'valid' or 'same'.
+
+    Returns:
+        `(dot, patch_sq)`: the conv output in the inputs' dtype and the float32
+        `(N, H', W', 1)` patch energy.
+    """
+    kernel_size = tuple(kernel.shape[:2])
+    strides, dilation_rate = tuple(strides), tuple(dilation_rate)
+    conv_args = {
+        "strides": [1, *strides, 1], "padding": padding.upper(), "dilations": [1, *dilation_rate, 1],
+    }
+
+    # tf.custom_gradient: keras.ops has no custom-gradient primitive; tf.raw_ops
+    # for the conv's gradient ops, which keras.ops does not expose.
+    @tf.custom_gradient
+    def conv_and_energy(x, w):
+        dot = tf.nn.conv2d(x, w, **conv_args)
+        x32 = ops.cast(x, "float32")
+        pixel_energy = ops.square(tf.math.reduce_euclidean_norm(x32, axis=-1, keepdims=True))
+        energy = _box_sum_xla(pixel_energy, kernel_size, strides, dilation_rate, padding)
+
+        def grad(dot_grad, energy_grad):
+            if dot_grad is None:
+                dot_grad = tf.zeros_like(dot)
+            d_w = tf.raw_ops.Conv2DBackpropFilter(
+                input=x, filter_sizes=tf.shape(w), out_backprop=dot_grad, **conv_args
+            )
+            d_x = tf.raw_ops.Conv2DBackpropInput(
+                input_sizes=tf.shape(x), filter=w, out_backprop=dot_grad, **conv_args
+            )
+            if energy_grad is not None:
+                spread = _box_sum_adjoint_xla(
+                    energy_grad, tuple(x.shape[1:3]), kernel_size, strides, dilation_rate, padding
+                )
+                d_x = _add_patch_gradient_xla(d_x, x, spread)
+            return d_x, d_w
+
+        return (dot, energy), grad
+
+    return conv_and_energy(inputs, kernel)
 
 
 # -- angular functions of θ with a hand-written gradient ----------------------------------

@@ -815,6 +815,32 @@ def test_xla_clusters_match_plain_ops(rng, factory):
                                    atol=1e-5 * max(1.0, np.max(np.abs(plain_value))))
 
 
+def test_xla_clusters_match_plain_ops_under_mixed_precision(rng):
+    # float16 conv and input gradient, float32 norms/angles: the clusters keep the dtypes.
+    layers = [DecoupledConv2D(4, 3, padding="same", magnitude="tanh", angular="cosine",
+                              dtype="mixed_float16") for _ in range(2)]
+    x = tf.constant(_inputs(rng, (2, 6, 6, 3)).astype(np.float16))
+    for layer in layers:
+        layer(x[:1], training=False)
+    layers[1].set_weights(layers[0].get_weights())
+    layers[1]._use_xla_fusion = False
+    results = []
+    for layer in layers:
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x, training=True)
+            loss = tf.reduce_sum(tf.cast(y, tf.float32) ** 2)
+        grads = tape.gradient(loss, [x] + layer.trainable_variables)
+        assert y.dtype == tf.float16 and grads[0].dtype == tf.float16
+        results.append([y] + grads)
+    for fused_value, plain_value in zip(*results):
+        fused_value = tf.cast(fused_value, tf.float32).numpy()
+        plain_value = tf.cast(plain_value, tf.float32).numpy()
+        assert np.all(np.isfinite(fused_value))
+        np.testing.assert_allclose(fused_value, plain_value, rtol=2e-2,
+                                   atol=2e-2 * max(1.0, np.max(np.abs(plain_value))))
+
+
 @pytest.mark.parametrize("factory", XLA_FUSED)
 def test_xla_clusters_only_in_training_graphs(rng, factory):
     # Inference (what SavedModel export traces) must not need the XLA JIT, which

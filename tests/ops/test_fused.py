@@ -9,6 +9,9 @@ import tensorflow as tf
 from sphere_tf.ops import fused
 from sphere_tf.ops import magnitude as magnitude_lib
 
+# Both implementations of the training path: plain TensorFlow ops and the XLA clusters.
+XLA = pytest.mark.parametrize("xla", [False, True], ids=["tf", "xla"])
+
 
 def np_patch_squared_norm(x, kernel_size, strides, padding, dilation):
     """Σ x² over each conv patch by explicit loops, zero padding as TF 'SAME'."""
@@ -43,9 +46,10 @@ def np_patch_squared_norm(x, kernel_size, strides, padding, dilation):
         ((1, 4, 4, 1), (5, 5), (1, 1), "same", (1, 1)),
     ],
 )
-def test_patch_squared_norm_matches_explicit_patches(shape, kernel_size, strides, padding, dilation):
+@XLA
+def test_patch_squared_norm_matches_explicit_patches(shape, kernel_size, strides, padding, dilation, xla):
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-    got = fused.patch_squared_norm(tf.constant(x), kernel_size, strides, padding, dilation)
+    got = fused.patch_squared_norm(tf.constant(x), kernel_size, strides, padding, dilation, xla=xla)
     want = np_patch_squared_norm(x, kernel_size, strides, padding, dilation)
     assert got.shape == want.shape
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
@@ -103,13 +107,14 @@ def np_patch_squared_norm_grad(x, upstream, kernel_size, strides, padding, dilat
         ((2, 6, 6, 3), (1, 1), (2, 2), "valid", (1, 1)),
     ],
 )
-def test_patch_squared_norm_hand_written_gradient_matches_loops(shape, kernel_size, strides, padding, dilation):
+@XLA
+def test_patch_squared_norm_hand_written_gradient_matches_loops(shape, kernel_size, strides, padding, dilation, xla):
     rng = np.random.default_rng(4)
     x = rng.standard_normal(shape).astype(np.float32)
     xt = tf.constant(x)
     with tf.GradientTape() as tape:
         tape.watch(xt)
-        energy = fused.patch_squared_norm(xt, kernel_size, strides, padding, dilation)
+        energy = fused.patch_squared_norm(xt, kernel_size, strides, padding, dilation, xla=xla)
         upstream = rng.standard_normal(energy.shape).astype(np.float32)
         total = tf.reduce_sum(energy * upstream)
     want = np_patch_squared_norm_grad(x.astype(np.float64), upstream, kernel_size, strides, padding, dilation)
@@ -123,10 +128,6 @@ def _angular_grad(angular, c, k=0.3, xla=False):
         tape.watch(ct)
         g = fused._angular_of_dot(ct, tf.ones((1, 1)), angular, k, xla=xla)
     return g.numpy()[0], tape.gradient(g, ct).numpy()[0]
-
-
-# Both backward implementations: plain TensorFlow ops and the XLA cluster.
-XLA = pytest.mark.parametrize("xla", [False, True], ids=["tf", "xla"])
 
 
 @XLA
