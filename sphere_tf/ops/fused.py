@@ -319,6 +319,15 @@ def _theta_activation(angular, k):
     return forward, backward, 1.0 / (2.0 * k * t)
 
 
+def _clipped_cosine(dot, inv_norm):
+    """cos θ = dot·(1/‖x‖) clipped to `safe_acos`'s range [−1 + δ, 1 − δ]."""
+    return ops.clip(dot * inv_norm, -_CLIP, _CLIP)
+
+
+# One loop instead of three full-size passes (product, minimum, maximum).
+_clipped_cosine_xla = tf.function(_clipped_cosine, jit_compile=True, autograph=False)
+
+
 def _theta_gradient(upstream, c, saved, inv_norm, backward, constant):
     """∂L/∂dot and ∂L/∂(1/‖x‖) of `_angular_of_dot` from the stored clipped cosine c."""
     one_minus_c2 = 1.0 - ops.square(c)
@@ -359,9 +368,9 @@ def _angular_of_dot(dot, inv_norm, angular, k, xla=False):
     ``G·g'(c)`` inside the clip range and exactly 0 outside it (the clip's own
     gradient), so it stays ≤ 1/√(2δ − δ²) ≈ 707 times g's slope factor. Autodiff
     of product → clip → arccos → affine keeps three full-size intermediates and
-    runs about twice as many kernels. With `xla=True` the backward pass is one
-    XLA cluster (the forward stays TensorFlow's: its arcsin is much faster than
-    XLA's on CPU). Other activations (cosine, sqcosine, a learnable k,
+    runs about twice as many kernels. With `xla=True` the clipped cosine and the
+    backward pass are one XLA cluster each (arcsin stays TensorFlow's: it is
+    much faster than XLA's on CPU). Other activations (cosine, sqcosine, a learnable k,
     user-registered functions) use autodiff of the registry function.
     """
     if not (angular == "linear" or (angular == "sigmoid" and isinstance(k, (int, float)))):
@@ -371,7 +380,7 @@ def _angular_of_dot(dot, inv_norm, angular, k, xla=False):
     # tf.custom_gradient: keras.ops has no custom-gradient primitive.
     @tf.custom_gradient
     def g_of_dot(dot, inv_norm):
-        c = ops.clip(dot * inv_norm, -_CLIP, _CLIP)
+        c = _clipped_cosine_xla(dot, inv_norm) if xla else _clipped_cosine(dot, inv_norm)
         g, saved = forward(c)
 
         def grad(upstream):
