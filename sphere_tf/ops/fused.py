@@ -47,10 +47,7 @@ from keras import ops
 from sphere_tf.ops import angles
 from sphere_tf.ops import angular as angular_lib
 from sphere_tf.ops import magnitude as magnitude_lib
-
-# Not public API, but the only way to see whether a graph is being traced for XLA
-# (tf.function(jit_compile=True), Keras `jit_compile=True`); Keras 2 used it too.
-from tensorflow.python.ops import control_flow_util as _control_flow_util  # noqa: E402
+from sphere_tf.ops._xla import in_xla_context
 
 _XLA_FUSION = {"enabled": True}
 
@@ -71,13 +68,6 @@ def set_xla_fusion(enabled):
 def xla_fusion_enabled():
     """Whether `set_xla_fusion` is on."""
     return _XLA_FUSION["enabled"]
-
-
-def in_xla_context():
-    """True while tracing a function that XLA will compile as a whole."""
-    if tf.executing_eagerly():
-        return False
-    return _control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
 
 
 def use_xla_fusion(training):

@@ -792,6 +792,15 @@ def _has_xla_function(concrete):
     return any("_XlaMustCompile" in a and a["_XlaMustCompile"].b for a in attrs)
 
 
+def _training_values_and_grads(layer, x, loss_fn):
+    """`[y, ∂L/∂x, ∂L/∂weights...]` of one training-mode call."""
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = layer(x, training=True)
+        loss = loss_fn(y)
+    return [y] + tape.gradient(loss, [x] + layer.trainable_variables)
+
+
 @pytest.mark.parametrize("factory", XLA_FUSED)
 def test_xla_clusters_match_plain_ops(rng, factory):
     # Training-mode values and every gradient with the XLA clusters and with plain ops.
@@ -802,13 +811,8 @@ def test_xla_clusters_match_plain_ops(rng, factory):
     layers[1](x[:1], training=False)
     layers[1].set_weights(layers[0].get_weights())
     layers[1]._use_xla_fusion = False
-    results = []
-    for layer in layers:
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            y = layer(x, training=True)
-            loss = tf.reduce_sum(tf.sin(3.0 * y))
-        results.append([y] + tape.gradient(loss, [x] + layer.trainable_variables))
+    results = [_training_values_and_grads(layer, x, lambda y: tf.reduce_sum(tf.sin(3.0 * y)))
+               for layer in layers]
     for fused_value, plain_value in zip(*results):
         plain_value = plain_value.numpy()
         np.testing.assert_allclose(fused_value.numpy(), plain_value, rtol=1e-5,
@@ -824,15 +828,10 @@ def test_xla_clusters_match_plain_ops_under_mixed_precision(rng):
         layer(x[:1], training=False)
     layers[1].set_weights(layers[0].get_weights())
     layers[1]._use_xla_fusion = False
-    results = []
-    for layer in layers:
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            y = layer(x, training=True)
-            loss = tf.reduce_sum(tf.cast(y, tf.float32) ** 2)
-        grads = tape.gradient(loss, [x] + layer.trainable_variables)
-        assert y.dtype == tf.float16 and grads[0].dtype == tf.float16
-        results.append([y] + grads)
+    results = [_training_values_and_grads(layer, x, lambda y: tf.reduce_sum(tf.cast(y, tf.float32) ** 2))
+               for layer in layers]
+    for y, x_grad in (r[:2] for r in results):
+        assert y.dtype == tf.float16 and x_grad.dtype == tf.float16
     for fused_value, plain_value in zip(*results):
         fused_value = tf.cast(fused_value, tf.float32).numpy()
         plain_value = tf.cast(plain_value, tf.float32).numpy()

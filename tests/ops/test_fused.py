@@ -33,7 +33,9 @@ def np_patch_squared_norm(x, kernel_size, strides, padding, dilation):
     return out
 
 
-@pytest.mark.parametrize(
+# Conv geometries for the patch energy: strides, 'same' borders, dilation, 1×1 and
+# kernels larger than the input.
+PATCH_GEOMETRIES = pytest.mark.parametrize(
     "shape,kernel_size,strides,padding,dilation",
     [
         ((2, 7, 6, 3), (3, 3), (1, 1), "same", (1, 1)),
@@ -42,10 +44,15 @@ def np_patch_squared_norm(x, kernel_size, strides, padding, dilation):
         ((1, 8, 9, 2), (3, 2), (1, 3), "valid", (1, 1)),
         ((1, 9, 9, 2), (3, 3), (1, 1), "same", (2, 2)),
         ((1, 9, 10, 2), (2, 3), (1, 1), "valid", (2, 3)),
+        ((1, 9, 10, 2), (4, 2), (1, 1), "same", (2, 1)),
         ((2, 5, 5, 4), (1, 1), (1, 1), "valid", (1, 1)),
         ((1, 4, 4, 1), (5, 5), (1, 1), "same", (1, 1)),
+        ((2, 6, 6, 3), (1, 1), (2, 2), "valid", (1, 1)),
     ],
 )
+
+
+@PATCH_GEOMETRIES
 @XLA
 def test_patch_squared_norm_matches_explicit_patches(shape, kernel_size, strides, padding, dilation, xla):
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
@@ -93,20 +100,7 @@ def np_patch_squared_norm_grad(x, upstream, kernel_size, strides, padding, dilat
     return 2.0 * x * spread[..., None]
 
 
-@pytest.mark.parametrize(
-    "shape,kernel_size,strides,padding,dilation",
-    [
-        ((2, 7, 6, 3), (3, 3), (1, 1), "same", (1, 1)),
-        ((2, 7, 6, 3), (3, 3), (2, 2), "same", (1, 1)),
-        ((1, 8, 9, 2), (2, 3), (2, 1), "same", (1, 1)),
-        ((1, 8, 9, 2), (3, 2), (1, 3), "valid", (1, 1)),
-        ((1, 9, 9, 2), (3, 3), (1, 1), "same", (2, 2)),
-        ((1, 9, 10, 2), (2, 3), (1, 1), "valid", (2, 3)),
-        ((1, 9, 10, 2), (4, 2), (1, 1), "same", (2, 1)),
-        ((1, 4, 4, 1), (5, 5), (1, 1), "same", (1, 1)),
-        ((2, 6, 6, 3), (1, 1), (2, 2), "valid", (1, 1)),
-    ],
-)
+@PATCH_GEOMETRIES
 @XLA
 def test_patch_squared_norm_hand_written_gradient_matches_loops(shape, kernel_size, strides, padding, dilation, xla):
     rng = np.random.default_rng(4)

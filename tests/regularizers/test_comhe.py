@@ -85,6 +85,29 @@ def test_resampling_changes_and_reproduces(rng):
     assert not np.allclose(p1, p2)
 
 
+def test_cached_draw_equals_a_fresh_draw_in_every_step(rng):
+    # resample_every > 1 keeps a block's P in a cache variable; every step's value must
+    # still be the energy under that block's draw, inside a tf.function, and two layers
+    # of equal dimension read the same cached P.
+    w1 = rng.standard_normal((40, 6)).astype(np.float32)
+    w2 = rng.standard_normal((40, 5)).astype(np.float32)
+    reg = regularizers.CoMHE(projection_dim=5, num_projections=2, seed=3, resample_every=3)
+    var1, var2 = keras.Variable(w1, name="kernel_a"), keras.Variable(w2, name="kernel_b")
+    step_fn = tf.function(lambda: (reg(var1), reg(var2)))
+    values = []
+    for step in range(1, 8):
+        got1, got2 = step_fn()
+        p = reg.random_projections(40, step).numpy()  # the draw of block step // 3
+        for got, w in ((got1, w1), (got2, w2)):
+            want = np.mean([np_hs_energy(p[c] @ w) for c in range(2)])
+            np.testing.assert_allclose(float(got), want, rtol=1e-4)
+        values.append(float(got1))
+    assert int(reg.step.numpy()) == 7
+    # Steps 1–2 share block 0, 3–5 block 1, 6–7 block 2.
+    assert values[0] == values[1] and values[2] == values[3] == values[4] and values[5] == values[6]
+    assert len({values[0], values[2], values[5]}) == 3
+
+
 def test_projection_of_normalized_and_raw_kernel_agree(rng):
     """Eq 6.4 normalises ŵ before P; upstream projects raw W. Equal up to where ε sits (here ≪ 1e-5)."""
     w = (3.0 * rng.standard_normal((50, 7))).astype(np.float32)
@@ -230,11 +253,14 @@ def test_adversarial_projection_ascends(rng):
     assert np_hs_energy(p_var.numpy() @ u, half_space=False) > np_hs_energy(p0 @ u, half_space=False)
 
 
-@pytest.mark.parametrize("projection", ["random", "angle_preserving"])
-def test_fit_under_mirrored_strategy_and_roundtrip(rng, tmp_path, projection):
+@pytest.mark.parametrize(
+    "projection,resample_every", [("random", 1), ("random", 2), ("angle_preserving", 1)]
+)
+def test_fit_under_mirrored_strategy_and_roundtrip(rng, tmp_path, projection, resample_every):
     strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
     with strategy.scope():
-        reg = regularizers.CoMHE(projection=projection, projection_dim=8, num_projections=2)
+        reg = regularizers.CoMHE(projection=projection, projection_dim=8, num_projections=2,
+                                 resample_every=resample_every)
         model = keras.Sequential([keras.Input((6, 6, 4)), keras.layers.Conv2D(6, 3, kernel_regularizer=reg),
                                   keras.layers.Conv2D(6, 3, kernel_regularizer=reg),
                                   keras.layers.Flatten(), keras.layers.Dense(2)])
