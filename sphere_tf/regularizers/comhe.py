@@ -3,9 +3,9 @@
 One regularizer class, four projections:
 
 * 'random' (RP-CoMHE, Eq 6.4/6.5): C Gaussian matrices P_c ∈ R^{k×d}, N(0, 1),
-  re-drawn every `resample_every` steps, the energies of the projected neurons
-  averaged (or maximised) over c. Draws are *stateless*
-  (`tf.random.stateless_normal`, seed = (seed ⊕ key, step // resample_every)):
+  re-drawn every `resample_every` steps (and cached in between), the energies of
+  the projected neurons averaged (or maximised) over c. Draws are *stateless*
+  (`standard_normal`, seed = (seed ⊕ key, step // resample_every)):
   with `share_projections=True` the key is the neuron dimension, so layers of
   equal dimension get the very same P in a step (thesis default; the upstream
   code gets the same sharing from equal op seeds). The step comes from a
