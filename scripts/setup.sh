@@ -15,6 +15,13 @@ if [ ! -d /usr/share/datasets/fashion-mnist ]; then
   fi
 fi
 
+# A C++ compiler for the compiled training-path kernel (sphere_tf/ops/kernels).
+if ! command -v "${CXX:-g++}" >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq g++ >/dev/null
+fi
+
 PYTHON="${PYTHON:-python3.11}"
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
@@ -25,3 +32,7 @@ if ! .venv/bin/python -c "import sphere_tf, pytest, hypothesis" >/dev/null 2>&1 
   .venv/bin/python -m pip install -q -e ".[test]"
   touch .venv/.installed
 fi
+
+# Build the TanhConv kernel now rather than in the first training step (cached per
+# source, TensorFlow version and CPU; if it cannot be built, training uses XLA clusters).
+.venv/bin/python -c "from sphere_tf.ops import _custom_ops; _custom_ops.main()"

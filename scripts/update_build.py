@@ -247,9 +247,12 @@ def generate():
     lib_deps = _break_cycles(lib_deps, lib_names)
     for lib, srcs in libraries.items():
         deps = [n for n in lib_names if n in lib_deps[lib]]
-        out += ["", _rule("py_library", [
-            ("name", lib),
-            ("srcs", srcs),
+        fields = [("name", lib), ("srcs", srcs)]
+        # C++ kernel sources the package compiles at run time (sphere_tf/ops/_custom_ops.py).
+        kernels = _walk(lib, lambda rel: rel.endswith(".cc")) if os.path.isdir(os.path.join(ROOT, lib)) else []
+        if kernels:
+            fields.append(("data", kernels))
+        out += ["", _rule("py_library", fields + [
             ("imports", ["."]),
             ("deps", _labels(deps)),
         ])]

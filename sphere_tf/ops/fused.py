@@ -54,6 +54,7 @@ from keras import ops
 
 from sphere_tf.ops import angles
 from sphere_tf.ops import angular as angular_lib
+from sphere_tf.ops import _custom_ops
 from sphere_tf.ops import magnitude as magnitude_lib
 from sphere_tf.ops._xla import in_xla_context
 
@@ -416,6 +417,35 @@ _tanh_cosine_value_xla = tf.function(_tanh_cosine_value, jit_compile=True, autog
 _tanh_cosine_terms_xla = tf.function(_tanh_cosine_terms, jit_compile=True, autograph=False)
 
 
+def _tanh_cosine_compiled(kernel, dot, x_norm, factor, inv_radius):
+    """`_tanh_cosine` through the compiled kernel (`kernels/tanh_cosine.cc`): one pass each way.
+
+    The kernel works on the `(positions, units)` view; the forward pass writes only
+    f, the backward pass reads G and dot once and writes ∂L/∂dot plus the
+    one-channel and per-filter reductions (tanh recomputed, nothing else kept).
+    """
+    units = dot.shape[-1]
+    one_channel = ops.shape(x_norm)
+
+    # tf.custom_gradient: keras.ops has no custom-gradient primitive.
+    @tf.custom_gradient
+    def response(dot, x_norm, factor, inv_radius):
+        rows = ops.reshape(dot, (-1, units))
+        n, v = ops.reshape(x_norm, (-1,)), ops.reshape(factor, (-1,))
+        value = ops.reshape(kernel.sphere_tf_tanh_cosine(rows, n, v, inv_radius), ops.shape(dot))
+
+        def grad(upstream):
+            d_dot, d_n, d_v, d_a = kernel.sphere_tf_tanh_cosine_grad(
+                ops.reshape(upstream, (-1, units)), rows, n, v, inv_radius
+            )
+            return (ops.reshape(d_dot, ops.shape(dot)), ops.reshape(d_n, one_channel),
+                    ops.reshape(d_v, one_channel), d_a)
+
+        return value, grad
+
+    return response(dot, x_norm, factor, inv_radius)
+
+
 def _tanh_cosine(dot, x_norm, factor, inv_radius, xla=False):
     """TanhConv with cosine g,  ``f = dot · tanh(‖x‖·a_j) · v``,  with a hand-written gradient.
 
@@ -432,8 +462,10 @@ def _tanh_cosine(dot, x_norm, factor, inv_radius, xla=False):
     Autodiff of the same expression runs a full-size division gradient and
     broadcast reductions for each factor instead.
 
-    With `xla=True` (the layers' training path, see `use_xla_fusion`) the value
-    and the full-size backward terms each run as one XLA cluster: the forward
+    With `xla=True` (the layers' training path, see `use_xla_fusion`) the
+    compiled kernel runs both directions where it is available
+    (`_custom_ops.tanh_cosine_kernel`); otherwise the value and the full-size
+    backward terms each run as one XLA cluster: the forward
     writes only f and the backward recomputes tanh from the one-channel ‖x‖ and
     the `(units,)` radius, so no full-size tanh is kept between the passes
     (fewer memory passes and a smaller activation footprint). Otherwise plain
@@ -449,6 +481,9 @@ def _tanh_cosine(dot, x_norm, factor, inv_radius, xla=False):
         d_inv_radius = ops.reshape(ops.matmul(ops.reshape(factor * x_norm, (1, -1)), rows), (units,))
         return d_x_norm, d_factor, d_inv_radius
 
+    kernel = _custom_ops.tanh_cosine_kernel() if xla else None
+    if kernel is not None:
+        return _tanh_cosine_compiled(kernel, dot, x_norm, factor, inv_radius)
     if xla:
         # tf.custom_gradient: keras.ops has no custom-gradient primitive.
         @tf.custom_gradient

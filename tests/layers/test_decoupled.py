@@ -23,6 +23,7 @@ from sphere_tf.layers import DecoupledDense
 from sphere_tf.layers import SphereConv2D
 from sphere_tf.layers import SphereDense
 from sphere_tf.ops import angular as angular_lib
+from sphere_tf.ops import _custom_ops
 from sphere_tf.ops import fused
 from sphere_tf.ops import magnitude as magnitude_lib
 
@@ -785,11 +786,35 @@ XLA_FUSED = [
 ]
 
 
-def _has_xla_function(concrete):
+def _nodes(concrete):
     graph_def = concrete.graph.as_graph_def()
-    nodes = list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
+    return list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def], graph_def
+
+
+def _has_training_fusion(concrete):
+    """Whether a traced graph uses an XLA cluster or the compiled TanhConv kernel."""
+    nodes, graph_def = _nodes(concrete)
     attrs = [f.attr for f in graph_def.library.function] + [n.attr for n in nodes]
-    return any("_XlaMustCompile" in a and a["_XlaMustCompile"].b for a in attrs)
+    return (any("_XlaMustCompile" in a and a["_XlaMustCompile"].b for a in attrs)
+            or any(n.op.startswith("SphereTf") for n in nodes))
+
+
+def test_tanh_cosine_training_graph_uses_the_compiled_kernel():
+    assert _custom_ops.tanh_cosine_kernel() is not None, _custom_ops.status()
+    layer = DecoupledConv2D(4, 3, padding="same")  # TanhConv + cosine, the DCNet default
+    spec = tf.TensorSpec((None, 7, 7, 3), tf.float32)
+    layer(tf.zeros((1, 7, 7, 3)), training=False)
+
+    def op_types(training):
+        def fn(x):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y = layer(x, training=training)
+            return tape.gradient(y, [x] + layer.trainable_variables)
+        return {n.op for n in _nodes(tf.function(fn).get_concrete_function(spec))[0]}
+
+    assert {"SphereTfTanhCosine", "SphereTfTanhCosineGrad"} <= op_types(True)
+    assert not any(op.startswith("SphereTf") for op in op_types(False))
 
 
 def _training_values_and_grads(layer, x, loss_fn):
@@ -801,9 +826,21 @@ def _training_values_and_grads(layer, x, loss_fn):
     return [y] + tape.gradient(loss, [x] + layer.trainable_variables)
 
 
+@pytest.mark.parametrize("kernel", [True, False], ids=["kernel", "xla"])
 @pytest.mark.parametrize("factory", XLA_FUSED)
-def test_xla_clusters_match_plain_ops(rng, factory):
-    # Training-mode values and every gradient with the XLA clusters and with plain ops.
+def test_xla_clusters_match_plain_ops(rng, factory, kernel):
+    # Training-mode values and every gradient with the training-path fusions (the
+    # compiled TanhConv kernel, or XLA clusters only) and with plain ops.
+    if kernel:
+        assert _custom_ops.tanh_cosine_kernel() is not None, _custom_ops.status()
+    _custom_ops.set_enabled(kernel)
+    try:
+        _assert_training_fusion_matches_plain_ops(rng, factory)
+    finally:
+        _custom_ops.set_enabled(True)
+
+
+def _assert_training_fusion_matches_plain_ops(rng, factory):
     layers = [factory(), factory()]
     dense = isinstance(layers[0], DecoupledDense)
     x = tf.constant(_inputs(rng, (3, 7) if dense else (2, 7, 7, 3)))
@@ -857,16 +894,17 @@ def test_xla_clusters_only_in_training_graphs(rng, factory):
             return tape.gradient(y, [x] + layer.trainable_variables)
         return tf.function(fn).get_concrete_function(spec)
 
-    assert _has_xla_function(grads(True))
-    assert not _has_xla_function(grads(False))
-    assert not _has_xla_function(tf.function(lambda x: layer(x, training=False)).get_concrete_function(spec))
+    assert _has_training_fusion(grads(True))
+    assert not _has_training_fusion(grads(False))
+    assert not _has_training_fusion(tf.function(lambda x: layer(x, training=False)).get_concrete_function(spec))
     fused.set_xla_fusion(False)
     try:
-        assert not _has_xla_function(grads(True))
+        assert not _has_training_fusion(grads(True))
     finally:
         fused.set_xla_fusion(True)
+
     # Inside a function XLA compiles as a whole: plain ops, no nested clusters.
-    assert not _has_xla_function(
+    assert not _has_training_fusion(
         tf.function(lambda x: layer(x, training=True), jit_compile=True).get_concrete_function(spec)
     )
 

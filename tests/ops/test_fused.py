@@ -6,11 +6,23 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from sphere_tf.ops import _custom_ops
 from sphere_tf.ops import fused
 from sphere_tf.ops import magnitude as magnitude_lib
 
-# Both implementations of the training path: plain TensorFlow ops and the XLA clusters.
-XLA = pytest.mark.parametrize("xla", [False, True], ids=["tf", "xla"])
+# Every implementation: plain TensorFlow ops ("tf"), the training path with XLA
+# clusters only ("xla"), and the training path with the compiled TanhConv kernel
+# ("kernel", which must build here). Tests take the boolean `xla` argument.
+XLA = pytest.mark.parametrize("path", ["tf", "xla", "kernel"])
+
+
+@pytest.fixture
+def xla(path):
+    if path == "kernel":
+        assert _custom_ops.tanh_cosine_kernel() is not None, _custom_ops.status()
+    _custom_ops.set_enabled(path == "kernel")
+    yield path != "tf"
+    _custom_ops.set_enabled(True)
 
 
 def np_patch_squared_norm(x, kernel_size, strides, padding, dilation):

@@ -1,0 +1,143 @@
+// TanhConv + cosine tail of sphere_tf's training path (sphere_tf/ops/fused.py):
+//   f[p, j] = dot[p, j] * tanh(n[p] * a[j]) * v[p]
+// with n = ‖x‖ and v = α/‖x‖ per output position p (rows) and a = 1/(ρ_j E‖x‖) per
+// filter j, and its gradient in one pass over the rows:
+//   ∂L/∂dot = G·tanh·v,  r = G·dot·(1 − tanh²),
+//   ∂L/∂n[p] = v[p]·Σ_j r·a_j,  ∂L/∂v[p] = Σ_j G·dot·tanh,  ∂L/∂a_j = Σ_p r·v[p]·n[p].
+// TensorFlow cannot fuse these elementwise passes and XLA runs them on one thread;
+// here every row is one vectorised Eigen loop (Eigen's tanh), rows split across
+// TensorFlow's intra-op threads. ∂L/∂a is summed per fixed block of rows first,
+// so the result does not depend on the thread count.
+// Built and loaded by sphere_tf/ops/_custom_ops.py; CPU only, float32.
+#include <algorithm>
+#include <vector>
+
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
+#include "tensorflow/core/util/work_sharder.h"
+#include "unsupported/Eigen/CXX11/Tensor"
+
+using namespace tensorflow;  // NOLINT
+
+REGISTER_OP("SphereTfTanhCosine")
+    .Input("dot: float")
+    .Input("x_norm: float")
+    .Input("factor: float")
+    .Input("inv_radius: float")
+    .Output("out: float")
+    .SetShapeFn([](shape_inference::InferenceContext* c) {
+      c->set_output(0, c->input(0));
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("SphereTfTanhCosineGrad")
+    .Input("upstream: float")
+    .Input("dot: float")
+    .Input("x_norm: float")
+    .Input("factor: float")
+    .Input("inv_radius: float")
+    .Output("d_dot: float")
+    .Output("d_x_norm: float")
+    .Output("d_factor: float")
+    .Output("d_inv_radius: float")
+    .SetShapeFn([](shape_inference::InferenceContext* c) {
+      c->set_output(0, c->input(1));
+      c->set_output(1, c->input(2));
+      c->set_output(2, c->input(3));
+      c->set_output(3, c->input(4));
+      return absl::OkStatus();
+    });
+
+using Row = Eigen::Map<Eigen::ArrayXf>;
+using ConstRow = Eigen::Map<const Eigen::ArrayXf>;
+
+class TanhCosineOp : public OpKernel {
+ public:
+  explicit TanhCosineOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& dot = ctx->input(0);
+    const Tensor& x_norm = ctx->input(1);
+    const Tensor& factor = ctx->input(2);
+    const Tensor& inv_radius = ctx->input(3);
+    const int64_t units = inv_radius.NumElements();
+    const int64_t rows = x_norm.NumElements();
+    OP_REQUIRES(ctx, dot.NumElements() == rows * units,
+                errors::InvalidArgument("dot must have rows x units elements"));
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, dot.shape(), &out));
+    const float* d = dot.flat<float>().data();
+    const float* n = x_norm.flat<float>().data();
+    const float* v = factor.flat<float>().data();
+    const float* a = inv_radius.flat<float>().data();
+    float* o = out->flat<float>().data();
+    auto work = [&](int64_t begin, int64_t end) {
+      ConstRow ar(a, units);
+      Eigen::ArrayXf t(units);
+      for (int64_t p = begin; p < end; ++p) {
+        t = (ar * n[p]).tanh();
+        Row(o + p * units, units) = ConstRow(d + p * units, units) * t * v[p];
+      }
+    };
+    auto* pool = ctx->device()->tensorflow_cpu_worker_threads();
+    Shard(pool->num_threads, pool->workers, rows, units * 30, work);
+  }
+};
+
+class TanhCosineGradOp : public OpKernel {
+ public:
+  explicit TanhCosineGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& up = ctx->input(0);
+    const Tensor& dot = ctx->input(1);
+    const Tensor& x_norm = ctx->input(2);
+    const Tensor& factor = ctx->input(3);
+    const Tensor& inv_radius = ctx->input(4);
+    const int64_t units = inv_radius.NumElements();
+    const int64_t rows = x_norm.NumElements();
+    Tensor *d_dot, *d_n, *d_v, *d_a;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, dot.shape(), &d_dot));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, x_norm.shape(), &d_n));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, factor.shape(), &d_v));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(3, inv_radius.shape(), &d_a));
+    const float* g = up.flat<float>().data();
+    const float* d = dot.flat<float>().data();
+    const float* n = x_norm.flat<float>().data();
+    const float* v = factor.flat<float>().data();
+    const float* a = inv_radius.flat<float>().data();
+    float* dd = d_dot->flat<float>().data();
+    float* dn = d_n->flat<float>().data();
+    float* dv = d_v->flat<float>().data();
+    // Fixed blocks of rows, one partial (units,) sum each: deterministic whatever the threads.
+    const int64_t block = 256;
+    const int64_t blocks = (rows + block - 1) / block;
+    std::vector<float> partial(blocks * units, 0.0f);
+    auto work = [&](int64_t b_begin, int64_t b_end) {
+      ConstRow ar(a, units);
+      Eigen::ArrayXf t(units), q(units), r(units);
+      for (int64_t b = b_begin; b < b_end; ++b) {
+        Row acc(partial.data() + b * units, units);
+        const int64_t end = std::min(rows, (b + 1) * block);
+        for (int64_t p = b * block; p < end; ++p) {
+          ConstRow gr(g + p * units, units), dr(d + p * units, units);
+          t = (ar * n[p]).tanh();
+          q = gr * dr;
+          r = q * (1.0f - t * t);
+          Row(dd + p * units, units) = gr * t * v[p];
+          dn[p] = v[p] * (r * ar).sum();
+          dv[p] = (q * t).sum();
+          acc += r * (v[p] * n[p]);
+        }
+      }
+    };
+    auto* pool = ctx->device()->tensorflow_cpu_worker_threads();
+    Shard(pool->num_threads, pool->workers, blocks, block * units * 40, work);
+    float* da = d_a->flat<float>().data();
+    Row total(da, units);
+    total.setZero();
+    for (int64_t b = 0; b < blocks; ++b) total += Row(partial.data() + b * units, units);
+  }
+};
+
+REGISTER_KERNEL_BUILDER(Name("SphereTfTanhCosine").Device(DEVICE_CPU), TanhCosineOp);
+REGISTER_KERNEL_BUILDER(Name("SphereTfTanhCosineGrad").Device(DEVICE_CPU), TanhCosineGradOp);
