@@ -33,6 +33,6 @@ if ! .venv/bin/python -c "import sphere_tf, pytest, hypothesis" >/dev/null 2>&1 
   touch .venv/.installed
 fi
 
-# Build the TanhConv kernel now rather than in the first training step (cached per
+# Build the compiled training-path kernels now rather than in the first training step (cached per
 # source, TensorFlow version and CPU; if it cannot be built, training uses XLA clusters).
 .venv/bin/python -c "from sphere_tf.ops import _custom_ops; _custom_ops.main()"

@@ -1,7 +1,8 @@
 """Compiled CPU kernels of the layers' training path (private): build, cache, load.
 
-`kernels/tanh_cosine.cc` is the TanhConv + cosine tail and its gradient in one
-multi-threaded pass each (see `fused._tanh_cosine`). It is compiled with the
+`kernels/fused_kernels.cc` holds the TanhConv + cosine tail and its gradient in
+one multi-threaded pass each (`fused._tanh_cosine`) and the conv layers' input
+gradient conv_grad + 2x·spread (`fused.conv_and_patch_energy`). It is compiled with the
 system C++ compiler against the installed TensorFlow's headers
 (`tf.sysconfig`), once per source / TensorFlow / CPU combination, into
 `kernels/_build/` (or `~/.cache/sphere_tf/` when the package directory is not
@@ -23,7 +24,7 @@ import sys
 import tensorflow as tf
 
 _KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
-_SOURCE = os.path.join(_KERNEL_DIR, "tanh_cosine.cc")
+_SOURCE = os.path.join(_KERNEL_DIR, "fused_kernels.cc")
 _ENV = "SPHERE_TF_CUSTOM_OPS"
 _STATE = {"enabled": os.environ.get(_ENV, "1") != "0", "module": None, "error": None, "tried": False}
 
@@ -58,7 +59,7 @@ def library_path():
         digest.update(f.read())
     for part in [tf.__version__, _cpu_signature()] + _compile_flags() + tf.sysconfig.get_link_flags():
         digest.update(part.encode())
-    name = f"tanh_cosine_{digest.hexdigest()[:16]}.so"
+    name = f"fused_kernels_{digest.hexdigest()[:16]}.so"
     for directory in (os.path.join(_KERNEL_DIR, "_build"), os.path.join(os.path.expanduser("~"), ".cache", "sphere_tf")):
         try:
             os.makedirs(directory, exist_ok=True)
@@ -102,7 +103,7 @@ def load():
             _STATE["module"] = tf.load_op_library(build())
         except (RuntimeError, OSError, tf.errors.NotFoundError) as e:
             _STATE["error"] = str(e)
-            logging.warning("sphere_tf: compiled TanhConv kernel unavailable, using XLA clusters instead: %s", e)
+            logging.warning("sphere_tf: compiled kernels unavailable, using XLA clusters instead: %s", e)
     return _STATE["module"]
 
 
@@ -115,11 +116,11 @@ def status():
     return "loaded" if _STATE["module"] is not None else f"unavailable: {_STATE['error']}"
 
 
-def tanh_cosine_kernel():
+def compiled_kernels():
     """The op module when the training path should use it, else None.
 
-    Only on CPU-only hosts: the kernel has no GPU implementation, and on a GPU the
-    XLA clusters are the better fusion anyway.
+    Only on CPU-only hosts: the kernels have no GPU implementation, and on a GPU
+    the XLA clusters are the better fusion anyway.
     """
     if not _STATE["enabled"] or tf.config.list_logical_devices("GPU"):
         return None
@@ -131,7 +132,7 @@ def main():
     try:
         print(f"sphere_tf: built {build()}")
     except (RuntimeError, OSError) as e:
-        print(f"sphere_tf: could not build the TanhConv kernel (training falls back to XLA clusters): {e}",
+        print(f"sphere_tf: could not build the compiled kernels (training falls back to XLA clusters): {e}",
               file=sys.stderr)
 
 

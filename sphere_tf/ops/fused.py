@@ -222,8 +222,9 @@ def conv_and_patch_energy(inputs, kernel, strides, padding, dilation_rate):
     one-channel patch energy, the conv's geometry). The backward pass runs the
     conv's own gradient ops (`Conv2DBackpropInput` / `Conv2DBackpropFilter`, what
     autodiff of `Conv2D` runs) and then adds the patch energy's input gradient
-    ``2x·Bᵀ(G_sq)`` in the same XLA loop: the two input-gradient terms would
-    otherwise be two full-size tensors summed by an AddN. Box sums as XLA clusters.
+    ``2x·Bᵀ(G_sq)`` in one pass (the compiled kernel for float32 where built, else
+    an XLA loop): the two input-gradient terms would otherwise be two full-size
+    tensors summed by an AddN. Box sums as XLA clusters.
 
     Args:
         inputs: NHWC tensor of static spatial size.
@@ -262,7 +263,11 @@ def conv_and_patch_energy(inputs, kernel, strides, padding, dilation_rate):
                 spread = _box_sum_adjoint_xla(
                     energy_grad, tuple(x.shape[1:3]), kernel_size, strides, dilation_rate, padding
                 )
-                d_x = _add_patch_gradient_xla(d_x, x, spread)
+                kernels = _custom_ops.compiled_kernels()
+                if kernels is not None and x.dtype == tf.float32:
+                    d_x = kernels.sphere_tf_add_patch_gradient(d_x, x, spread)
+                else:
+                    d_x = _add_patch_gradient_xla(d_x, x, spread)
             return d_x, d_w
 
         return (dot, energy), grad
@@ -418,7 +423,7 @@ _tanh_cosine_terms_xla = tf.function(_tanh_cosine_terms, jit_compile=True, autog
 
 
 def _tanh_cosine_compiled(kernel, dot, x_norm, factor, inv_radius):
-    """`_tanh_cosine` through the compiled kernel (`kernels/tanh_cosine.cc`): one pass each way.
+    """`_tanh_cosine` through the compiled kernel (`kernels/fused_kernels.cc`): one pass each way.
 
     The kernel works on the `(positions, units)` view; the forward pass writes only
     f, the backward pass reads G and dot once and writes ∂L/∂dot plus the
@@ -464,7 +469,7 @@ def _tanh_cosine(dot, x_norm, factor, inv_radius, xla=False):
 
     With `xla=True` (the layers' training path, see `use_xla_fusion`) the
     compiled kernel runs both directions where it is available
-    (`_custom_ops.tanh_cosine_kernel`); otherwise the value and the full-size
+    (`_custom_ops.compiled_kernels`); otherwise the value and the full-size
     backward terms each run as one XLA cluster: the forward
     writes only f and the backward recomputes tanh from the one-channel ‖x‖ and
     the `(units,)` radius, so no full-size tanh is kept between the passes
@@ -481,7 +486,7 @@ def _tanh_cosine(dot, x_norm, factor, inv_radius, xla=False):
         d_inv_radius = ops.reshape(ops.matmul(ops.reshape(factor * x_norm, (1, -1)), rows), (units,))
         return d_x_norm, d_factor, d_inv_radius
 
-    kernel = _custom_ops.tanh_cosine_kernel() if xla else None
+    kernel = _custom_ops.compiled_kernels() if xla else None
     if kernel is not None:
         return _tanh_cosine_compiled(kernel, dot, x_norm, factor, inv_radius)
     if xla:

@@ -800,7 +800,7 @@ def _has_training_fusion(concrete):
 
 
 def test_tanh_cosine_training_graph_uses_the_compiled_kernel():
-    assert _custom_ops.tanh_cosine_kernel() is not None, _custom_ops.status()
+    assert _custom_ops.compiled_kernels() is not None, _custom_ops.status()
     layer = DecoupledConv2D(4, 3, padding="same")  # TanhConv + cosine, the DCNet default
     spec = tf.TensorSpec((None, 7, 7, 3), tf.float32)
     layer(tf.zeros((1, 7, 7, 3)), training=False)
@@ -832,7 +832,7 @@ def test_xla_clusters_match_plain_ops(rng, factory, kernel):
     # Training-mode values and every gradient with the training-path fusions (the
     # compiled TanhConv kernel, or XLA clusters only) and with plain ops.
     if kernel:
-        assert _custom_ops.tanh_cosine_kernel() is not None, _custom_ops.status()
+        assert _custom_ops.compiled_kernels() is not None, _custom_ops.status()
     _custom_ops.set_enabled(kernel)
     try:
         _assert_training_fusion_matches_plain_ops(rng, factory)

@@ -19,7 +19,7 @@ XLA = pytest.mark.parametrize("path", ["tf", "xla", "kernel"])
 @pytest.fixture
 def xla(path):
     if path == "kernel":
-        assert _custom_ops.tanh_cosine_kernel() is not None, _custom_ops.status()
+        assert _custom_ops.compiled_kernels() is not None, _custom_ops.status()
     _custom_ops.set_enabled(path == "kernel")
     yield path != "tf"
     _custom_ops.set_enabled(True)
@@ -289,3 +289,19 @@ def test_response_from_dot_matches_formula(magnitude, angular, xla):
         radius=f32(radius), k=0.3, xla=xla,
     )
     np.testing.assert_allclose(out.numpy(), h * g, rtol=1e-4, atol=1e-5)
+
+
+def test_compiled_add_patch_gradient_matches_numpy():
+    # conv_grad + 2·x·spread with one spread value per pixel (row), as the conv layers'
+    # input gradient; also for a batch whose rows do not fill the kernel's blocks evenly.
+    kernels = _custom_ops.compiled_kernels()
+    assert kernels is not None, _custom_ops.status()
+    rng = np.random.default_rng(11)
+    for shape in [(2, 5, 7, 3), (1, 1, 1, 1), (3, 4, 4, 17)]:
+        conv_grad = rng.standard_normal(shape).astype(np.float32)
+        x = rng.standard_normal(shape).astype(np.float32)
+        spread = rng.standard_normal(shape[:3] + (1,)).astype(np.float32)
+        got = kernels.sphere_tf_add_patch_gradient(tf.constant(conv_grad), tf.constant(x), tf.constant(spread))
+        np.testing.assert_allclose(got.numpy(), conv_grad + 2.0 * x * spread, rtol=1e-6, atol=1e-6)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="one value per row"):
+        kernels.sphere_tf_add_patch_gradient(tf.ones((2, 3)), tf.ones((2, 3)), tf.ones((4,)))

@@ -1,4 +1,6 @@
-// TanhConv + cosine tail of sphere_tf's training path (sphere_tf/ops/fused.py):
+// Compiled kernels of sphere_tf's training path (sphere_tf/ops/fused.py).
+//
+// SphereTfTanhCosine / SphereTfTanhCosineGrad: the TanhConv + cosine tail
 //   f[p, j] = dot[p, j] * tanh(n[p] * a[j]) * v[p]
 // with n = ‖x‖ and v = α/‖x‖ per output position p (rows) and a = 1/(ρ_j E‖x‖) per
 // filter j, and its gradient in one pass over the rows:
@@ -8,6 +10,10 @@
 // here every row is one vectorised Eigen loop (Eigen's tanh), rows split across
 // TensorFlow's intra-op threads. ∂L/∂a is summed per fixed block of rows first,
 // so the result does not depend on the thread count.
+//
+// SphereTfAddPatchGradient: the layer's input gradient conv_grad + 2·x·spread
+// (spread one value per input pixel), one pass instead of a multiply and an AddN.
+//
 // Built and loaded by sphere_tf/ops/_custom_ops.py; CPU only, float32.
 #include <algorithm>
 #include <vector>
@@ -46,6 +52,16 @@ REGISTER_OP("SphereTfTanhCosineGrad")
       c->set_output(1, c->input(2));
       c->set_output(2, c->input(3));
       c->set_output(3, c->input(4));
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("SphereTfAddPatchGradient")
+    .Input("conv_grad: float")
+    .Input("x: float")
+    .Input("spread: float")
+    .Output("out: float")
+    .SetShapeFn([](shape_inference::InferenceContext* c) {
+      c->set_output(0, c->input(0));
       return absl::OkStatus();
     });
 
@@ -139,5 +155,36 @@ class TanhCosineGradOp : public OpKernel {
   }
 };
 
+class AddPatchGradientOp : public OpKernel {
+ public:
+  explicit AddPatchGradientOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& conv_grad = ctx->input(0);
+    const Tensor& x = ctx->input(1);
+    const Tensor& spread = ctx->input(2);
+    const int64_t rows = spread.NumElements();
+    OP_REQUIRES(ctx, x.NumElements() == conv_grad.NumElements(),
+                errors::InvalidArgument("x and conv_grad must have the same size"));
+    OP_REQUIRES(ctx, rows > 0 && x.NumElements() % rows == 0,
+                errors::InvalidArgument("spread must have one value per row of x"));
+    const int64_t channels = x.NumElements() / rows;
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, conv_grad.shape(), &out));
+    const float* g = conv_grad.flat<float>().data();
+    const float* xs = x.flat<float>().data();
+    const float* s = spread.flat<float>().data();
+    float* o = out->flat<float>().data();
+    auto work = [&](int64_t begin, int64_t end) {
+      for (int64_t p = begin; p < end; ++p) {
+        Row(o + p * channels, channels) =
+            ConstRow(g + p * channels, channels) + ConstRow(xs + p * channels, channels) * (2.0f * s[p]);
+      }
+    };
+    auto* pool = ctx->device()->tensorflow_cpu_worker_threads();
+    Shard(pool->num_threads, pool->workers, rows, channels * 3, work);
+  }
+};
+
 REGISTER_KERNEL_BUILDER(Name("SphereTfTanhCosine").Device(DEVICE_CPU), TanhCosineOp);
+REGISTER_KERNEL_BUILDER(Name("SphereTfAddPatchGradient").Device(DEVICE_CPU), AddPatchGradientOp);
 REGISTER_KERNEL_BUILDER(Name("SphereTfTanhCosineGrad").Device(DEVICE_CPU), TanhCosineGradOp);
