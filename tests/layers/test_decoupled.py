@@ -799,6 +799,16 @@ def _has_training_fusion(concrete):
             or any(n.op.startswith("SphereTf") for n in nodes))
 
 
+def _traced_gradients(layer, spec, training):
+    """The concrete function of the layer's input and weight gradients."""
+    def fn(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = layer(x, training=training)
+        return tape.gradient(y, [x] + layer.trainable_variables)
+    return tf.function(fn).get_concrete_function(spec)
+
+
 def test_tanh_cosine_training_graph_uses_the_compiled_kernel():
     assert _custom_ops.compiled_kernels() is not None, _custom_ops.status()
     layer = DecoupledConv2D(4, 3, padding="same")  # TanhConv + cosine, the DCNet default
@@ -806,12 +816,7 @@ def test_tanh_cosine_training_graph_uses_the_compiled_kernel():
     layer(tf.zeros((1, 7, 7, 3)), training=False)
 
     def op_types(training):
-        def fn(x):
-            with tf.GradientTape() as tape:
-                tape.watch(x)
-                y = layer(x, training=training)
-            return tape.gradient(y, [x] + layer.trainable_variables)
-        return {n.op for n in _nodes(tf.function(fn).get_concrete_function(spec))[0]}
+        return {n.op for n in _nodes(_traced_gradients(layer, spec, training))[0]}
 
     assert {"SphereTfTanhCosine", "SphereTfTanhCosineGrad"} <= op_types(True)
     assert not any(op.startswith("SphereTf") for op in op_types(False))
@@ -887,12 +892,7 @@ def test_xla_clusters_only_in_training_graphs(rng, factory):
     layer(tf.zeros([1] + list(spec.shape[1:])), training=False)
 
     def grads(training):
-        def fn(x):
-            with tf.GradientTape() as tape:
-                tape.watch(x)
-                y = layer(x, training=training)
-            return tape.gradient(y, [x] + layer.trainable_variables)
-        return tf.function(fn).get_concrete_function(spec)
+        return _traced_gradients(layer, spec, training)
 
     assert _has_training_fusion(grads(True))
     assert not _has_training_fusion(grads(False))

@@ -305,3 +305,12 @@ def test_compiled_add_patch_gradient_matches_numpy():
         np.testing.assert_allclose(got.numpy(), conv_grad + 2.0 * x * spread, rtol=1e-6, atol=1e-6)
     with pytest.raises(tf.errors.InvalidArgumentError, match="one value per row"):
         kernels.sphere_tf_add_patch_gradient(tf.ones((2, 3)), tf.ones((2, 3)), tf.ones((4,)))
+
+
+def test_compiled_tanh_cosine_rejects_mismatched_operands():
+    kernels = _custom_ops.compiled_kernels()
+    assert kernels is not None, _custom_ops.status()
+    with pytest.raises(tf.errors.InvalidArgumentError, match="rows x units"):
+        kernels.sphere_tf_tanh_cosine(tf.ones((4, 3)), tf.ones((5,)), tf.ones((5,)), tf.ones((3,)))
+    with pytest.raises(tf.errors.InvalidArgumentError, match="same size"):
+        kernels.sphere_tf_tanh_cosine_grad(tf.ones((4, 2)), tf.ones((4, 3)), tf.ones((4,)), tf.ones((4,)), tf.ones((3,)))

@@ -68,35 +68,50 @@ REGISTER_OP("SphereTfAddPatchGradient")
 using Row = Eigen::Map<Eigen::ArrayXf>;
 using ConstRow = Eigen::Map<const Eigen::ArrayXf>;
 
+// The tail's operands dot (rows x units), x_norm and factor (one value per row)
+// and inv_radius (units), read from inputs first .. first + 3.
+struct TailOperands {
+  const float *dot, *n, *v, *a;
+  int64_t rows, units;
+};
+
+static absl::Status ReadTail(OpKernelContext* ctx, int first, TailOperands* t) {
+  const Tensor& dot = ctx->input(first);
+  const Tensor& x_norm = ctx->input(first + 1);
+  const Tensor& factor = ctx->input(first + 2);
+  const Tensor& inv_radius = ctx->input(first + 3);
+  t->units = inv_radius.NumElements();
+  t->rows = x_norm.NumElements();
+  if (dot.NumElements() != t->rows * t->units || factor.NumElements() != t->rows) {
+    return errors::InvalidArgument("dot must have rows x units elements and x_norm, factor one per row");
+  }
+  t->dot = dot.flat<float>().data();
+  t->n = x_norm.flat<float>().data();
+  t->v = factor.flat<float>().data();
+  t->a = inv_radius.flat<float>().data();
+  return absl::OkStatus();
+}
+
 class TanhCosineOp : public OpKernel {
  public:
   explicit TanhCosineOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
   void Compute(OpKernelContext* ctx) override {
-    const Tensor& dot = ctx->input(0);
-    const Tensor& x_norm = ctx->input(1);
-    const Tensor& factor = ctx->input(2);
-    const Tensor& inv_radius = ctx->input(3);
-    const int64_t units = inv_radius.NumElements();
-    const int64_t rows = x_norm.NumElements();
-    OP_REQUIRES(ctx, dot.NumElements() == rows * units,
-                errors::InvalidArgument("dot must have rows x units elements"));
+    TailOperands t;
+    OP_REQUIRES_OK(ctx, ReadTail(ctx, 0, &t));
     Tensor* out = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, dot.shape(), &out));
-    const float* d = dot.flat<float>().data();
-    const float* n = x_norm.flat<float>().data();
-    const float* v = factor.flat<float>().data();
-    const float* a = inv_radius.flat<float>().data();
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ctx->input(0).shape(), &out));
     float* o = out->flat<float>().data();
+    const int64_t units = t.units;
     auto work = [&](int64_t begin, int64_t end) {
-      ConstRow ar(a, units);
-      Eigen::ArrayXf t(units);
+      ConstRow ar(t.a, units);
+      Eigen::ArrayXf th(units);
       for (int64_t p = begin; p < end; ++p) {
-        t = (ar * n[p]).tanh();
-        Row(o + p * units, units) = ConstRow(d + p * units, units) * t * v[p];
+        th = (ar * t.n[p]).tanh();
+        Row(o + p * units, units) = ConstRow(t.dot + p * units, units) * th * t.v[p];
       }
     };
     auto* pool = ctx->device()->tensorflow_cpu_worker_threads();
-    Shard(pool->num_threads, pool->workers, rows, units * 30, work);
+    Shard(pool->num_threads, pool->workers, t.rows, units * 30, work);
   }
 };
 
@@ -104,26 +119,22 @@ class TanhCosineGradOp : public OpKernel {
  public:
   explicit TanhCosineGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
   void Compute(OpKernelContext* ctx) override {
+    TailOperands t;
+    OP_REQUIRES_OK(ctx, ReadTail(ctx, 1, &t));
     const Tensor& up = ctx->input(0);
-    const Tensor& dot = ctx->input(1);
-    const Tensor& x_norm = ctx->input(2);
-    const Tensor& factor = ctx->input(3);
-    const Tensor& inv_radius = ctx->input(4);
-    const int64_t units = inv_radius.NumElements();
-    const int64_t rows = x_norm.NumElements();
-    Tensor *d_dot, *d_n, *d_v, *d_a;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, dot.shape(), &d_dot));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, x_norm.shape(), &d_n));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, factor.shape(), &d_v));
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(3, inv_radius.shape(), &d_a));
+    OP_REQUIRES(ctx, up.NumElements() == ctx->input(1).NumElements(),
+                errors::InvalidArgument("upstream and dot must have the same size"));
+    const int64_t units = t.units, rows = t.rows;
+    // Outputs: ∂L/∂dot, ∂L/∂x_norm, ∂L/∂factor, ∂L/∂inv_radius, shaped like inputs 1..4.
+    Tensor* grads[4];
+    for (int i = 0; i < 4; ++i) {
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(i, ctx->input(i + 1).shape(), &grads[i]));
+    }
     const float* g = up.flat<float>().data();
-    const float* d = dot.flat<float>().data();
-    const float* n = x_norm.flat<float>().data();
-    const float* v = factor.flat<float>().data();
-    const float* a = inv_radius.flat<float>().data();
-    float* dd = d_dot->flat<float>().data();
-    float* dn = d_n->flat<float>().data();
-    float* dv = d_v->flat<float>().data();
+    const float *d = t.dot, *n = t.n, *v = t.v, *a = t.a;
+    float* dd = grads[0]->flat<float>().data();
+    float* dn = grads[1]->flat<float>().data();
+    float* dv = grads[2]->flat<float>().data();
     // Fixed blocks of rows, one partial (units,) sum each: deterministic whatever the threads.
     const int64_t block = 256;
     const int64_t blocks = (rows + block - 1) / block;
@@ -148,7 +159,7 @@ class TanhCosineGradOp : public OpKernel {
     };
     auto* pool = ctx->device()->tensorflow_cpu_worker_threads();
     Shard(pool->num_threads, pool->workers, blocks, block * units * 40, work);
-    float* da = d_a->flat<float>().data();
+    float* da = grads[3]->flat<float>().data();
     Row total(da, units);
     total.setZero();
     for (int64_t b = 0; b < blocks; ++b) total += Row(partial.data() + b * units, units);
