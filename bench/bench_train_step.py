@@ -20,7 +20,7 @@ for the backward pass, gradients, workspace), plus the absolute peak.
 
 Cases (`--layers`): conv2d, tanh_cosine (DecoupledConv2D tanh + cosine),
 sphere_linear (SphereConv2D linear), sphere_cosine, linear_cosine, tanh_sqcosine,
-sphere_sigmoid; a `:noxla` suffix runs the fused path without its XLA clusters
+linear_sqcosine, sphere_sigmoid; a `:noxla` suffix runs the fused path without its XLA clusters
 (`sphere_tf.ops.fused.set_xla_fusion`), a `:composed` suffix runs the layer through the plain
 composition `operator.decoupled_response` instead of `sphere_tf.ops.fused`.
 """
@@ -76,6 +76,10 @@ _CASES = {
         f, 3, padding="same", magnitude="tanh", angular="sqcosine"
     ),
     "sphere_sigmoid": lambda f: sphere_layers.SphereConv2D(f, 3, padding="same", angular="sigmoid"),
+    # The square-cosine operator of the released DCNet code (linear_sqcos_wo_bn).
+    "linear_sqcosine": lambda f: sphere_layers.DecoupledConv2D(
+        f, 3, padding="same", magnitude="linear", angular="sqcosine"
+    ),
 }
 
 

@@ -422,12 +422,14 @@ _tanh_cosine_value_xla = tf.function(_tanh_cosine_value, jit_compile=True, autog
 _tanh_cosine_terms_xla = tf.function(_tanh_cosine_terms, jit_compile=True, autograph=False)
 
 
-def _tanh_cosine_compiled(kernel, dot, x_norm, factor, inv_radius):
+def _tanh_cosine_compiled(kernel, dot, x_norm, factor, inv_radius, squared=False):
     """`_tanh_cosine` through the compiled kernel (`kernels/fused_kernels.cc`): one pass each way.
 
     The kernel works on the `(positions, units)` view; the forward pass writes only
     f, the backward pass reads G and dot once and writes ∂L/∂dot plus the
     one-channel and per-filter reductions (tanh recomputed, nothing else kept).
+    `squared=True` is TanhConv with square cosine: dot·|dot| in place of dot and
+    `factor` = α/‖x‖² (g = c·|c| [D-14]).
     """
     units = dot.shape[-1]
     one_channel = ops.shape(x_norm)
@@ -437,11 +439,13 @@ def _tanh_cosine_compiled(kernel, dot, x_norm, factor, inv_radius):
     def response(dot, x_norm, factor, inv_radius):
         rows = ops.reshape(dot, (-1, units))
         n, v = ops.reshape(x_norm, (-1,)), ops.reshape(factor, (-1,))
-        value = ops.reshape(kernel.sphere_tf_tanh_cosine(rows, n, v, inv_radius), ops.shape(dot))
+        value = ops.reshape(
+            kernel.sphere_tf_tanh_cosine(rows, n, v, inv_radius, squared=squared), ops.shape(dot)
+        )
 
         def grad(upstream):
             d_dot, d_n, d_v, d_a = kernel.sphere_tf_tanh_cosine_grad(
-                ops.reshape(upstream, (-1, units)), rows, n, v, inv_radius
+                ops.reshape(upstream, (-1, units)), rows, n, v, inv_radius, squared=squared
             )
             return (ops.reshape(d_dot, ops.shape(dot)), ops.reshape(d_n, one_channel),
                     ops.reshape(d_v, one_channel), d_a)
@@ -449,6 +453,39 @@ def _tanh_cosine_compiled(kernel, dot, x_norm, factor, inv_radius):
         return value, grad
 
     return response(dot, x_norm, factor, inv_radius)
+
+
+def _rescale_compiled(kernel, dot, factor, squared=False):
+    """``u·v`` with u = dot (cosine) or dot·|dot| (square cosine) and a one-channel v, compiled.
+
+    The backward pass is one loop: ∂L/∂dot = G·v·du/ddot and ∂L/∂v = Σ_j G·u,
+    where TensorFlow's broadcast gradient writes G·u in full and then sums it.
+    """
+    units = dot.shape[-1]
+    one_channel = ops.shape(factor)
+
+    # tf.custom_gradient: keras.ops has no custom-gradient primitive.
+    @tf.custom_gradient
+    def rescale(dot, factor):
+        rows, v = ops.reshape(dot, (-1, units)), ops.reshape(factor, (-1,))
+        value = ops.reshape(kernel.sphere_tf_rescale(rows, v, squared=squared), ops.shape(dot))
+
+        def grad(upstream):
+            d_dot, d_v = kernel.sphere_tf_rescale_grad(
+                ops.reshape(upstream, (-1, units)), rows, v, squared=squared
+            )
+            return ops.reshape(d_dot, ops.shape(dot)), ops.reshape(d_v, one_channel)
+
+        return value, grad
+
+    return rescale(dot, factor)
+
+
+def _one_channel_like(tensor, dot):
+    return (
+        tensor is not None and dot.shape[-1] is not None and len(tensor.shape) == len(dot.shape)
+        and tensor.shape[-1] == 1
+    )
 
 
 def _tanh_cosine(dot, x_norm, factor, inv_radius, xla=False):
@@ -582,18 +619,18 @@ def decoupled_response_from_dot(
     # for α = 1) instead of costing a full-size multiply.
     alpha_linear = any(mag is magnitude_lib.MAGNITUDE_FNS[n] for n in _ALPHA_LINEAR)
     scale = alpha if alpha_linear else 1.0
-    if (
-        mag is magnitude_lib.MAGNITUDE_FNS["tanh"]
-        and angular == "cosine"
-        and weighted is None
-        and dot.shape[-1] is not None
-        and len(x_norm.shape) == len(dot.shape)
-        and x_norm.shape[-1] == 1
-    ):
-        # The DCNet default (TanhConv + cosine): one custom-gradient tail.
+    kernels = _custom_ops.compiled_kernels() if xla else None
+    tanh_tail = (
+        mag is magnitude_lib.MAGNITUDE_FNS["tanh"] and weighted is None and _one_channel_like(x_norm, dot)
+    )
+    if tanh_tail and (angular == "cosine" or (angular == "sqcosine" and kernels is not None)):
+        # The DCNet default (TanhConv + cosine), and TanhConv + square cosine when
+        # compiled: one custom-gradient tail.
         units = dot.shape[-1]
         inv_radius = ops.broadcast_to(1.0 / ops.cast(radius, "float32"), (units,))
         factor = inv_norm if scale == 1.0 else scale * inv_norm
+        if angular == "sqcosine":  # α·tanh·c|c| = tanh·dot|dot|·(α/‖x‖²)
+            return _tanh_cosine_compiled(kernels, dot, x_norm, factor * inv_norm, inv_radius, squared=True)
         return _tanh_cosine(dot, x_norm, factor, inv_radius, xla=xla)
     if weighted == "nonlinear":
         h = mag.fn(x_norm * w_norm, radius, 1.0 if alpha_linear else alpha, beta)
@@ -607,6 +644,12 @@ def decoupled_response_from_dot(
         tanh_w = ops.tanh(w_norm / weight_radius)
         h = tanh_w if h is None else h * tanh_w
 
+    if angular in ("cosine", "sqcosine") and kernels is not None and (h is None or _one_channel_like(h, dot)):
+        # α·h₁·dot/‖x‖ or α·h₁·dot|dot|/‖x‖²: one compiled pass each way.
+        factor = inv_norm if scale == 1.0 else scale * inv_norm
+        if angular == "sqcosine":
+            factor = factor * inv_norm
+        return _rescale_compiled(kernels, dot, factor if h is None else h * factor, squared=angular == "sqcosine")
     if angular == "cosine":
         # α·h₁·dot/‖x‖: the per-position factors meet on the one-channel tensor first.
         factor = inv_norm if scale == 1.0 else scale * inv_norm

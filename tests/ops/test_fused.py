@@ -194,14 +194,23 @@ def _np_response(magnitude, angular, dot, x_norm, radius, alpha, k=0.3):
         "linear": 1 - 2 * np.arccos(np.clip(cos, -1 + 1e-6, 1 - 1e-6)) / np.pi,
         "sigmoid": np.tanh((np.pi / 2 - np.arccos(np.clip(cos, -1 + 1e-6, 1 - 1e-6))) / (2 * k))
         / np.tanh(np.pi / (4 * k)),
+        "sqcosine": np.sign(cos) * cos**2,
     }[angular]
-    h = {"tanh": alpha * np.tanh(x_norm / radius), "sphere": alpha * np.ones_like(x_norm)}[magnitude]
+    h = {
+        "tanh": alpha * np.tanh(x_norm / radius),
+        "sphere": alpha * np.ones_like(x_norm),
+        "linear": alpha * x_norm,
+        "log": alpha * np.log1p(x_norm),
+    }[magnitude]
     return h * g
 
 
 @XLA
 @pytest.mark.parametrize(
-    "magnitude,angular", [("tanh", "cosine"), ("sphere", "linear"), ("sphere", "sigmoid"), ("tanh", "linear")]
+    "magnitude,angular",
+    [("tanh", "cosine"), ("sphere", "linear"), ("sphere", "sigmoid"), ("tanh", "linear"),
+     # The compiled rescale / squared tails (one-channel h, square cosine).
+     ("tanh", "sqcosine"), ("linear", "sqcosine"), ("sphere", "cosine"), ("log", "cosine")],
 )
 def test_custom_gradient_tails_match_finite_differences(magnitude, angular, xla):
     # Gradients w.r.t. dot, ‖x‖ (also through 1/‖x‖) and the per-filter radius against
@@ -235,7 +244,7 @@ def test_custom_gradient_tails_match_finite_differences(magnitude, angular, xla)
             plus[i][idx] += 1e-6
             minus[i][idx] -= 1e-6
             want[idx] = (loss_np(*plus) - loss_np(*minus)) / 2e-6
-        if magnitude == "sphere" and i == 2:
+        if magnitude in ("sphere", "linear", "log") and i == 2:  # no radius
             assert grad is None or np.allclose(grad.numpy(), 0.0)
             continue
         np.testing.assert_allclose(grad.numpy(), want, rtol=2e-4, atol=2e-5)

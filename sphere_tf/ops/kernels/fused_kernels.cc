@@ -11,6 +11,13 @@
 // TensorFlow's intra-op threads. ∂L/∂a is summed per fixed block of rows first,
 // so the result does not depend on the thread count.
 //
+// With squared = true the numerator is u = dot·|dot| instead of dot (square-cosine
+// g = c·|c| with the 1/‖x‖² folded into v), du/ddot = 2|dot|.
+//
+// SphereTfRescale / SphereTfRescaleGrad: f = u·v for magnitudes whose h(‖x‖) is one
+// value per position (SphereConv, LinearConv with square cosine, log, mix, ...):
+// ∂L/∂dot = G·v·du/ddot and ∂L/∂v = Σ_j G·u in one pass.
+//
 // SphereTfAddPatchGradient: the layer's input gradient conv_grad + 2·x·spread
 // (spread one value per input pixel), one pass instead of a multiply and an AddN.
 //
@@ -27,6 +34,7 @@
 using namespace tensorflow;  // NOLINT
 
 REGISTER_OP("SphereTfTanhCosine")
+    .Attr("squared: bool = false")
     .Input("dot: float")
     .Input("x_norm: float")
     .Input("factor: float")
@@ -38,6 +46,7 @@ REGISTER_OP("SphereTfTanhCosine")
     });
 
 REGISTER_OP("SphereTfTanhCosineGrad")
+    .Attr("squared: bool = false")
     .Input("upstream: float")
     .Input("dot: float")
     .Input("x_norm: float")
@@ -52,6 +61,29 @@ REGISTER_OP("SphereTfTanhCosineGrad")
       c->set_output(1, c->input(2));
       c->set_output(2, c->input(3));
       c->set_output(3, c->input(4));
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("SphereTfRescale")
+    .Attr("squared: bool = false")
+    .Input("dot: float")
+    .Input("factor: float")
+    .Output("out: float")
+    .SetShapeFn([](shape_inference::InferenceContext* c) {
+      c->set_output(0, c->input(0));
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("SphereTfRescaleGrad")
+    .Attr("squared: bool = false")
+    .Input("upstream: float")
+    .Input("dot: float")
+    .Input("factor: float")
+    .Output("d_dot: float")
+    .Output("d_factor: float")
+    .SetShapeFn([](shape_inference::InferenceContext* c) {
+      c->set_output(0, c->input(1));
+      c->set_output(1, c->input(2));
       return absl::OkStatus();
     });
 
@@ -94,7 +126,9 @@ static absl::Status ReadTail(OpKernelContext* ctx, int first, TailOperands* t) {
 
 class TanhCosineOp : public OpKernel {
  public:
-  explicit TanhCosineOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+  explicit TanhCosineOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("squared", &squared_));
+  }
   void Compute(OpKernelContext* ctx) override {
     TailOperands t;
     OP_REQUIRES_OK(ctx, ReadTail(ctx, 0, &t));
@@ -107,17 +141,27 @@ class TanhCosineOp : public OpKernel {
       Eigen::ArrayXf th(units);
       for (int64_t p = begin; p < end; ++p) {
         th = (ar * t.n[p]).tanh();
-        Row(o + p * units, units) = ConstRow(t.dot + p * units, units) * th * t.v[p];
+        ConstRow dr(t.dot + p * units, units);
+        if (squared_) {
+          Row(o + p * units, units) = dr * dr.abs() * th * t.v[p];
+        } else {
+          Row(o + p * units, units) = dr * th * t.v[p];
+        }
       }
     };
     auto* pool = ctx->device()->tensorflow_cpu_worker_threads();
     Shard(pool->num_threads, pool->workers, t.rows, units * 30, work);
   }
+
+ private:
+  bool squared_;
 };
 
 class TanhCosineGradOp : public OpKernel {
  public:
-  explicit TanhCosineGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+  explicit TanhCosineGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("squared", &squared_));
+  }
   void Compute(OpKernelContext* ctx) override {
     TailOperands t;
     OP_REQUIRES_OK(ctx, ReadTail(ctx, 1, &t));
@@ -148,9 +192,14 @@ class TanhCosineGradOp : public OpKernel {
         for (int64_t p = b * block; p < end; ++p) {
           ConstRow gr(g + p * units, units), dr(d + p * units, units);
           t = (ar * n[p]).tanh();
-          q = gr * dr;
+          if (squared_) {  // u = dot·|dot|, du/ddot = 2|dot|
+            q = gr * dr * dr.abs();
+            Row(dd + p * units, units) = gr * t * (2.0f * v[p]) * dr.abs();
+          } else {  // u = dot
+            q = gr * dr;
+            Row(dd + p * units, units) = gr * t * v[p];
+          }
           r = q * (1.0f - t * t);
-          Row(dd + p * units, units) = gr * t * v[p];
           dn[p] = v[p] * (r * ar).sum();
           dv[p] = (q * t).sum();
           acc += r * (v[p] * n[p]);
@@ -164,6 +213,89 @@ class TanhCosineGradOp : public OpKernel {
     total.setZero();
     for (int64_t b = 0; b < blocks; ++b) total += Row(partial.data() + b * units, units);
   }
+
+ private:
+  bool squared_;
+};
+
+// f = u·v with u = dot (cosine) or dot·|dot| (square cosine) and v one value per row.
+class RescaleOp : public OpKernel {
+ public:
+  explicit RescaleOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("squared", &squared_));
+  }
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& dot = ctx->input(0);
+    const Tensor& factor = ctx->input(1);
+    const int64_t rows = factor.NumElements();
+    OP_REQUIRES(ctx, rows > 0 && dot.NumElements() % rows == 0,
+                errors::InvalidArgument("factor must have one value per row of dot"));
+    const int64_t units = dot.NumElements() / rows;
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, dot.shape(), &out));
+    const float* d = dot.flat<float>().data();
+    const float* v = factor.flat<float>().data();
+    float* o = out->flat<float>().data();
+    auto work = [&](int64_t begin, int64_t end) {
+      for (int64_t p = begin; p < end; ++p) {
+        ConstRow dr(d + p * units, units);
+        if (squared_) {
+          Row(o + p * units, units) = dr * dr.abs() * v[p];
+        } else {
+          Row(o + p * units, units) = dr * v[p];
+        }
+      }
+    };
+    auto* pool = ctx->device()->tensorflow_cpu_worker_threads();
+    Shard(pool->num_threads, pool->workers, rows, units * 3, work);
+  }
+
+ private:
+  bool squared_;
+};
+
+// ∂L/∂dot = G·v·du/ddot and ∂L/∂v = Σ_j G·u in one pass.
+class RescaleGradOp : public OpKernel {
+ public:
+  explicit RescaleGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("squared", &squared_));
+  }
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& up = ctx->input(0);
+    const Tensor& dot = ctx->input(1);
+    const Tensor& factor = ctx->input(2);
+    const int64_t rows = factor.NumElements();
+    OP_REQUIRES(ctx, up.NumElements() == dot.NumElements(),
+                errors::InvalidArgument("upstream and dot must have the same size"));
+    OP_REQUIRES(ctx, rows > 0 && dot.NumElements() % rows == 0,
+                errors::InvalidArgument("factor must have one value per row of dot"));
+    const int64_t units = dot.NumElements() / rows;
+    Tensor *d_dot = nullptr, *d_v = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, dot.shape(), &d_dot));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, factor.shape(), &d_v));
+    const float* g = up.flat<float>().data();
+    const float* d = dot.flat<float>().data();
+    const float* v = factor.flat<float>().data();
+    float* dd = d_dot->flat<float>().data();
+    float* dv = d_v->flat<float>().data();
+    auto work = [&](int64_t begin, int64_t end) {
+      for (int64_t p = begin; p < end; ++p) {
+        ConstRow gr(g + p * units, units), dr(d + p * units, units);
+        if (squared_) {
+          Row(dd + p * units, units) = gr * dr.abs() * (2.0f * v[p]);
+          dv[p] = (gr * dr * dr.abs()).sum();
+        } else {
+          Row(dd + p * units, units) = gr * v[p];
+          dv[p] = (gr * dr).sum();
+        }
+      }
+    };
+    auto* pool = ctx->device()->tensorflow_cpu_worker_threads();
+    Shard(pool->num_threads, pool->workers, rows, units * 5, work);
+  }
+
+ private:
+  bool squared_;
 };
 
 class AddPatchGradientOp : public OpKernel {
@@ -198,4 +330,6 @@ class AddPatchGradientOp : public OpKernel {
 
 REGISTER_KERNEL_BUILDER(Name("SphereTfTanhCosine").Device(DEVICE_CPU), TanhCosineOp);
 REGISTER_KERNEL_BUILDER(Name("SphereTfAddPatchGradient").Device(DEVICE_CPU), AddPatchGradientOp);
+REGISTER_KERNEL_BUILDER(Name("SphereTfRescale").Device(DEVICE_CPU), RescaleOp);
+REGISTER_KERNEL_BUILDER(Name("SphereTfRescaleGrad").Device(DEVICE_CPU), RescaleGradOp);
 REGISTER_KERNEL_BUILDER(Name("SphereTfTanhCosineGrad").Device(DEVICE_CPU), TanhCosineGradOp);
