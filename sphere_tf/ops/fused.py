@@ -362,6 +362,30 @@ def _theta_gradient_xla(angular, k):
     return _THETA_GRADIENT_XLA[key]
 
 
+def _theta_compiled(kernels, dot, inv_norm, angular, k):
+    """`_angular_of_dot` through the compiled kernels: one pass forward (g and the
+    clipped cosine, plus tanh for sigmoid), one pass backward."""
+    units = dot.shape[-1]
+    one_channel = ops.shape(inv_norm)
+    attrs = {"sigmoid": angular == "sigmoid", "k": float(k) if angular == "sigmoid" else 0.3}
+
+    # tf.custom_gradient: keras.ops has no custom-gradient primitive.
+    @tf.custom_gradient
+    def g_of_dot(dot, inv_norm):
+        rows, inv = ops.reshape(dot, (-1, units)), ops.reshape(inv_norm, (-1,))
+        g, c, saved = kernels.sphere_tf_theta_activation(rows, inv, clip=_CLIP, **attrs)
+
+        def grad(upstream):
+            d_dot, d_inv = kernels.sphere_tf_theta_activation_grad(
+                ops.reshape(upstream, (-1, units)), c, saved, inv, outside=_OUTSIDE_CLIP, **attrs
+            )
+            return ops.reshape(d_dot, ops.shape(dot)), ops.reshape(d_inv, one_channel)
+
+        return ops.reshape(g, ops.shape(dot)), grad
+
+    return g_of_dot(dot, inv_norm)
+
+
 def _angular_of_dot(dot, inv_norm, angular, k, xla=False):
     """g(θ) with cos θ = dot·(1/‖x‖), one custom gradient for the θ-based activations.
 
@@ -379,6 +403,9 @@ def _angular_of_dot(dot, inv_norm, angular, k, xla=False):
     """
     if not (angular == "linear" or (angular == "sigmoid" and isinstance(k, (int, float)))):
         return angular_lib.get_angular_fn(angular)(dot * inv_norm, k)
+    kernels = _custom_ops.compiled_kernels() if xla else None
+    if kernels is not None and dot.shape[-1] is not None and _one_channel_like(inv_norm, dot):
+        return _theta_compiled(kernels, dot, inv_norm, angular, k)
     forward, backward, constant = _theta_activation(angular, k)
 
     # tf.custom_gradient: keras.ops has no custom-gradient primitive.

@@ -18,11 +18,16 @@
 // value per position (SphereConv, LinearConv with square cosine, log, mix, ...):
 // ∂L/∂dot = G·v·du/ddot and ∂L/∂v = Σ_j G·u in one pass.
 //
+// SphereTfThetaActivation / SphereTfThetaActivationGrad: SphereConv's linear and
+// fixed-k sigmoid g(θ) from the clipped cosine, and their gradient (the formulas of
+// fused._theta_activation) in one pass each.
+//
 // SphereTfAddPatchGradient: the layer's input gradient conv_grad + 2·x·spread
 // (spread one value per input pixel), one pass instead of a multiply and an AddN.
 //
 // Built and loaded by sphere_tf/ops/_custom_ops.py; CPU only, float32.
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "tensorflow/core/framework/op.h"
@@ -84,6 +89,38 @@ REGISTER_OP("SphereTfRescaleGrad")
     .SetShapeFn([](shape_inference::InferenceContext* c) {
       c->set_output(0, c->input(1));
       c->set_output(1, c->input(2));
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("SphereTfThetaActivation")
+    .Attr("sigmoid: bool = false")
+    .Attr("k: float = 0.3")
+    .Attr("clip: float")
+    .Input("dot: float")
+    .Input("inv_norm: float")
+    .Output("g: float")
+    .Output("cosine: float")
+    .Output("saved: float")
+    .SetShapeFn([](shape_inference::InferenceContext* c) {
+      c->set_output(0, c->input(0));
+      c->set_output(1, c->input(0));
+      c->set_output(2, c->UnknownShape());
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("SphereTfThetaActivationGrad")
+    .Attr("sigmoid: bool = false")
+    .Attr("k: float = 0.3")
+    .Attr("outside: float")
+    .Input("upstream: float")
+    .Input("cosine: float")
+    .Input("saved: float")
+    .Input("inv_norm: float")
+    .Output("d_dot: float")
+    .Output("d_inv_norm: float")
+    .SetShapeFn([](shape_inference::InferenceContext* c) {
+      c->set_output(0, c->input(1));
+      c->set_output(1, c->input(3));
       return absl::OkStatus();
     });
 
@@ -328,6 +365,113 @@ class AddPatchGradientOp : public OpKernel {
   }
 };
 
+// g(θ) from c = clip(dot·(1/‖x‖), ±clip): linear (2/π)·arcsin c, or sigmoid
+// tanh(arcsin(c)/2k)/tanh(π/4k) whose tanh(arcsin(c)/2k) is also returned for the
+// backward pass (an empty `saved` for linear).
+class ThetaActivationOp : public OpKernel {
+ public:
+  explicit ThetaActivationOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("sigmoid", &sigmoid_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("k", &k_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("clip", &clip_));
+  }
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& dot = ctx->input(0);
+    const Tensor& inv = ctx->input(1);
+    const int64_t rows = inv.NumElements();
+    OP_REQUIRES(ctx, rows > 0 && dot.NumElements() % rows == 0,
+                errors::InvalidArgument("inv_norm must have one value per row of dot"));
+    const int64_t units = dot.NumElements() / rows;
+    Tensor *g = nullptr, *c = nullptr, *saved = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, dot.shape(), &g));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, dot.shape(), &c));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, sigmoid_ ? dot.shape() : TensorShape({0}), &saved));
+    const float* d = dot.flat<float>().data();
+    const float* iv = inv.flat<float>().data();
+    float* go = g->flat<float>().data();
+    float* co = c->flat<float>().data();
+    float* so = sigmoid_ ? saved->flat<float>().data() : nullptr;
+    const float half_over_k = 0.5f / k_;
+    const float inv_t = 1.0f / std::tanh(static_cast<float>(M_PI) / (4.0f * k_));
+    const float two_over_pi = 2.0f / static_cast<float>(M_PI);
+    auto work = [&](int64_t begin, int64_t end) {
+      for (int64_t p = begin; p < end; ++p) {
+        Row cr(co + p * units, units);
+        cr = (ConstRow(d + p * units, units) * iv[p]).max(-clip_).min(clip_);
+        if (sigmoid_) {
+          Row sr(so + p * units, units);
+          sr = (cr.asin() * half_over_k).tanh();
+          Row(go + p * units, units) = sr * inv_t;
+        } else {
+          Row(go + p * units, units) = cr.asin() * two_over_pi;
+        }
+      }
+    };
+    auto* pool = ctx->device()->tensorflow_cpu_worker_threads();
+    Shard(pool->num_threads, pool->workers, rows, units * 40, work);
+  }
+
+ private:
+  bool sigmoid_;
+  float k_, clip_;
+};
+
+// ∂L/∂dot = G·g'(c)·(1/‖x‖) and ∂L/∂(1/‖x‖) = ‖x‖·Σ_j G·g'(c)·c, zero where the clip
+// changed c (1 − c² ≤ outside): the clip's own gradient.
+class ThetaActivationGradOp : public OpKernel {
+ public:
+  explicit ThetaActivationGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("sigmoid", &sigmoid_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("k", &k_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("outside", &outside_));
+  }
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& up = ctx->input(0);
+    const Tensor& c = ctx->input(1);
+    const Tensor& saved = ctx->input(2);
+    const Tensor& inv = ctx->input(3);
+    const int64_t rows = inv.NumElements();
+    OP_REQUIRES(ctx, up.NumElements() == c.NumElements() && rows > 0 && c.NumElements() % rows == 0,
+                errors::InvalidArgument("upstream and cosine must match, inv_norm one value per row"));
+    OP_REQUIRES(ctx, !sigmoid_ || saved.NumElements() == c.NumElements(),
+                errors::InvalidArgument("sigmoid needs the saved tanh of the forward pass"));
+    const int64_t units = c.NumElements() / rows;
+    Tensor *d_dot = nullptr, *d_inv = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, c.shape(), &d_dot));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, inv.shape(), &d_inv));
+    const float* g = up.flat<float>().data();
+    const float* cs = c.flat<float>().data();
+    const float* ss = sigmoid_ ? saved.flat<float>().data() : nullptr;
+    const float* iv = inv.flat<float>().data();
+    float* dd = d_dot->flat<float>().data();
+    float* di = d_inv->flat<float>().data();
+    const float t = std::tanh(static_cast<float>(M_PI) / (4.0f * k_));
+    const float constant = sigmoid_ ? 1.0f / (2.0f * k_ * t) : 2.0f / static_cast<float>(M_PI);
+    auto work = [&](int64_t begin, int64_t end) {
+      Eigen::ArrayXf om(units), dg(units);
+      for (int64_t p = begin; p < end; ++p) {
+        ConstRow gr(g + p * units, units), cr(cs + p * units, units);
+        om = 1.0f - cr * cr;
+        dg = (om > outside_).select(gr * om.rsqrt(), 0.0f);
+        if (sigmoid_) {
+          ConstRow sr(ss + p * units, units);
+          dg *= 1.0f - sr * sr;
+        }
+        Row(dd + p * units, units) = dg * (constant * iv[p]);
+        di[p] = (constant / iv[p]) * (dg * cr).sum();
+      }
+    };
+    auto* pool = ctx->device()->tensorflow_cpu_worker_threads();
+    Shard(pool->num_threads, pool->workers, rows, units * 15, work);
+  }
+
+ private:
+  bool sigmoid_;
+  float k_, outside_;
+};
+
+REGISTER_KERNEL_BUILDER(Name("SphereTfThetaActivation").Device(DEVICE_CPU), ThetaActivationOp);
+REGISTER_KERNEL_BUILDER(Name("SphereTfThetaActivationGrad").Device(DEVICE_CPU), ThetaActivationGradOp);
 REGISTER_KERNEL_BUILDER(Name("SphereTfTanhCosine").Device(DEVICE_CPU), TanhCosineOp);
 REGISTER_KERNEL_BUILDER(Name("SphereTfAddPatchGradient").Device(DEVICE_CPU), AddPatchGradientOp);
 REGISTER_KERNEL_BUILDER(Name("SphereTfRescale").Device(DEVICE_CPU), RescaleOp);
