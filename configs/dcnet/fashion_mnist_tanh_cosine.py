@@ -7,7 +7,9 @@ two 3×3 convs (32, 64), FC 128; 2 epochs of the 60k training images.
 
 Measured (2 CPU cores shared with one other training job): 3 epochs reached
 91.8% test accuracy in 9 min (330-450 ms per step of 128); the default 2 epochs
-take about two thirds of that.
+take about two thirds of that. On an idle AVX-512 2-core machine with the
+compiled training kernels (sphere_tf/ops/kernels): the default 2 epochs reach
+91.6% in 1 min 23 s (~78 ms per step), SavedModel included.
 
 Run:
   python -m trainers.train_classifier \
