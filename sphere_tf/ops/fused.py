@@ -38,8 +38,11 @@ docs/performance.md):
   backward terms, the θ backward and clipped cosine, the box sums and the conv +
   patch-energy input gradient (`conv_and_patch_energy`) run as small
   `jit_compile=True` functions: fewer full-size passes, a third less activation
-  memory. Inference and export use plain ops (no XLA JIT needed to serve);
-  `set_xla_fusion(False)` turns the clusters off.
+  memory. Where the compiled kernels (`kernels/fused_kernels.cc`, built by
+  `_custom_ops`) are available they take over the TanhConv, rescale and θ tails
+  and the input gradient: one multi-threaded pass each way. Inference and export
+  use plain ops (no XLA JIT or custom op needed to serve);
+  `set_xla_fusion(False)` turns the clusters and the kernels off.
 
 Values equal `operator.decoupled_response` to float32 rounding (the forward pass
 of every angular function is the registry function itself); the tests compare
@@ -62,14 +65,14 @@ _XLA_FUSION = {"enabled": True}
 
 
 def set_xla_fusion(enabled):
-    """Turn the XLA clusters of the layers' training path on (default) or off.
+    """Turn the fusions of the layers' training path on (default) or off.
 
-    With it on, the fused tails that profit from fusion (TanhConv + cosine)
-    run their full-size elementwise work as small `jit_compile=True` functions
-    while training; inference, export and code already compiled by XLA always
-    use plain TensorFlow ops (a SavedModel then needs no XLA JIT, which
-    TensorFlow Serving disables by default). Off: plain ops everywhere, same values
-    to float32 rounding.
+    With it on, the layers' training calls (outside code that XLA compiles as a
+    whole) run their full-size elementwise work through the compiled kernels
+    (`_custom_ops`, where built) and small `jit_compile=True` clusters;
+    inference and export always use plain TensorFlow ops (a SavedModel then
+    needs neither the XLA JIT, which TensorFlow Serving disables by default, nor
+    the custom ops). Off: plain ops everywhere, same values to float32 rounding.
     """
     _XLA_FUSION["enabled"] = bool(enabled)
 
