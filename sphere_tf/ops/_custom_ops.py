@@ -122,9 +122,11 @@ def compiled_kernels():
     Only on CPU-only hosts: the kernels have no GPU implementation, and on a GPU
     the XLA clusters are the better fusion anyway.
     """
-    if not _STATE["enabled"] or tf.config.list_logical_devices("GPU"):
+    if not _STATE["enabled"]:
         return None
-    return load()
+    if "gpu" not in _STATE:  # asked once: layer calls look this up while tracing
+        _STATE["gpu"] = bool(tf.config.list_logical_devices("GPU"))
+    return None if _STATE["gpu"] else load()
 
 
 def main():

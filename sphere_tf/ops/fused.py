@@ -147,6 +147,15 @@ def _box_sum_adjoint(upstream, size, kernel_size, strides, dilation_rate, paddin
     return upstream
 
 
+def _pixel_energy(x):
+    """Σ_c x² per pixel, `(N, H, W, 1)`, of a float32 NHWC tensor."""
+    if in_xla_context():
+        # XLA has no EuclideanNorm kernel, and fuses the square into the sum anyway.
+        return ops.sum(ops.square(x), axis=-1, keepdims=True)
+    # One reduction kernel (EuclideanNorm) instead of a full-size x² and a sum.
+    return ops.square(tf.math.reduce_euclidean_norm(x, axis=-1, keepdims=True))
+
+
 # The box sum and its adjoint are ~2·(kh + kw) small ops on one-channel tensors;
 # as XLA clusters (training path only) each is one loop.
 _box_sum_xla = tf.function(_box_sum, jit_compile=True, autograph=False)
@@ -185,12 +194,7 @@ def patch_squared_norm(inputs, kernel_size, strides=1, padding="valid", dilation
     # tf.custom_gradient: keras.ops has no custom-gradient primitive.
     @tf.custom_gradient
     def patch_energy(x):
-        if in_xla_context():
-            # XLA has no EuclideanNorm kernel, and fuses the square into the sum anyway.
-            pixel_energy = ops.sum(ops.square(x), axis=-1, keepdims=True)
-        else:
-            # One reduction kernel (EuclideanNorm) instead of a full-size x² and a sum.
-            pixel_energy = ops.square(tf.math.reduce_euclidean_norm(x, axis=-1, keepdims=True))
+        pixel_energy = _pixel_energy(x)
         box_sum, box_sum_adjoint = (_box_sum_xla, _box_sum_adjoint_xla) if xla else (_box_sum, _box_sum_adjoint)
         out = box_sum(pixel_energy, kernel_size, strides, dilation_rate, padding)
 
@@ -249,8 +253,7 @@ def conv_and_patch_energy(inputs, kernel, strides, padding, dilation_rate):
     @tf.custom_gradient
     def conv_and_energy(x, w):
         dot = tf.nn.conv2d(x, w, **conv_args)
-        x32 = ops.cast(x, "float32")
-        pixel_energy = ops.square(tf.math.reduce_euclidean_norm(x32, axis=-1, keepdims=True))
+        pixel_energy = _pixel_energy(ops.cast(x, "float32"))
         energy = _box_sum_xla(pixel_energy, kernel_size, strides, dilation_rate, padding)
 
         def grad(dot_grad, energy_grad):
@@ -518,7 +521,7 @@ def _one_channel_like(tensor, dot):
     )
 
 
-def _tanh_cosine(dot, x_norm, factor, inv_radius, xla=False):
+def _tanh_cosine(dot, x_norm, factor, inv_radius, xla=False, kernels=None):
     """TanhConv with cosine g,  ``f = dot · tanh(‖x‖·a_j) · v``,  with a hand-written gradient.
 
     ``a_j = 1/(ρ_j·E{‖x‖})`` is the per-filter inverse radius `(units,)` and
@@ -534,9 +537,9 @@ def _tanh_cosine(dot, x_norm, factor, inv_radius, xla=False):
     Autodiff of the same expression runs a full-size division gradient and
     broadcast reductions for each factor instead.
 
-    With `xla=True` (the layers' training path, see `use_xla_fusion`) the
-    compiled kernel runs both directions where it is available
-    (`_custom_ops.compiled_kernels`); otherwise the value and the full-size
+    With `kernels` (the op module of `_custom_ops.compiled_kernels`, which the
+    caller looked up for the training path) the compiled kernel runs both
+    directions; otherwise, with `xla=True`, the value and the full-size
     backward terms each run as one XLA cluster: the forward
     writes only f and the backward recomputes tanh from the one-channel ‖x‖ and
     the `(units,)` radius, so no full-size tanh is kept between the passes
@@ -553,9 +556,8 @@ def _tanh_cosine(dot, x_norm, factor, inv_radius, xla=False):
         d_inv_radius = ops.reshape(ops.matmul(ops.reshape(factor * x_norm, (1, -1)), rows), (units,))
         return d_x_norm, d_factor, d_inv_radius
 
-    kernel = _custom_ops.compiled_kernels() if xla else None
-    if kernel is not None:
-        return _tanh_cosine_compiled(kernel, dot, x_norm, factor, inv_radius)
+    if kernels is not None:
+        return _tanh_cosine_compiled(kernels, dot, x_norm, factor, inv_radius)
     if xla:
         # tf.custom_gradient: keras.ops has no custom-gradient primitive.
         @tf.custom_gradient
@@ -661,7 +663,7 @@ def decoupled_response_from_dot(
         factor = inv_norm if scale == 1.0 else scale * inv_norm
         if angular == "sqcosine":  # α·tanh·c|c| = tanh·dot|dot|·(α/‖x‖²)
             return _tanh_cosine_compiled(kernels, dot, x_norm, factor * inv_norm, inv_radius, squared=True)
-        return _tanh_cosine(dot, x_norm, factor, inv_radius, xla=xla)
+        return _tanh_cosine(dot, x_norm, factor, inv_radius, xla=xla, kernels=kernels)
     if weighted == "nonlinear":
         h = mag.fn(x_norm * w_norm, radius, 1.0 if alpha_linear else alpha, beta)
     elif mag is magnitude_lib.MAGNITUDE_FNS["sphere"]:
