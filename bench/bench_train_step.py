@@ -20,8 +20,8 @@ for the backward pass, gradients, workspace), plus the absolute peak.
 
 Cases (`--layers`): conv2d, tanh_cosine (DecoupledConv2D tanh + cosine),
 sphere_linear (SphereConv2D linear), sphere_cosine, linear_cosine, tanh_sqcosine,
-linear_sqcosine, sphere_sigmoid; a `:noxla` suffix runs the fused path without its XLA clusters
-(`sphere_tf.ops.fused.set_xla_fusion`), a `:composed` suffix runs the layer through the plain
+linear_sqcosine, sphere_sigmoid; a `:noxla` suffix runs the fused path without its training fusions (compiled kernels and XLA clusters)
+(`sphere_tf.ops.fused.set_training_fusion`), a `:composed` suffix runs the layer through the plain
 composition `operator.decoupled_response` instead of `sphere_tf.ops.fused`.
 """
 
@@ -85,7 +85,7 @@ _CASES = {
 
 def conv_factory(case):
     """`(filters) -> layer` for a case name; `name:composed` for the plain composition,
-    `name:noxla` for the fused path without its XLA clusters."""
+    `name:noxla` for the fused path with plain ops (no compiled kernels, no XLA clusters)."""
     name, _, variant = case.partition(":")
     if name not in _CASES:
         raise ValueError(
@@ -100,7 +100,7 @@ def conv_factory(case):
         if variant == "composed":
             layer._use_fused_path = False
         elif variant == "noxla":
-            layer._use_xla_fusion = False
+            layer._use_training_fusion = False
         return layer
 
     return make

@@ -248,18 +248,18 @@ class _HypersphericalOperator(keras.layers.Layer):
     # The fused hot path (`sphere_tf.ops.fused`); False selects the plain composition
     # through `operator.decoupled_response` (same values; kept for benchmarks and tests).
     _use_fused_path = True
-    # Whether the fused path may use its XLA clusters while training (see
-    # `fused.set_xla_fusion` for the global switch); False only for benchmarks.
-    _use_xla_fusion = True
+    # Whether the fused path may use its training fusions (compiled kernels, XLA
+    # clusters; `fused.set_training_fusion` is the global switch); False only for benchmarks.
+    _use_training_fusion = True
 
     def call(self, inputs, training=None):
         if not self._use_fused_path:
             return self._call_composed(inputs, training)
         w_hat, w_norm = angles.normalize_kernel(self.kernel, self._sqrt_epsilon)
         need_norm = not fused.norm_cancels(self._magnitude, self.angular, self.weighted)
-        xla = self._use_xla_fusion and fused.use_xla_fusion(training)
+        fuse = self._use_training_fusion and fused.use_training_fusion(training)
         dot, x_sq = self._dot_and_patch_sq(
-            inputs, ops.cast(w_hat, self.compute_dtype), need_patch_sq=need_norm, xla=xla
+            inputs, ops.cast(w_hat, self.compute_dtype), need_patch_sq=need_norm, fuse=fuse
         )
         dot = ops.cast(dot, "float32")
         x_norm = inv_norm = radius = weight_radius = None
@@ -275,7 +275,7 @@ class _HypersphericalOperator(keras.layers.Layer):
             dot, x_norm, inv_norm, w_norm,
             magnitude=self._magnitude, angular=self.angular, alpha=self.alpha, beta=self.beta,
             radius=radius, k=self.effective_k(), weighted=self.weighted,
-            weight_radius=weight_radius, xla=xla,
+            weight_radius=weight_radius, fuse=fuse,
         )
         return self._finish(out)
 
@@ -375,8 +375,8 @@ class _ConvGeometry:
             raise ValueError(f"{type(self).__name__} needs a known channel dimension; received {input_shape}.")
         return self.kernel_size + (input_shape[-1], self.filters)
 
-    def _dot_and_patch_sq(self, inputs, w_hat, need_patch_sq=True, composed=False, xla=False):
-        if xla and need_patch_sq and not composed and None not in inputs.shape[1:3]:
+    def _dot_and_patch_sq(self, inputs, w_hat, need_patch_sq=True, composed=False, fuse=False):
+        if fuse and need_patch_sq and not composed and None not in inputs.shape[1:3]:
             # Training: one custom gradient for the conv and the patch energy.
             return fused.conv_and_patch_energy(
                 inputs, w_hat, self.strides, self.padding, self.dilation_rate
@@ -394,7 +394,7 @@ class _ConvGeometry:
             )
         else:
             x_sq = fused.patch_squared_norm(
-                inputs, self.kernel_size, self.strides, self.padding, self.dilation_rate, xla=xla
+                inputs, self.kernel_size, self.strides, self.padding, self.dilation_rate, fuse=fuse
             )
         return dot, x_sq
 
@@ -434,8 +434,8 @@ class _DenseGeometry:
             raise ValueError(f"{type(self).__name__} needs a known last dimension; received {input_shape}.")
         return (input_shape[-1], self.units)
 
-    def _dot_and_patch_sq(self, inputs, w_hat, need_patch_sq=True, composed=False, xla=False):
-        del composed, xla  # no patch geometry: one vector norm
+    def _dot_and_patch_sq(self, inputs, w_hat, need_patch_sq=True, composed=False, fuse=False):
+        del composed, fuse  # no patch geometry: one vector norm
         x_sq = angles.vector_squared_norm(inputs) if need_patch_sq else None
         return ops.matmul(inputs, w_hat), x_sq
 

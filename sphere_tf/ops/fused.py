@@ -33,7 +33,7 @@ docs/performance.md):
   TanhGrad kernel and two matrix-vector products for the one-channel and
   per-filter gradients.
 
-* **XLA clusters on the training path** (`use_xla_fusion`): while training,
+* **XLA clusters on the training path** (`use_training_fusion`): while training,
   outside functions that XLA compiles as a whole, the TanhConv tail and its
   backward terms, the θ backward and clipped cosine, the box sums and the conv +
   patch-energy input gradient (`conv_and_patch_energy`) run as small
@@ -42,7 +42,7 @@ docs/performance.md):
   `_custom_ops`) are available they take over the TanhConv, rescale and θ tails
   and the input gradient: one multi-threaded pass each way. Inference and export
   use plain ops (no XLA JIT or custom op needed to serve);
-  `set_xla_fusion(False)` turns the clusters and the kernels off.
+  `set_training_fusion(False)` turns the clusters and the kernels off.
 
 Values equal `operator.decoupled_response` to float32 rounding (the forward pass
 of every angular function is the registry function itself); the tests compare
@@ -61,10 +61,10 @@ from sphere_tf.ops import _custom_ops
 from sphere_tf.ops import magnitude as magnitude_lib
 from sphere_tf.ops._xla import in_xla_context
 
-_XLA_FUSION = {"enabled": True}
+_TRAINING_FUSION = {"enabled": True}
 
 
-def set_xla_fusion(enabled):
+def set_training_fusion(enabled):
     """Turn the fusions of the layers' training path on (default) or off.
 
     With it on, the layers' training calls (outside code that XLA compiles as a
@@ -74,17 +74,17 @@ def set_xla_fusion(enabled):
     needs neither the XLA JIT, which TensorFlow Serving disables by default, nor
     the custom ops). Off: plain ops everywhere, same values to float32 rounding.
     """
-    _XLA_FUSION["enabled"] = bool(enabled)
+    _TRAINING_FUSION["enabled"] = bool(enabled)
 
 
-def xla_fusion_enabled():
-    """Whether `set_xla_fusion` is on."""
-    return _XLA_FUSION["enabled"]
+def training_fusion_enabled():
+    """Whether `set_training_fusion` is on."""
+    return _TRAINING_FUSION["enabled"]
 
 
-def use_xla_fusion(training):
-    """Whether a layer call should use the XLA clusters: training, enabled, not inside XLA already."""
-    return bool(training) and xla_fusion_enabled() and not in_xla_context()
+def use_training_fusion(training):
+    """Whether a layer call should fuse (compiled kernels, XLA clusters): training, enabled, not inside XLA."""
+    return bool(training) and training_fusion_enabled() and not in_xla_context()
 
 
 # -- patch energy ------------------------------------------------------------------------
@@ -162,7 +162,7 @@ _box_sum_xla = tf.function(_box_sum, jit_compile=True, autograph=False)
 _box_sum_adjoint_xla = tf.function(_box_sum_adjoint, jit_compile=True, autograph=False)
 
 
-def patch_squared_norm(inputs, kernel_size, strides=1, padding="valid", dilation_rate=1, xla=False):
+def patch_squared_norm(inputs, kernel_size, strides=1, padding="valid", dilation_rate=1, fuse=False):
     """Σ_patch x² per output position, exact, by a separable box sum of shifted slices.
 
     Same contract as `angles.patch_squared_norm` (float32 `(N, H', W', 1)`, the
@@ -180,8 +180,8 @@ def patch_squared_norm(inputs, kernel_size, strides=1, padding="valid", dilation
         kernel_size: pair `(kh, kw)`.
         strides, dilation_rate: ints or pairs.
         padding: 'valid' or 'same'.
-        xla: bool, run the box sum and its adjoint as XLA clusters (the layers'
-            training path, `use_xla_fusion`); same values.
+        fuse: bool, run the box sum and its adjoint as XLA clusters (the layers'
+            training path, `use_training_fusion`); same values.
 
     Returns:
         float32 tensor `(N, H', W', 1)`.
@@ -195,7 +195,7 @@ def patch_squared_norm(inputs, kernel_size, strides=1, padding="valid", dilation
     @tf.custom_gradient
     def patch_energy(x):
         pixel_energy = _pixel_energy(x)
-        box_sum, box_sum_adjoint = (_box_sum_xla, _box_sum_adjoint_xla) if xla else (_box_sum, _box_sum_adjoint)
+        box_sum, box_sum_adjoint = (_box_sum_xla, _box_sum_adjoint_xla) if fuse else (_box_sum, _box_sum_adjoint)
         out = box_sum(pixel_energy, kernel_size, strides, dilation_rate, padding)
 
         def grad(upstream):
@@ -392,7 +392,7 @@ def _theta_compiled(kernels, dot, inv_norm, angular, k):
     return g_of_dot(dot, inv_norm)
 
 
-def _angular_of_dot(dot, inv_norm, angular, k, xla=False):
+def _angular_of_dot(dot, inv_norm, angular, k, fuse=False):
     """g(θ) with cos θ = dot·(1/‖x‖), one custom gradient for the θ-based activations.
 
     The forward value equals the registry function (`safe_acos`'s clip to
@@ -402,14 +402,15 @@ def _angular_of_dot(dot, inv_norm, angular, k, xla=False):
     ``G·g'(c)`` inside the clip range and exactly 0 outside it (the clip's own
     gradient), so it stays ≤ 1/√(2δ − δ²) ≈ 707 times g's slope factor. Autodiff
     of product → clip → arccos → affine keeps three full-size intermediates and
-    runs about twice as many kernels. With `xla=True` the clipped cosine and the
-    backward pass are one XLA cluster each (arcsin stays TensorFlow's: it is
+    runs about twice as many kernels. With `fuse=True` the compiled kernels run
+    it where built; otherwise the clipped cosine and the backward pass are one
+    XLA cluster each (arcsin stays TensorFlow's: it is
     much faster than XLA's on CPU). Other activations (cosine, sqcosine, a learnable k,
     user-registered functions) use autodiff of the registry function.
     """
     if not (angular == "linear" or (angular == "sigmoid" and isinstance(k, (int, float)))):
         return angular_lib.get_angular_fn(angular)(dot * inv_norm, k)
-    kernels = _custom_ops.compiled_kernels() if xla else None
+    kernels = _custom_ops.compiled_kernels() if fuse else None
     if kernels is not None and dot.shape[-1] is not None and _one_channel_like(inv_norm, dot):
         return _theta_compiled(kernels, dot, inv_norm, angular, k)
     forward, backward, constant = _theta_activation(angular, k)
@@ -417,11 +418,11 @@ def _angular_of_dot(dot, inv_norm, angular, k, xla=False):
     # tf.custom_gradient: keras.ops has no custom-gradient primitive.
     @tf.custom_gradient
     def g_of_dot(dot, inv_norm):
-        c = _clipped_cosine_xla(dot, inv_norm) if xla else _clipped_cosine(dot, inv_norm)
+        c = _clipped_cosine_xla(dot, inv_norm) if fuse else _clipped_cosine(dot, inv_norm)
         g, saved = forward(c)
 
         def grad(upstream):
-            if xla:
+            if fuse:
                 if saved is None:
                     saved_value = ops.zeros((), "float32")  # tf.function needs a tensor
                 else:
@@ -521,7 +522,7 @@ def _one_channel_like(tensor, dot):
     )
 
 
-def _tanh_cosine(dot, x_norm, factor, inv_radius, xla=False, kernels=None):
+def _tanh_cosine(dot, x_norm, factor, inv_radius, fuse=False, kernels=None):
     """TanhConv with cosine g,  ``f = dot · tanh(‖x‖·a_j) · v``,  with a hand-written gradient.
 
     ``a_j = 1/(ρ_j·E{‖x‖})`` is the per-filter inverse radius `(units,)` and
@@ -539,7 +540,7 @@ def _tanh_cosine(dot, x_norm, factor, inv_radius, xla=False, kernels=None):
 
     With `kernels` (the op module of `_custom_ops.compiled_kernels`, which the
     caller looked up for the training path) the compiled kernel runs both
-    directions; otherwise, with `xla=True`, the value and the full-size
+    directions; otherwise, with `fuse=True`, the value and the full-size
     backward terms each run as one XLA cluster: the forward
     writes only f and the backward recomputes tanh from the one-channel ‖x‖ and
     the `(units,)` radius, so no full-size tanh is kept between the passes
@@ -558,7 +559,7 @@ def _tanh_cosine(dot, x_norm, factor, inv_radius, xla=False, kernels=None):
 
     if kernels is not None:
         return _tanh_cosine_compiled(kernels, dot, x_norm, factor, inv_radius)
-    if xla:
+    if fuse:
         # tf.custom_gradient: keras.ops has no custom-gradient primitive.
         @tf.custom_gradient
         def response_xla(dot, x_norm, factor, inv_radius):
@@ -619,7 +620,7 @@ def decoupled_response_from_dot(
     k=None,
     weighted=None,
     weight_radius=None,
-    xla=False,
+    fuse=False,
 ):
     """``f = h(‖w‖, ‖x‖)·g(θ)`` from ``dot = x·ŵ`` and the patch norm, float32   [D-3].
 
@@ -635,8 +636,9 @@ def decoupled_response_from_dot(
         w_norm: float32 `(units,)`, needed when `weighted`.
         magnitude, angular, alpha, beta, radius, k, weighted, weight_radius: as
             `operator.decoupled_response`.
-        xla: bool, run the tails that profit from it as XLA clusters (the
-            layers pass `use_xla_fusion(training)`); same values.
+        fuse: bool, the training-path fusions (the layers pass
+            `use_training_fusion(training)`): the compiled kernels where built,
+            else XLA clusters; same values.
 
     Returns:
         float32 tensor of the shape of `dot`.
@@ -651,7 +653,7 @@ def decoupled_response_from_dot(
     # for α = 1) instead of costing a full-size multiply.
     alpha_linear = any(mag is magnitude_lib.MAGNITUDE_FNS[n] for n in _ALPHA_LINEAR)
     scale = alpha if alpha_linear else 1.0
-    kernels = _custom_ops.compiled_kernels() if xla else None
+    kernels = _custom_ops.compiled_kernels() if fuse else None
     tanh_tail = (
         mag is magnitude_lib.MAGNITUDE_FNS["tanh"] and weighted is None and _one_channel_like(x_norm, dot)
     )
@@ -663,7 +665,7 @@ def decoupled_response_from_dot(
         factor = inv_norm if scale == 1.0 else scale * inv_norm
         if angular == "sqcosine":  # α·tanh·c|c| = tanh·dot|dot|·(α/‖x‖²)
             return _tanh_cosine_compiled(kernels, dot, x_norm, factor * inv_norm, inv_radius, squared=True)
-        return _tanh_cosine(dot, x_norm, factor, inv_radius, xla=xla, kernels=kernels)
+        return _tanh_cosine(dot, x_norm, factor, inv_radius, fuse=fuse, kernels=kernels)
     if weighted == "nonlinear":
         h = mag.fn(x_norm * w_norm, radius, 1.0 if alpha_linear else alpha, beta)
     elif mag is magnitude_lib.MAGNITUDE_FNS["sphere"]:
@@ -686,7 +688,7 @@ def decoupled_response_from_dot(
         # α·h₁·dot/‖x‖: the per-position factors meet on the one-channel tensor first.
         factor = inv_norm if scale == 1.0 else scale * inv_norm
         return dot * (factor if h is None else h * factor)
-    g = _angular_of_dot(dot, inv_norm, angular, k, xla=xla)
+    g = _angular_of_dot(dot, inv_norm, angular, k, fuse=fuse)
     if h is not None:
         g = h * g
     return g if scale == 1.0 else scale * g

@@ -775,7 +775,7 @@ def test_eager_and_jit_compiled_agree(rng, factory):
             np.testing.assert_allclose(c, e, rtol=1e-4, atol=1e-4 * np.max(np.abs(e)))
 
 
-# -- the XLA clusters of the training path (sphere_tf.ops.fused.use_xla_fusion) ---------------------
+# -- the XLA clusters of the training path (sphere_tf.ops.fused.use_training_fusion) ---------------------
 
 XLA_FUSED = [
     lambda: DecoupledConv2D(4, 3, strides=2, padding="same", magnitude="tanh", angular="cosine",
@@ -852,7 +852,7 @@ def _assert_training_fusion_matches_plain_ops(rng, factory):
     _randomise(layers[0], rng, x.numpy())
     layers[1](x[:1], training=False)
     layers[1].set_weights(layers[0].get_weights())
-    layers[1]._use_xla_fusion = False
+    layers[1]._use_training_fusion = False
     results = [_training_values_and_grads(layer, x, lambda y: tf.reduce_sum(tf.sin(3.0 * y)))
                for layer in layers]
     for fused_value, plain_value in zip(*results):
@@ -869,7 +869,7 @@ def test_xla_clusters_match_plain_ops_under_mixed_precision(rng):
     for layer in layers:
         layer(x[:1], training=False)
     layers[1].set_weights(layers[0].get_weights())
-    layers[1]._use_xla_fusion = False
+    layers[1]._use_training_fusion = False
     results = [_training_values_and_grads(layer, x, lambda y: tf.reduce_sum(tf.cast(y, tf.float32) ** 2))
                for layer in layers]
     for y, x_grad in (r[:2] for r in results):
@@ -897,11 +897,11 @@ def test_xla_clusters_only_in_training_graphs(rng, factory):
     assert _has_training_fusion(grads(True))
     assert not _has_training_fusion(grads(False))
     assert not _has_training_fusion(tf.function(lambda x: layer(x, training=False)).get_concrete_function(spec))
-    fused.set_xla_fusion(False)
+    fused.set_training_fusion(False)
     try:
         assert not _has_training_fusion(grads(True))
     finally:
-        fused.set_xla_fusion(True)
+        fused.set_training_fusion(True)
 
     # Inside a function XLA compiles as a whole: plain ops, no nested clusters.
     assert not _has_training_fusion(

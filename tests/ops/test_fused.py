@@ -12,12 +12,12 @@ from sphere_tf.ops import magnitude as magnitude_lib
 
 # Every implementation: plain TensorFlow ops ("tf"), the training path with XLA
 # clusters only ("xla"), and the training path with the compiled TanhConv kernel
-# ("kernel", which must build here). Tests take the boolean `xla` argument.
-XLA = pytest.mark.parametrize("path", ["tf", "xla", "kernel"])
+# ("kernel", which must build here). Tests take the boolean `fuse` argument.
+PATHS = pytest.mark.parametrize("path", ["tf", "xla", "kernel"])
 
 
 @pytest.fixture
-def xla(path):
+def fuse(path):
     if path == "kernel":
         assert _custom_ops.compiled_kernels() is not None, _custom_ops.status()
     _custom_ops.set_enabled(path == "kernel")
@@ -65,10 +65,10 @@ PATCH_GEOMETRIES = pytest.mark.parametrize(
 
 
 @PATCH_GEOMETRIES
-@XLA
-def test_patch_squared_norm_matches_explicit_patches(shape, kernel_size, strides, padding, dilation, xla):
+@PATHS
+def test_patch_squared_norm_matches_explicit_patches(shape, kernel_size, strides, padding, dilation, fuse):
     x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
-    got = fused.patch_squared_norm(tf.constant(x), kernel_size, strides, padding, dilation, xla=xla)
+    got = fused.patch_squared_norm(tf.constant(x), kernel_size, strides, padding, dilation, fuse=fuse)
     want = np_patch_squared_norm(x, kernel_size, strides, padding, dilation)
     assert got.shape == want.shape
     np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, atol=1e-5)
@@ -113,42 +113,42 @@ def np_patch_squared_norm_grad(x, upstream, kernel_size, strides, padding, dilat
 
 
 @PATCH_GEOMETRIES
-@XLA
-def test_patch_squared_norm_hand_written_gradient_matches_loops(shape, kernel_size, strides, padding, dilation, xla):
+@PATHS
+def test_patch_squared_norm_hand_written_gradient_matches_loops(shape, kernel_size, strides, padding, dilation, fuse):
     rng = np.random.default_rng(4)
     x = rng.standard_normal(shape).astype(np.float32)
     xt = tf.constant(x)
     with tf.GradientTape() as tape:
         tape.watch(xt)
-        energy = fused.patch_squared_norm(xt, kernel_size, strides, padding, dilation, xla=xla)
+        energy = fused.patch_squared_norm(xt, kernel_size, strides, padding, dilation, fuse=fuse)
         upstream = rng.standard_normal(energy.shape).astype(np.float32)
         total = tf.reduce_sum(energy * upstream)
     want = np_patch_squared_norm_grad(x.astype(np.float64), upstream, kernel_size, strides, padding, dilation)
     np.testing.assert_allclose(tape.gradient(total, xt).numpy(), want, rtol=1e-5, atol=1e-5)
 
 
-def _angular_grad(angular, c, k=0.3, xla=False):
+def _angular_grad(angular, c, k=0.3, fuse=False):
     """g and dg/dc through `_angular_of_dot` with ‖x‖ = 1 (dot = c, 1/‖x‖ = 1)."""
     ct = tf.constant(np.reshape(c, (1, -1)), tf.float32)
     with tf.GradientTape() as tape:
         tape.watch(ct)
-        g = fused._angular_of_dot(ct, tf.ones((1, 1)), angular, k, xla=xla)
+        g = fused._angular_of_dot(ct, tf.ones((1, 1)), angular, k, fuse=fuse)
     return g.numpy()[0], tape.gradient(g, ct).numpy()[0]
 
 
-@XLA
-def test_linear_custom_gradient_matches_closed_form(xla):
+@PATHS
+def test_linear_custom_gradient_matches_closed_form(fuse):
     c = np.linspace(-0.999, 0.999, 41).astype(np.float32)
-    g, dg = _angular_grad("linear", c, xla=xla)
+    g, dg = _angular_grad("linear", c, fuse=fuse)
     np.testing.assert_allclose(g, 1 - 2 * np.arccos(c.astype(np.float64)) / np.pi, atol=2e-6)
     np.testing.assert_allclose(dg, 2 / (np.pi * np.sqrt(1 - c.astype(np.float64) ** 2)), rtol=2e-4)
 
 
-@XLA
+@PATHS
 @pytest.mark.parametrize("k", [0.1, 0.3, 0.7, 5.0])
-def test_sigmoid_custom_gradient_matches_closed_form(k, xla):
+def test_sigmoid_custom_gradient_matches_closed_form(k, fuse):
     c = np.linspace(-0.99, 0.99, 33).astype(np.float32)
-    g, dg = _angular_grad("sigmoid", c, k, xla=xla)
+    g, dg = _angular_grad("sigmoid", c, k, fuse=fuse)
     theta = np.arccos(c.astype(np.float64))
     u = theta / k - np.pi / (2 * k)
     big_c = (1 + np.exp(-np.pi / (2 * k))) / (1 - np.exp(-np.pi / (2 * k)))
@@ -160,11 +160,11 @@ def test_sigmoid_custom_gradient_matches_closed_form(k, xla):
     np.testing.assert_allclose(dg, want_dg, rtol=5e-4, atol=2e-5)
 
 
-@XLA
+@PATHS
 @pytest.mark.parametrize("angular", ["linear", "sigmoid"])
-def test_custom_gradient_finite_and_zero_outside_clip(angular, xla):
+def test_custom_gradient_finite_and_zero_outside_clip(angular, fuse):
     c = np.array([-1.5, -1.0, -1.0 + 1e-7, 0.0, 1.0 - 1e-7, 1.0, 1.5], np.float32)
-    g, dg = _angular_grad(angular, c, xla=xla)
+    g, dg = _angular_grad(angular, c, fuse=fuse)
     assert np.all(np.isfinite(g)) and np.all(np.isfinite(dg))
     assert np.all(np.abs(g) <= 1.0)
     # Outside the clip range [−1 + δ, 1 − δ] (δ = 1e-6) the gradient is exactly 0.
@@ -173,13 +173,13 @@ def test_custom_gradient_finite_and_zero_outside_clip(angular, xla):
     assert np.all(np.abs(dg) <= 2.0 / math.sqrt(2e-6 - 1e-12))
 
 
-@XLA
+@PATHS
 @pytest.mark.parametrize("angular", ["linear", "sigmoid"])
-def test_custom_gradient_just_inside_clip_is_the_formula(angular, xla):
+def test_custom_gradient_just_inside_clip_is_the_formula(angular, fuse):
     # The largest float32 cosines strictly inside the clip range keep their gradient.
     bound = np.float32(1.0 - 1e-6)
     c = np.array([np.nextafter(bound, np.float32(0)), -np.nextafter(bound, np.float32(0))], np.float32)
-    _, dg = _angular_grad(angular, c, xla=xla)
+    _, dg = _angular_grad(angular, c, fuse=fuse)
     c64 = c.astype(np.float64)
     slope = 2 / np.pi if angular == "linear" else None
     if slope is not None:
@@ -205,14 +205,14 @@ def _np_response(magnitude, angular, dot, x_norm, radius, alpha, k=0.3):
     return h * g
 
 
-@XLA
+@PATHS
 @pytest.mark.parametrize(
     "magnitude,angular",
     [("tanh", "cosine"), ("sphere", "linear"), ("sphere", "sigmoid"), ("tanh", "linear"),
      # The compiled rescale / squared tails (one-channel h, square cosine).
      ("tanh", "sqcosine"), ("linear", "sqcosine"), ("sphere", "cosine"), ("log", "cosine")],
 )
-def test_custom_gradient_tails_match_finite_differences(magnitude, angular, xla):
+def test_custom_gradient_tails_match_finite_differences(magnitude, angular, fuse):
     # Gradients w.r.t. dot, ‖x‖ (also through 1/‖x‖) and the per-filter radius against
     # central differences of the NumPy formula in float64.
     rng = np.random.default_rng(7)
@@ -230,7 +230,7 @@ def test_custom_gradient_tails_match_finite_differences(magnitude, angular, xla)
         tape.watch(tensors)
         d, n, r = tensors
         out = fused.decoupled_response_from_dot(
-            d, n, 1.0 / n, magnitude=magnitude, angular=angular, alpha=alpha, radius=r, k=0.3, xla=xla
+            d, n, 1.0 / n, magnitude=magnitude, angular=angular, alpha=alpha, radius=r, k=0.3, fuse=fuse
         )
         loss = tf.reduce_sum(weights * out)
     np.testing.assert_allclose(loss.numpy(), loss_np(dot, x_norm, radius), rtol=1e-5, atol=2e-6)
@@ -264,10 +264,10 @@ def test_linear_magnitude_cosine_is_alpha_times_dot(alpha):
     np.testing.assert_allclose(out.numpy(), alpha * dot, rtol=1e-6)
 
 
-@XLA
+@PATHS
 @pytest.mark.parametrize("magnitude", sorted(magnitude_lib.MAGNITUDE_FNS))
 @pytest.mark.parametrize("angular", ["linear", "cosine", "sigmoid", "sqcosine"])
-def test_response_from_dot_matches_formula(magnitude, angular, xla):
+def test_response_from_dot_matches_formula(magnitude, angular, fuse):
     # f = h(‖x‖)·g(θ) with NumPy h and g (upstream forms), from dot = x·ŵ and ‖x‖.
     rng = np.random.default_rng(3)
     x_norm = rng.uniform(0.1, 3.0, (5, 1))
@@ -295,7 +295,7 @@ def test_response_from_dot_matches_formula(magnitude, angular, xla):
     out = fused.decoupled_response_from_dot(
         f32(dot), f32(x_norm), f32(1 / x_norm), magnitude=magnitude, angular=angular,
         alpha=alpha, beta=magnitude_lib.MAGNITUDE_FNS[magnitude].default_beta,
-        radius=f32(radius), k=0.3, xla=xla,
+        radius=f32(radius), k=0.3, fuse=fuse,
     )
     np.testing.assert_allclose(out.numpy(), h * g, rtol=1e-4, atol=1e-5)
 
