@@ -448,6 +448,8 @@ def _operator_case(draw):
                                       "zero_kernel"])),
         x_scale=draw(st.sampled_from(SCALES)), w_scale=draw(st.sampled_from(SCALES[1:])),
         sphere=draw(st.booleans()), seed=draw(st.integers(0, 2**16)),
+        # Training path through the compiled kernels, or through the XLA clusters alone.
+        kernels=draw(st.booleans()),
     )
 
 
@@ -469,6 +471,14 @@ def test_low_precision_outputs_and_gradients_finite_for_degenerate_inputs(case, 
 
 
 def _check_degenerate_case(case):
+    _custom_ops.set_enabled(case["kernels"])
+    try:
+        _check_degenerate_case_on_path(case)
+    finally:
+        _custom_ops.set_enabled(True)
+
+
+def _check_degenerate_case_on_path(case):
     rng = np.random.default_rng(case["seed"])
     kwargs = dict(angular=case["angular"], learnable_k=case["learnable_k"])
     if case["sphere"]:
