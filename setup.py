@@ -10,8 +10,8 @@ setuptools.setup(
         "for Keras 3 / TensorFlow 2."
     ),
     python_requires=">=3.11,<3.12",
-    # The C++ kernel sources sphere_tf compiles on first use (sphere_tf/ops/_custom_ops.py).
-    package_data={"sphere_tf.ops": ["kernels/*.cc"]},
+    # The C++ kernel sources sphere_tf compiles on first use (sphere_tf/kernels/build.py).
+    package_data={"sphere_tf.kernels": ["*.cc"]},
     packages=setuptools.find_packages(include=["sphere_tf", "sphere_tf.*", "trainers", "configs", "configs.*"]),
     install_requires=[
         "tensorflow-cpu==2.21.*",

@@ -35,4 +35,4 @@ fi
 
 # Build the compiled training-path kernels now rather than in the first training step (cached per
 # source, TensorFlow version and CPU; if it cannot be built, training uses XLA clusters).
-.venv/bin/python -c "from sphere_tf.ops import _custom_ops; _custom_ops.main()"
+.venv/bin/python -c "from sphere_tf.kernels import build; build.main()"

@@ -9,7 +9,9 @@ independent references only:
   geometry, for NumPy references of convolution-like operators;
 * `numpy_decoupled`, `NUMPY_ANGULAR`, `NUMPY_MAGNITUDE`: float64 NumPy versions of
   the operator formulas [S-2..4], [D-3..16], [D-19..21], written from the papers,
-  not from `sphere_tf.ops`.
+  not from `sphere_tf.ops`;
+* `numeric_gradient`: central finite differences of a NumPy function, the
+  reference for every hand-written or custom gradient.
 
 Example:
 
@@ -30,6 +32,28 @@ def _to_numpy(x):
     if isinstance(x, (list, tuple)):
         return [_to_numpy(v) for v in x]
     return keras.ops.convert_to_numpy(x)
+
+
+def numeric_gradient(fn, value, step=1e-6):
+    """Central finite differences ``(f(x + h·e_i) − f(x − h·e_i)) / 2h`` of a scalar function.
+
+    Args:
+        fn: callable taking a float64 NumPy array of `value`'s shape, returning a
+            scalar (a NumPy reference, never the code under test).
+        value: array-like, the point.
+        step: float > 0, h (the error is O(h²) plus rounding of order eps/h).
+
+    Returns:
+        float64 array of `value`'s shape.
+    """
+    value = np.array(value, dtype=np.float64)
+    grad = np.zeros_like(value)
+    for i in np.ndindex(value.shape):
+        plus, minus = value.copy(), value.copy()
+        plus[i] += step
+        minus[i] -= step
+        grad[i] = (float(fn(plus)) - float(fn(minus))) / (2.0 * step)
+    return grad
 
 
 def _assert_outputs_close(actual, expected, rtol, atol):

@@ -46,6 +46,26 @@ def safe_acos(cos_theta, delta=ACOS_DELTA):
     return ops.arccos(ops.clip(c, -1.0 + delta, 1.0 - delta))
 
 
+def normalize(x, axis=-1, epsilon=DEFAULT_EPSILON):
+    """Unit vectors along `axis`: ``x / sqrt(Σ x² + ε)``, in float32, with their norms.
+
+    The one column/row normalisation of the package (kernels, neurons, class
+    weights, features): ε inside the square root keeps zero vectors finite (they
+    map to zero) with finite gradients.
+
+    Args:
+        x: tensor, any float dtype.
+        axis: int or tuple of ints, the axes that make up one vector.
+        epsilon: float >= 0 inside the square root.
+
+    Returns:
+        `(unit, norm)`: float32 tensors, `norm` with `axis` kept as size 1.
+    """
+    x = ops.cast(x, "float32")
+    norm = ops.sqrt(ops.sum(ops.square(x), axis=axis, keepdims=True) + epsilon)
+    return x / norm, norm
+
+
 def kernel_norm(kernel, epsilon=DEFAULT_EPSILON):
     """Per-output-unit kernel norm ``sqrt(Σ w² + ε)`` over all but the last axis.
 

@@ -39,7 +39,7 @@ docs/performance.md):
   patch-energy input gradient (`conv_and_patch_energy`) run as small
   `jit_compile=True` functions: fewer full-size passes, a third less activation
   memory. Where the compiled kernels (`kernels/fused_kernels.cc`, built by
-  `_custom_ops`) are available they take over the TanhConv, rescale and θ tails
+  `sphere_tf.kernels.build`) are available they take over the TanhConv, rescale and θ tails
   and the input gradient: one multi-threaded pass each way. Inference and export
   use plain ops (no XLA JIT or custom op needed to serve);
   `set_training_fusion(False)` turns the clusters and the kernels off.
@@ -57,9 +57,9 @@ from keras import ops
 
 from sphere_tf.ops import angles
 from sphere_tf.ops import angular as angular_lib
-from sphere_tf.ops import _custom_ops
+from sphere_tf.kernels import build as kernel_build
 from sphere_tf.ops import magnitude as magnitude_lib
-from sphere_tf.ops._xla import in_xla_context
+from sphere_tf.ops.xla_context import in_xla_context
 
 _TRAINING_FUSION = {"enabled": True}
 
@@ -69,7 +69,7 @@ def set_training_fusion(enabled):
 
     With it on, the layers' training calls (outside code that XLA compiles as a
     whole) run their full-size elementwise work through the compiled kernels
-    (`_custom_ops`, where built) and small `jit_compile=True` clusters;
+    (`sphere_tf.kernels.build`, where built) and small `jit_compile=True` clusters;
     inference and export always use plain TensorFlow ops (a SavedModel then
     needs neither the XLA JIT, which TensorFlow Serving disables by default, nor
     the custom ops). Off: plain ops everywhere, same values to float32 rounding.
@@ -269,7 +269,7 @@ def conv_and_patch_energy(inputs, kernel, strides, padding, dilation_rate):
                 spread = _box_sum_adjoint_xla(
                     energy_grad, tuple(x.shape[1:3]), kernel_size, strides, dilation_rate, padding
                 )
-                kernels = _custom_ops.compiled_kernels()
+                kernels = kernel_build.compiled_kernels()
                 if kernels is not None and x.dtype == tf.float32:
                     d_x = kernels.sphere_tf_add_patch_gradient(d_x, x, spread)
                 else:
@@ -410,7 +410,7 @@ def _angular_of_dot(dot, inv_norm, angular, k, fuse=False):
     """
     if not (angular == "linear" or (angular == "sigmoid" and isinstance(k, (int, float)))):
         return angular_lib.get_angular_fn(angular)(dot * inv_norm, k)
-    kernels = _custom_ops.compiled_kernels() if fuse else None
+    kernels = kernel_build.compiled_kernels() if fuse else None
     if kernels is not None and dot.shape[-1] is not None and _one_channel_like(inv_norm, dot):
         return _theta_compiled(kernels, dot, inv_norm, angular, k)
     forward, backward, constant = _theta_activation(angular, k)
@@ -538,7 +538,7 @@ def _tanh_cosine(dot, x_norm, factor, inv_radius, fuse=False, kernels=None):
     Autodiff of the same expression runs a full-size division gradient and
     broadcast reductions for each factor instead.
 
-    With `kernels` (the op module of `_custom_ops.compiled_kernels`, which the
+    With `kernels` (the op module of `kernel_build.compiled_kernels`, which the
     caller looked up for the training path) the compiled kernel runs both
     directions; otherwise, with `fuse=True`, the value and the full-size
     backward terms each run as one XLA cluster: the forward
@@ -653,7 +653,7 @@ def decoupled_response_from_dot(
     # for α = 1) instead of costing a full-size multiply.
     alpha_linear = any(mag is magnitude_lib.MAGNITUDE_FNS[n] for n in _ALPHA_LINEAR)
     scale = alpha if alpha_linear else 1.0
-    kernels = _custom_ops.compiled_kernels() if fuse else None
+    kernels = kernel_build.compiled_kernels() if fuse else None
     tanh_tail = (
         mag is magnitude_lib.MAGNITUDE_FNS["tanh"] and weighted is None and _one_channel_like(x_norm, dot)
     )

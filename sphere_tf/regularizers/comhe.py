@@ -47,7 +47,7 @@ import tensorflow as tf  # stateless RNG, nested GradientTape, init_scope: no ke
 from keras import ops
 
 from sphere_tf import energy
-from sphere_tf.ops._xla import in_xla_context
+from sphere_tf.ops.xla_context import in_xla_context
 from sphere_tf.regularizers import _step
 from sphere_tf.regularizers import mhe as mhe_lib
 

@@ -23,7 +23,7 @@ from sphere_tf.layers import DecoupledDense
 from sphere_tf.layers import SphereConv2D
 from sphere_tf.layers import SphereDense
 from sphere_tf.ops import angular as angular_lib
-from sphere_tf.ops import _custom_ops
+from sphere_tf.kernels import build as kernel_build
 from sphere_tf.ops import fused
 from sphere_tf.ops import magnitude as magnitude_lib
 
@@ -471,11 +471,11 @@ def test_low_precision_outputs_and_gradients_finite_for_degenerate_inputs(case, 
 
 
 def _check_degenerate_case(case):
-    _custom_ops.set_enabled(case["kernels"])
+    kernel_build.set_enabled(case["kernels"])
     try:
         _check_degenerate_case_on_path(case)
     finally:
-        _custom_ops.set_enabled(True)
+        kernel_build.set_enabled(True)
 
 
 def _check_degenerate_case_on_path(case):
@@ -820,7 +820,7 @@ def _traced_gradients(layer, spec, training):
 
 
 def test_tanh_cosine_training_graph_uses_the_compiled_kernel():
-    assert _custom_ops.compiled_kernels() is not None, _custom_ops.status()
+    assert kernel_build.compiled_kernels() is not None, kernel_build.status()
     layer = DecoupledConv2D(4, 3, padding="same")  # TanhConv + cosine, the DCNet default
     spec = tf.TensorSpec((None, 7, 7, 3), tf.float32)
     layer(tf.zeros((1, 7, 7, 3)), training=False)
@@ -847,12 +847,12 @@ def test_xla_clusters_match_plain_ops(rng, factory, kernel):
     # Training-mode values and every gradient with the training-path fusions (the
     # compiled TanhConv kernel, or XLA clusters only) and with plain ops.
     if kernel:
-        assert _custom_ops.compiled_kernels() is not None, _custom_ops.status()
-    _custom_ops.set_enabled(kernel)
+        assert kernel_build.compiled_kernels() is not None, kernel_build.status()
+    kernel_build.set_enabled(kernel)
     try:
         _assert_training_fusion_matches_plain_ops(rng, factory)
     finally:
-        _custom_ops.set_enabled(True)
+        kernel_build.set_enabled(True)
 
 
 def _assert_training_fusion_matches_plain_ops(rng, factory):

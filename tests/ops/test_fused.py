@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from sphere_tf.ops import _custom_ops
+from sphere_tf.kernels import build as kernel_build
 from sphere_tf.ops import fused
 from sphere_tf.ops import magnitude as magnitude_lib
 
@@ -19,10 +19,10 @@ PATHS = pytest.mark.parametrize("path", ["tf", "xla", "kernel"])
 @pytest.fixture
 def fuse(path):
     if path == "kernel":
-        assert _custom_ops.compiled_kernels() is not None, _custom_ops.status()
-    _custom_ops.set_enabled(path == "kernel")
+        assert kernel_build.compiled_kernels() is not None, kernel_build.status()
+    kernel_build.set_enabled(path == "kernel")
     yield path != "tf"
-    _custom_ops.set_enabled(True)
+    kernel_build.set_enabled(True)
 
 
 def np_patch_squared_norm(x, kernel_size, strides, padding, dilation):
@@ -303,8 +303,8 @@ def test_response_from_dot_matches_formula(magnitude, angular, fuse):
 def test_compiled_add_patch_gradient_matches_numpy():
     # conv_grad + 2·x·spread with one spread value per pixel (row), as the conv layers'
     # input gradient; also for a batch whose rows do not fill the kernel's blocks evenly.
-    kernels = _custom_ops.compiled_kernels()
-    assert kernels is not None, _custom_ops.status()
+    kernels = kernel_build.compiled_kernels()
+    assert kernels is not None, kernel_build.status()
     rng = np.random.default_rng(11)
     for shape in [(2, 5, 7, 3), (1, 1, 1, 1), (3, 4, 4, 17)]:
         conv_grad = rng.standard_normal(shape).astype(np.float32)
@@ -317,8 +317,8 @@ def test_compiled_add_patch_gradient_matches_numpy():
 
 
 def test_compiled_tanh_cosine_rejects_mismatched_operands():
-    kernels = _custom_ops.compiled_kernels()
-    assert kernels is not None, _custom_ops.status()
+    kernels = kernel_build.compiled_kernels()
+    assert kernels is not None, kernel_build.status()
     with pytest.raises(tf.errors.InvalidArgumentError, match="rows x units"):
         kernels.sphere_tf_tanh_cosine(tf.ones((4, 3)), tf.ones((5,)), tf.ones((5,)), tf.ones((3,)))
     with pytest.raises(tf.errors.InvalidArgumentError, match="same size"):

@@ -7,7 +7,7 @@ system C++ compiler against the installed TensorFlow's headers
 (`tf.sysconfig`), once per source / TensorFlow / CPU combination, into
 `kernels/_build/` (or `~/.cache/sphere_tf/` when the package directory is not
 writable), and loaded with `tf.load_op_library`. `scripts/setup.sh` builds it
-(`_custom_ops.main()`); otherwise the first training step that
+(`build.main()`); otherwise the first training step that
 needs it does. Where it cannot be built (no compiler) or used (a visible GPU,
 or `SPHERE_TF_CUSTOM_OPS=0` in the environment), the XLA clusters take over with
 the same values; inference and export never use it.
@@ -23,7 +23,7 @@ import sys
 
 import tensorflow as tf
 
-_KERNEL_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
+_KERNEL_DIR = os.path.dirname(os.path.abspath(__file__))
 _SOURCE = os.path.join(_KERNEL_DIR, "fused_kernels.cc")
 _ENV = "SPHERE_TF_CUSTOM_OPS"
 _STATE = {"enabled": os.environ.get(_ENV, "1") != "0", "module": None, "error": None, "tried": False}
