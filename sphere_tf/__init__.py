@@ -1,7 +1,16 @@
 """sphere_tf: deep learning on the hypersphere for Keras 3 / TensorFlow 2.
 
-Subpackages: `ops` (pure maths), `layers`, `losses`, `regularizers`, `metrics`,
-`callbacks`, `energy`, `training`, `models`, `data`, `attacks`, `export`.
+Subpackages: `ops` (the maths: angles, angular and magnitude functions, margins,
+orthogonalisations, the layers' fused hot path), `kernels` (the C++ training-path
+kernels and their build), `layers`, `losses`, `regularizers`, `optimizers`,
+`metrics`, `callbacks`, `energy`, `training`, `models`, `data`, `export`,
+`validation` (argument checks) and `testing` (reference helpers for tests).
+
+Docstrings cite equations by key: `[S-n]` SphereNet (Deep Hyperspherical
+Learning, NIPS 2017) eq. n, `[D-n]` DCNet (Decoupled Networks, CVPR 2018) eq. n,
+`[T-c.n]` W. Liu's 2020 PhD thesis (Deep Representation Learning on Hypersphere)
+eq. c.n, with § for sections; docs/citations.md lists every key and the authors'
+repositories cited by file.
 """
 
 from sphere_tf import callbacks
