@@ -110,3 +110,36 @@ def test_fashion_mnist_mhe_and_comhe_lower_tracked_energy():
         finals[name] = history.history["energy/total"][-1]
     assert finals["mhe"] < finals["none"], finals
     assert finals["comhe"] < finals["none"], finals
+
+
+class _Block(keras.layers.Layer):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.convs = [keras.layers.Conv2D(3, 1, name="blk_conv")]
+        self.bias_only = keras.layers.BatchNormalization(name="blk_bn")
+
+    def call(self, x):
+        return self.bias_only(self.convs[0](x))
+
+
+class _Wrapper(keras.layers.Layer):
+    """Has a kernel of its own and holds a layer with a kernel: counted once, as itself."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.inner = keras.layers.Dense(2, name="wrapped_dense")
+
+    def build(self, input_shape):
+        self.kernel = self.add_weight(name="kernel", shape=(input_shape[-1], 2))
+
+    def call(self, x):
+        return x @ self.kernel + self.inner(x)
+
+
+def test_kernel_layers_walks_blocks_but_not_inside_kernel_layers():
+    inputs = keras.Input((6, 6, 2))
+    x = _Block(name="block")(inputs)
+    x = keras.layers.Flatten()(x)
+    outputs = _Wrapper(name="wrapper")(x)
+    model = keras.Model(inputs, outputs)
+    assert [layer.name for layer in callbacks.energy.kernel_layers(model)] == ["blk_conv", "wrapper"]
