@@ -10,24 +10,23 @@ import numpy as np
 from keras import ops
 
 from sphere_tf import energy as energy_lib
+from sphere_tf import validation
+from sphere_tf.layers import walk
+
+
+def _has_kernel(layer):
+    kernel = getattr(layer, "kernel", None)
+    return kernel is not None and len(kernel.shape) >= 2
 
 
 def kernel_layers(model):
-    """All layers of `model` (nested models included) owning a rank >= 2 `kernel`, in order."""
-    found = []
+    """All layers under `model` owning a rank >= 2 `kernel`, in model order.
 
-    def visit(layer):
-        sub = getattr(layer, "layers", None)
-        if isinstance(layer, keras.Model) or (sub and not hasattr(layer, "kernel")):
-            for child in sub or []:
-                visit(child)
-            return
-        kernel = getattr(layer, "kernel", None)
-        if kernel is not None and len(kernel.shape) >= 2:
-            found.append(layer)
-
-    visit(model)
-    return found
+    Nested models and layers held by custom blocks are searched
+    (`sphere_tf.layers.walk`); the walk does not descend into a layer that has a
+    kernel, so a wrapper's inner kernel is not counted twice.
+    """
+    return walk.find_layers(model, _has_kernel, descend=lambda layer: getattr(layer, "kernel", None) is None)
 
 
 def layer_energies(model, layers=None, **energy_kwargs):
@@ -64,13 +63,9 @@ class HypersphericalEnergy(keras.callbacks.Callback):
     def __init__(self, power=1, half_space=True, distance="euclidean", layer_names=None, frequency=1,
                  update_freq="epoch", log_dir=None, prefix="energy/"):
         super().__init__()
-        energy_lib._check_args(power, distance, "thesis", "mean", None, False)
-        if isinstance(frequency, bool) or not isinstance(frequency, int) or frequency < 1:
-            raise ValueError(f"Invalid value for argument `frequency`: expected an int >= 1. Received: frequency={frequency!r}")
-        if update_freq not in ("epoch", "batch"):
-            raise ValueError(
-                f"Invalid value for argument `update_freq`: expected 'epoch' or 'batch'. Received: update_freq={update_freq!r}"
-            )
+        energy_lib.check_energy_args(power, distance)
+        frequency = validation.positive_int(frequency, "frequency")
+        update_freq = validation.one_of(update_freq, "update_freq", ("epoch", "batch"))
         self.power = power
         self.half_space = bool(half_space)
         self.distance = distance

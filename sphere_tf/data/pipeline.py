@@ -3,6 +3,7 @@
 import numpy as np
 import tensorflow as tf
 
+from sphere_tf import validation
 from sphere_tf.data import fashion_mnist
 
 
@@ -26,8 +27,9 @@ def fashion_mnist_datasets(batch_size, train_limit=0, test_limit=0, seed=0, data
         `(train_ds, test_ds, info)`, info a dict with `input_shape`, `num_classes`,
         `train_size`, `test_size`.
     """
-    if not isinstance(batch_size, int) or batch_size <= 0:
-        raise ValueError(f"Invalid value for argument `batch_size`: expected a positive int. Received: {batch_size!r}")
+    batch_size = validation.positive_int(batch_size, "batch_size")
+    train_limit = validation.integer(train_limit, "train_limit", minimum=0)
+    test_limit = validation.integer(test_limit, "test_limit", minimum=0)
     (x_train, y_train), (x_test, y_test) = fashion_mnist.load_fashion_mnist(data_dir)
     rng = np.random.default_rng(seed)
     x_train, y_train = _take(x_train, y_train, train_limit, rng)

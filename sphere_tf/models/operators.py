@@ -3,6 +3,7 @@
 import keras
 
 from sphere_tf import layers
+from sphere_tf import validation
 
 _CONV = {
     "conv2d": keras.layers.Conv2D,
@@ -19,11 +20,7 @@ _DENSE = {
 
 def _split(operator):
     operator = dict(operator or {"layer": "conv2d"})
-    kind = operator.pop("layer", "conv2d")
-    if kind not in _CONV:
-        raise ValueError(
-            f"Invalid value for operator `layer`: expected one of {sorted(_CONV)}. Received: {kind!r}"
-        )
+    kind = validation.one_of(operator.pop("layer", "conv2d"), "operator['layer']", tuple(sorted(_CONV)))
     return kind, operator
 
 

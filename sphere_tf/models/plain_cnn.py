@@ -2,7 +2,8 @@
 
 `cnn3` / `cnn9` / `cnn18`: N/3 convs 3×3 per stage at widths (64, 96, 128), each
 followed by BatchNorm and ReLU, a 2×2 max-pool per stage, FC 256, then the
-classifier [S-App A]. `small_cnn` is the Fashion-MNIST network of the main job.
+classifier [S-App A]. `small_cnn` is the Fashion-MNIST network of
+`configs/dcnet/fashion_mnist_tanh_cosine.py`.
 """
 
 import keras
@@ -82,6 +83,6 @@ cnn18 = register_model(_cnn(6, "cnn18"))
 @register_model
 def small_cnn(input_shape=(28, 28, 1), num_classes=10, widths=(32, 64), convs_per_stage=2,
               dense_units=128, **kwargs):
-    """Two stages of two 3×3 convs (32, 64), FC 128: the Fashion-MNIST main-job network."""
+    """Two stages of two 3×3 convs (32, 64), FC 128: the Fashion-MNIST network of the DCNet config."""
     return build_plain_cnn(input_shape, num_classes, widths=widths, convs_per_stage=convs_per_stage,
                            dense_units=dense_units, name="small_cnn", **kwargs)

@@ -44,6 +44,8 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
+from sphere_tf import validation
+from sphere_tf.layers import walk
 from sphere_tf.ops import angles
 
 # Upstream: `if i % 100 == 0: sess.run(wp_op)` (wy1iu/DCNets train_resnet.py).
@@ -54,34 +56,25 @@ DEFAULT_PROJECTION_SCALE = 1.0
 _SETTINGS = ("weight_projection_every", "projection_scale", "weighted_gradients")
 
 
-def _validate_settings(weight_projection_every, projection_scale, weighted_gradients):
-    if weight_projection_every is not None and (
-        isinstance(weight_projection_every, bool)
-        or not isinstance(weight_projection_every, (int, np.integer))
-        or weight_projection_every <= 0
-    ):
-        raise ValueError(
-            "Invalid value for argument `weight_projection_every`: expected a positive int "
-            "(project every N optimizer steps) or None (never). "
-            f"Received: weight_projection_every={weight_projection_every!r}"
-        )
-    if (
-        isinstance(projection_scale, bool)
-        or not isinstance(projection_scale, (int, float, np.floating, np.integer))
-        or not np.isfinite(projection_scale)
-        or projection_scale <= 0
-    ):
-        raise ValueError(
-            "Invalid value for argument `projection_scale`: expected a finite float > 0 (the "
-            f"norm s of the projected kernels). Received: projection_scale={projection_scale!r}"
-        )
+def validate_settings(weight_projection_every, projection_scale, weighted_gradients):
+    """Checks the three DCNet-trick settings and returns them as plain Python values.
+
+    Args:
+        weight_projection_every: int > 0 (project every N optimizer steps) or None (never).
+        projection_scale: float > 0, the norm s of projected kernels.
+        weighted_gradients: bool.
+
+    Returns:
+        `(every, scale, weighted)` as `(int or None, float, bool)`.
+
+    Raises:
+        ValueError: a setting is invalid; the message names it.
+    """
+    every = validation.positive_int(weight_projection_every, "weight_projection_every", allow_none=True)
+    scale = validation.positive_float(projection_scale, "projection_scale")
     if not isinstance(weighted_gradients, (bool, np.bool_)):
-        raise ValueError(
-            "Invalid value for argument `weighted_gradients`: expected a bool. "
-            f"Received: weighted_gradients={weighted_gradients!r}"
-        )
-    every = None if weight_projection_every is None else int(weight_projection_every)
-    return every, float(projection_scale), bool(weighted_gradients)
+        raise validation.invalid_argument("weighted_gradients", "a bool", weighted_gradients)
+    return every, scale, bool(weighted_gradients)
 
 
 def project_kernel(kernel, scale=DEFAULT_PROJECTION_SCALE):
@@ -100,6 +93,9 @@ def project_kernel(kernel, scale=DEFAULT_PROJECTION_SCALE):
     Returns:
         float32 tensor of the kernel's shape.
     """
+    # Not `angles.normalize`: that adds ε under the square root (the operators' forward
+    # normalisation), while the projection wants the exact norm s, and pre-scaling by the
+    # channel's peak keeps sum(w²) representable for any finite float32 kernel.
     w = ops.cast(kernel, "float32")
     axes = tuple(range(len(w.shape) - 1))
     peak = ops.max(ops.abs(w), axis=axes)
@@ -109,7 +105,8 @@ def project_kernel(kernel, scale=DEFAULT_PROJECTION_SCALE):
     return ops.where(nonzero, unit * (scale / ops.where(nonzero, norm, 1.0)), w)
 
 
-def _is_operator_layer(obj):
+def is_operator_layer(obj):
+    """True for a layer that follows the DCNet-trick protocol (`supports_weight_projection`)."""
     return isinstance(obj, keras.layers.Layer) and hasattr(obj, "supports_weight_projection")
 
 
@@ -117,9 +114,10 @@ def find_operator_layers(root):
     """All layers under `root` that take part in the DCNet tricks, in a stable order.
 
     Walks nested models (`.layers`) and layers held as attributes, lists or
-    dicts of other layers (custom blocks), without duplicates. A layer takes
-    part when it exposes `supports_weight_projection` (the decoupled / Sphere
-    layers of `sphere_tf.layers`, and any layer following the same protocol).
+    dicts of other layers (custom blocks), without duplicates
+    (`sphere_tf.layers.walk`). A layer takes part when it exposes
+    `supports_weight_projection` (the decoupled / Sphere layers of
+    `sphere_tf.layers`, and any layer following the same protocol).
 
     Args:
         root: a `keras.Model` or `keras.layers.Layer`.
@@ -127,33 +125,7 @@ def find_operator_layers(root):
     Returns:
         list of layers (`root` itself included if it qualifies).
     """
-    found, seen = [], set()
-
-    def visit(obj, depth):
-        if depth > 64:
-            return
-        if isinstance(obj, keras.layers.Layer):
-            if id(obj) in seen:
-                return
-            seen.add(id(obj))
-            if _is_operator_layer(obj):
-                found.append(obj)
-            if isinstance(obj, keras.Model):
-                for layer in obj.layers:
-                    visit(layer, depth + 1)
-            # Sub-layers held as attributes (custom blocks); Keras tracks them the
-            # same way, but only through private API.
-            for value in list(vars(obj).values()):
-                visit(value, depth + 1)
-        elif isinstance(obj, (list, tuple)):
-            for value in obj:
-                visit(value, depth + 1)
-        elif isinstance(obj, dict):
-            for value in list(obj.values()):
-                visit(value, depth + 1)
-
-    visit(root, 0)
-    return found
+    return walk.find_layers(root, is_operator_layer)
 
 
 def _describe(layer):
@@ -211,8 +183,9 @@ class SphereTrainingMixin:
     by, sqrt(‖w‖² + ε) with the layer's `epsilon` (upstream 1e-4), so the 1/‖w‖
     factor of [D-17] cancels exactly; with `epsilon=0` it is the paper's ‖w‖.
     The whole kernel gradient is scaled, including the part coming from
-    regularisation losses on that kernel (the paper does not say; the brief of
-    this package asks for gradient scaling before the optimizer). The projection
+    regularisation losses on that kernel: [D-18] rescales the gradient of w
+    before the optimizer's update and the paper does not separate the loss
+    terms. The projection
     uses the exact norm (no ε), so projected kernels have norm s; the forward
     pass changes only through ε, by a relative factor below ε/(2·min(s, ‖w‖)²).
     """
@@ -225,7 +198,7 @@ class SphereTrainingMixin:
         weighted_gradients=False,
         **kwargs,
     ):
-        settings = _validate_settings(weight_projection_every, projection_scale, weighted_gradients)
+        settings = validate_settings(weight_projection_every, projection_scale, weighted_gradients)
         super().__init__(*args, **kwargs)
         self._set_sphere_settings(*settings)
         # Functional / Sequential-with-input models know their layers now: fail early.
@@ -388,7 +361,7 @@ class SphereTrainingMixin:
         # route ignores them, hence the explicit set below.
         model = super().from_config(dict(config), custom_objects=custom_objects)
         model._set_sphere_settings(
-            *_validate_settings(
+            *validate_settings(
                 config.get("weight_projection_every", DEFAULT_PROJECTION_EVERY),
                 config.get("projection_scale", DEFAULT_PROJECTION_SCALE),
                 config.get("weighted_gradients", False),
@@ -482,10 +455,11 @@ def wrap(
     except (AttributeError, ValueError):
         inputs = outputs = None
     if not inputs or not outputs:
-        raise ValueError(
-            "Invalid value for argument `model`: `wrap` needs a functional model or a Sequential model "
-            "built with `keras.Input`; subclassed models can inherit from "
-            f"`sphere_tf.training.SphereTrainingMixin` instead. Received: model={model!r}"
+        raise validation.invalid_argument(
+            "model",
+            "a functional model or a Sequential model built with `keras.Input` (subclassed models can "
+            "inherit from `sphere_tf.training.SphereTrainingMixin` instead)",
+            model,
         )
     if isinstance(inputs, (list, tuple)) and len(inputs) == 1:
         inputs = inputs[0]

@@ -12,13 +12,14 @@ into the same architecture built with decoupled / Sphere layers:
   `gamma`, `beta`, `moving_mean`, `moving_variance`, ...) and copied when the
   shapes agree; everything else is reported as skipped with the reason;
 * decoupled variables with no CNN counterpart (ρ, E{‖x‖}, learnable k) keep
-  their initial values (ρ = 1 as the spec recommends), unless calibration data
+  their initial values (ρ = 1, the `radius` initialiser of wy1iu/DCNets
+  `dcnet_cifar100/*/architecture.py`), unless calibration data
   is given, in which case E{‖x‖} is set from one forward pass on it;
 * optionally the copied operator kernels are projected to s·ŵ (only the
   direction matters for a standard operator, so this costs nothing).
 
-Mechanics beyond the paper's one sentence (what to copy, how to pair layers,
-E{‖x‖} from data) are INFERRED, as spec §2.7 says.
+The paper describes the method in that one sentence, so the mechanics (what to
+copy, how to pair layers, E{‖x‖} from data) are this package's choice.
 """
 
 import dataclasses
@@ -26,6 +27,8 @@ import logging
 
 import keras
 
+from sphere_tf import validation
+from sphere_tf.layers import walk
 from sphere_tf.training import model as model_lib
 
 _logger = logging.getLogger("sphere_tf.training")
@@ -98,8 +101,19 @@ def _short_name(variable):
     return variable.path.split("/")[-1] if getattr(variable, "path", None) else variable.name
 
 
+def owns_variables(layer):
+    """True when `layer` holds a variable that none of its sub-layers holds.
+
+    That is every leaf layer with weights, and a custom block with variables of
+    its own beside those of the layers it holds; never a model made only of
+    other layers.
+    """
+    inherited = {id(v) for sub in walk.iter_layers(layer) if sub is not layer for v in sub.weights}
+    return any(id(v) not in inherited for v in layer.weights)
+
+
 def parameterised_layers(model):
-    """Leaf layers that own variables, in model order, nested models flattened.
+    """Layers that own variables (`owns_variables`), in model order, nested models flattened.
 
     Args:
         model: a built `keras.Model`.
@@ -107,29 +121,7 @@ def parameterised_layers(model):
     Returns:
         list of layers.
     """
-    found, seen = [], set()
-
-    def visit(layer):
-        if id(layer) in seen:
-            return
-        seen.add(id(layer))
-        if isinstance(layer, keras.Model):
-            for sub in layer.layers:
-                visit(sub)
-            return
-        sublayers = [v for v in vars(layer).values() if isinstance(v, keras.layers.Layer)]
-        if sublayers:  # a custom block: its own leaf variables come through its sub-layers
-            for sub in sublayers:
-                visit(sub)
-            own = {id(v) for s in sublayers for v in s.weights}
-            if any(id(v) not in own for v in layer.weights):
-                found.append(layer)
-            return
-        if layer.weights:
-            found.append(layer)
-
-    visit(model)
-    return found
+    return walk.find_layers(model, owns_variables)
 
 
 def _pair_layers(source_layers, target_layers, match, report):
@@ -210,17 +202,14 @@ def initialize_from_pretrained(
             from a `match` dict, or an unbuilt model.
     """
     if not (isinstance(match, dict) or match in MATCH_MODES):
-        raise ValueError(
-            f"Invalid value for argument `match`: expected one of {MATCH_MODES} or a dict "
-            f"{{target_layer_name: source_layer_name}}. Received: match={match!r}"
+        raise validation.invalid_argument(
+            "match", f"one of {MATCH_MODES} or a dict {{target_layer_name: source_layer_name}}", match
         )
-    if projection_scale is not None:
-        model_lib._validate_settings(None, projection_scale, False)
+    validation.positive_float(projection_scale, "projection_scale", allow_none=True)
     for arg, m in (("target", target), ("source", source)):
         if not m.built or not m.weights:
-            raise ValueError(
-                f"Invalid value for argument `{arg}`: expected a built model with weights "
-                f"(call it on data or build it with an Input first). Received: {arg}={m!r}"
+            raise validation.invalid_argument(
+                arg, "a built model with weights (call it on data or build it with an Input first)", m
             )
 
     report = TransferReport()
@@ -253,7 +242,7 @@ def initialize_from_pretrained(
 
     if projection_scale is not None:
         for layer in copied_kernels:
-            if not model_lib._is_operator_layer(layer):
+            if not model_lib.is_operator_layer(layer):
                 continue
             if not layer.supports_weight_projection:
                 report.add("skipped_projection", layer.name, None, "kernel",

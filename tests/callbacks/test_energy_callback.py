@@ -15,13 +15,22 @@ from sphere_tf import regularizers
 from sphere_tf.data import fashion_mnist
 
 
-def np_hs_s1(kernel, eps=1e-4):
-    """Eq E.2: half-space s = 1 energy, mean over the 2N points (explicit loops)."""
+def np_energy(kernel, power=1, half_space=True, eps=1e-4):
+    """Eq 5.1 with s = `power` (E.2 with the virtual −ŵ when `half_space`), mean over ordered pairs.
+
+    Explicit loops over the neurons; the squared chord distance is 2 − 2·ŵ_iᵀŵ_j with
+    ŵ = w/sqrt(‖w‖² + ε) (as upstream), floored at 1e-6.
+    """
     w2d = np.asarray(kernel, np.float64).reshape(-1, np.shape(kernel)[-1])
     pts = [w2d[:, i] / math.sqrt(np.sum(w2d[:, i] ** 2) + eps) for i in range(w2d.shape[1])]
-    pts = pts + [-p for p in pts]
-    return float(np.mean([max(2 - 2 * float(np.dot(pts[i], pts[j])), 1e-6) ** -0.5
+    if half_space:
+        pts = pts + [-p for p in pts]
+    return float(np.mean([max(2 - 2 * float(np.dot(pts[i], pts[j])), 1e-6) ** (-power / 2)
                           for i, j in itertools.permutations(range(len(pts)), 2)]))
+
+
+def np_hs_s1(kernel):
+    return np_energy(kernel, power=1, half_space=True)
 
 
 def _model():
@@ -59,7 +68,10 @@ def test_layer_selection_options_and_tensorboard(tmp_path):
     cb = callbacks.HypersphericalEnergy(power=2, half_space=False, layer_names=["d1"], update_freq="batch",
                                         log_dir=log_dir, prefix="e_")
     history = _fit(model, [cb], epochs=1)
-    assert "e_d1" in history.history and "e_c1" not in history.history
+    assert sorted(history.history) == ["e_d1", "e_total", "loss"]
+    expected = np_energy(model.get_layer("d1").kernel.numpy(), power=2, half_space=False)
+    np.testing.assert_allclose(history.history["e_d1"], [expected], rtol=2e-5)
+    np.testing.assert_allclose(history.history["e_total"], [expected], rtol=2e-5)
     assert glob.glob(os.path.join(log_dir, "events.out.tfevents.*"))
     with pytest.raises(ValueError, match="no kernel layer"):
         _fit(_model(), [callbacks.HypersphericalEnergy(layer_names=["nope"])], epochs=1)
@@ -110,3 +122,36 @@ def test_fashion_mnist_mhe_and_comhe_lower_tracked_energy():
         finals[name] = history.history["energy/total"][-1]
     assert finals["mhe"] < finals["none"], finals
     assert finals["comhe"] < finals["none"], finals
+
+
+class _Block(keras.layers.Layer):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.convs = [keras.layers.Conv2D(3, 1, name="blk_conv")]
+        self.bias_only = keras.layers.BatchNormalization(name="blk_bn")
+
+    def call(self, x):
+        return self.bias_only(self.convs[0](x))
+
+
+class _Wrapper(keras.layers.Layer):
+    """Has a kernel of its own and holds a layer with a kernel: counted once, as itself."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.inner = keras.layers.Dense(2, name="wrapped_dense")
+
+    def build(self, input_shape):
+        self.kernel = self.add_weight(name="kernel", shape=(input_shape[-1], 2))
+
+    def call(self, x):
+        return x @ self.kernel + self.inner(x)
+
+
+def test_kernel_layers_walks_blocks_but_not_inside_kernel_layers():
+    inputs = keras.Input((6, 6, 2))
+    x = _Block(name="block")(inputs)
+    x = keras.layers.Flatten()(x)
+    outputs = _Wrapper(name="wrapper")(x)
+    model = keras.Model(inputs, outputs)
+    assert [layer.name for layer in callbacks.energy.kernel_layers(model)] == ["blk_conv", "wrapper"]

@@ -35,8 +35,14 @@ def test_operator_is_swapped_in_every_conv(operator):
                 "sphere": layers.SphereConv2D}[operator["layer"]]
     convs = [l for l in model.layers if l.name.startswith("conv")]
     assert len(convs) == 4 and all(type(c) is expected for c in convs)
-    logits = model(np.zeros((2, 28, 28, 1), np.float32))
-    assert logits.shape == (2, 10) and np.all(np.isfinite(logits))
+    options = {k: v for k, v in operator.items() if k != "layer"}
+    for conv in convs:  # the options reach every conv; 'same' padding, no bias before BatchNorm
+        config = conv.get_config()
+        assert {k: config[k] for k in options} == options, conv.name
+        assert (config["padding"], config["use_bias"], conv.kernel.shape[:2]) == ("same", False, (3, 3))
+    assert [c.filters for c in convs] == [32, 32, 64, 64]
+    assert model.get_layer("fc").kernel.shape == (7 * 7 * 64, 128)  # two 2x2 pools: 28 -> 7
+    assert model.output_shape == (None, 10)
 
 
 def test_registry_rejects_unknown_and_duplicate_names():
@@ -47,7 +53,8 @@ def test_registry_rejects_unknown_and_duplicate_names():
 
 
 def test_bad_operator_fails_before_building():
-    with pytest.raises(ValueError, match="operator `layer`"):
+    with pytest.raises(ValueError, match=r"`operator\['layer'\]`: expected one of \('conv2d', 'decoupled', "
+                                         r"'sphere'\)\. Received: operator\['layer'\]='sphereconv'"):
         models.operators.validate_operator({"layer": "sphereconv"})
     with pytest.raises(ValueError, match="Unknown magnitude function 'tahn'"):
         models.operators.validate_operator({"layer": "decoupled", "magnitude": "tahn"})

@@ -354,9 +354,23 @@ class TestRefusal:
             _weighted_model(**settings)
 
     def test_weighted_operator_allowed_without_tricks(self):
+        """With both tricks off the step is Keras' default step: same loss, same updated weights."""
         model = _weighted_model(weight_projection_every=None)
-        model.compile("sgd", "mse")
-        model.fit(np.ones((4, 4), "float32"), np.zeros((4, 2), "float32"), verbose=0)
+        plain = _weighted_model(cls=keras.Model)
+        plain.set_weights(model.get_weights())
+        rng = np.random.default_rng(4)
+        x = rng.normal(size=(8, 4)).astype("float32")
+        y = rng.normal(size=(8, 2)).astype("float32")
+        histories = []
+        for m in (model, plain):
+            m.compile(keras.optimizers.SGD(0.5), "mse")
+            histories.append(m.fit(x, y, batch_size=4, epochs=2, verbose=0, shuffle=False).history["loss"])
+        np.testing.assert_allclose(histories[0], histories[1], rtol=1e-6)
+        assert histories[0][1] < histories[0][0]  # it did train
+        kernel = model.get_layer("weighted_fc").kernel.numpy()
+        assert np.abs(np_channel_norms(kernel) - 1.0).max() > 1e-3  # never projected
+        for v_s, v_p in zip(model.weights, plain.weights):
+            np.testing.assert_allclose(v_s.numpy(), v_p.numpy(), rtol=1e-6, atol=1e-7, err_msg=v_s.path)
 
     def test_sequential_refuses_at_first_step(self):
         model = training.SphereSequential(weight_projection_every=5)

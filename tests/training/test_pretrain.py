@@ -211,3 +211,44 @@ def test_nested_models_are_flattened_for_position_matching():
     np.testing.assert_array_equal(target.get_layer("y").kernel.numpy(), source.get_layer("b").kernel.numpy())
     assert [(e.source_layer, e.target_layer, e.variable) for e in report.copied] == [
         ("a", "x", "kernel"), ("b", "y", "kernel"), ("b", "y", "bias")]
+
+
+class ScaledBlock(keras.layers.Layer):
+    """A custom block with a variable of its own and sub-layers held in a list."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.fcs = [keras.layers.Dense(4, name="blk_a"), keras.layers.Dense(4, name="blk_b")]
+
+    def build(self, input_shape):
+        self.scale = self.add_weight(name="scale", shape=(), initializer="ones")
+
+    def call(self, x):
+        return self.scale * self.fcs[1](self.fcs[0](x))
+
+
+class PassBlock(keras.layers.Layer):
+    """A custom block with no variable of its own."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.inner = keras.layers.Dense(4, name="pass_fc")
+
+    def call(self, x):
+        return self.inner(x)
+
+
+def test_parameterised_layers_lists_owners_of_variables_once():
+    inputs = keras.Input((4,))
+    shared = keras.layers.Dense(4, name="shared")
+    x = shared(inputs)
+    x = ScaledBlock(name="scaled")(x)
+    x = PassBlock(name="pass")(x)
+    inner = keras.Sequential([keras.Input((4,)), keras.layers.ReLU(), keras.layers.Dense(4, name="deep")],
+                             name="inner")
+    outputs = shared(inner(x))
+    model = keras.Model(inputs, outputs)
+    names = [layer.name for layer in training.parameterised_layers(model)]
+    # Parents before children; the block with its own `scale` is listed, the pass-through block,
+    # the ReLU and the models are not; the shared layer appears once.
+    assert names == ["shared", "scaled", "blk_a", "blk_b", "pass_fc", "deep"]
