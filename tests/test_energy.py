@@ -373,7 +373,7 @@ def test_single_neuron_half_space_direct_path_is_the_antipode_pair():
     np.testing.assert_allclose(float(energy.hyperspherical_energy(w, power=1, half_space=True)), 0.5, rtol=1e-5)
 
 
-# -- `_gram`: WᵀW with the one-matmul gradient W·(Ḡ + Ḡᵀ) -------------------------------------------
+# -- `gram`: WᵀW with the one-matmul gradient W·(Ḡ + Ḡᵀ) -------------------------------------------
 
 
 @pytest.mark.parametrize("shape", [(7, 5), (3, 6, 4)])
@@ -384,7 +384,7 @@ def test_gram_value_and_gradient_match_closed_form(rng, shape, scale):
     a = rng.standard_normal(shape[:-2] + (shape[-1], shape[-1]))
     wt = tf.Variable(w.astype(np.float32))
     with tf.GradientTape() as tape:
-        g = energy._gram(wt, scale=scale)
+        g = energy.gram(wt, scale=scale)
         loss = tf.reduce_sum(g * a.astype(np.float32))
     grad = tape.gradient(loss, wt).numpy()
     w_t = np.swapaxes(w, -1, -2)
@@ -410,7 +410,7 @@ def test_gram_second_order_through_nested_tapes(rng):
         def outer_grad():
             with tf.GradientTape() as outer:
                 with tf.GradientTape() as inner:
-                    g = energy._gram(wt)
+                    g = energy.gram(wt)
                     loss = tf.reduce_sum(a.astype(np.float32) * g * g)
                 inner_grad = inner.gradient(loss, wt)
                 second = tf.reduce_sum(tf.square(inner_grad))
@@ -467,7 +467,7 @@ def test_energy_value_and_gradient_unchanged_by_custom_gram(rng, monkeypatch, po
         return value.numpy(), tape.gradient(value, w).numpy()
 
     value, grad = value_and_grad()
-    monkeypatch.setattr(energy, "_gram", lambda x, scale=1.0: tf.linalg.matmul(scale * x, x, transpose_a=True))
+    monkeypatch.setattr(energy, "gram", lambda x, scale=1.0: tf.linalg.matmul(scale * x, x, transpose_a=True))
     ref_value, ref_grad = value_and_grad()
     np.testing.assert_allclose(value, ref_value, rtol=1e-6)
     np.testing.assert_allclose(grad, ref_grad, rtol=1e-5, atol=1e-6 * np.max(np.abs(ref_grad)))
@@ -478,7 +478,7 @@ def test_gram_of_higher_rank_batches(rng):
     a = rng.standard_normal((2, 3, 5, 5)).astype(np.float32)
     wt = tf.Variable(w)
     with tf.GradientTape() as tape:
-        loss = tf.reduce_sum(energy._gram(wt) * a)
+        loss = tf.reduce_sum(energy.gram(wt) * a)
     w64, a64 = w.astype(np.float64), a.astype(np.float64)
     want = w64 @ (a64 + np.swapaxes(a64, -1, -2))
     np.testing.assert_allclose(tape.gradient(loss, wt).numpy(), want, rtol=1e-5, atol=1e-5)

@@ -192,7 +192,7 @@ def test_angle_preserving_unrolled_value_and_own_step(rng):
     got = float(reg(w))  # plain array: P is created lazily, keyed by shape
     (p_var,) = reg.projection_variables().values()
     # Recreate the initial P from the seed, then the unrolled step by central finite differences.
-    p0 = tf.random.stateless_normal((k, d), seed=[regularizers.mhe.stable_key(f"dim{d}x{n}") ^ 0, 0]).numpy()
+    p0 = tf.random.stateless_normal((k, d), seed=[regularizers.random_state.stable_key(f"dim{d}x{n}") ^ 0, 0]).numpy()
     p0 = p0.astype(np.float64)
     u = np_unit_columns(w)
     grad = np.zeros_like(p0)
@@ -247,7 +247,7 @@ def test_adversarial_projection_ascends(rng):
                              half_space=False)
     value = float(reg(w))
     (p_var,) = reg.projection_variables().values()
-    p0 = tf.random.stateless_normal((3, 12), seed=[regularizers.mhe.stable_key("dim12x5"), 0]).numpy()
+    p0 = tf.random.stateless_normal((3, 12), seed=[regularizers.random_state.stable_key("dim12x5"), 0]).numpy()
     u = np_unit_columns(w)
     assert value > np_hs_energy(p0 @ u, half_space=False)  # unrolled ascent step
     assert np_hs_energy(p_var.numpy() @ u, half_space=False) > np_hs_energy(p0 @ u, half_space=False)
@@ -340,7 +340,7 @@ def test_angle_preserving_unrolled_gradient_matches_nested_finite_differences(rn
         value, grad = (tf.function(fn) if graph else fn)()
         return float(value), grad.numpy()
 
-    p0 = tf.random.stateless_normal((k, d), seed=[regularizers.mhe.stable_key(f"dim{d}x{n}") ^ 0, 0]).numpy()
+    p0 = tf.random.stateless_normal((k, d), seed=[regularizers.random_state.stable_key(f"dim{d}x{n}") ^ 0, 0]).numpy()
     p0 = p0.astype(np.float64)
     value, grad = value_and_grad(graph=False)
     np.testing.assert_allclose(value, _np_unrolled_ap_value(w, p0, lr), rtol=1e-4)
@@ -353,7 +353,7 @@ def test_angle_preserving_unrolled_gradient_matches_nested_finite_differences(rn
         want[idx] = (_np_unrolled_ap_value(up, p0, lr) - _np_unrolled_ap_value(down, p0, lr)) / (2 * h)
     np.testing.assert_allclose(grad, want, rtol=2e-3, atol=1e-3 * np.max(np.abs(want)))
     graph_value, graph_grad = value_and_grad(graph=True)
-    monkeypatch.setattr(energy, "_gram", lambda x, scale=1.0: tf.linalg.matmul(scale * x, x, transpose_a=True))
+    monkeypatch.setattr(energy, "gram", lambda x, scale=1.0: tf.linalg.matmul(scale * x, x, transpose_a=True))
     for graph in (False, True):
         ref_value, ref_grad = value_and_grad(graph)
         np.testing.assert_allclose(value if not graph else graph_value, ref_value, rtol=1e-6)
@@ -389,11 +389,11 @@ def test_random_projection_gradient_matches_finite_differences(rng, aggregation)
 
 
 def test_adversarial_unrolled_gradient_matches_nested_finite_differences(rng, monkeypatch):
-    """Adv-CoMHE differentiates the energy (and so `energy._gram`'s custom gradient) twice."""
+    """Adv-CoMHE differentiates the energy (and so `energy.gram`'s custom gradient) twice."""
     d, n, k, lr = 6, 4, 3, 0.05
     w = rng.standard_normal((d, n))
     wt = tf.Variable(w.astype(np.float32))
-    p0 = tf.random.stateless_normal((k, d), seed=[regularizers.mhe.stable_key(f"dim{d}x{n}") ^ 0, 0]).numpy()
+    p0 = tf.random.stateless_normal((k, d), seed=[regularizers.random_state.stable_key(f"dim{d}x{n}") ^ 0, 0]).numpy()
     p0 = p0.astype(np.float64)
 
     def np_value(w):
@@ -427,7 +427,7 @@ def test_adversarial_unrolled_gradient_matches_nested_finite_differences(rng, mo
         down[idx] -= h
         want[idx] = (np_value(up) - np_value(down)) / (2 * h)
     np.testing.assert_allclose(grad, want, rtol=2e-3, atol=1e-3 * np.max(np.abs(want)))
-    monkeypatch.setattr(energy, "_gram", lambda x, scale=1.0: tf.linalg.matmul(scale * x, x, transpose_a=True))
+    monkeypatch.setattr(energy, "gram", lambda x, scale=1.0: tf.linalg.matmul(scale * x, x, transpose_a=True))
     ref_value, ref_grad = value_and_grad(graph=True)
     np.testing.assert_allclose(value, ref_value, rtol=1e-6)
     np.testing.assert_allclose(grad, ref_grad, rtol=1e-5, atol=1e-6 * np.max(np.abs(ref_grad)))
