@@ -231,11 +231,15 @@ def np_upstream_thomson(kernel, power, model="mhe"):
 UPSTREAM_S0 = [("0", dict(power=0, distance="euclidean")), ("a0", dict(power=0, distance="normalized_angular"))]
 
 
-def _value_and_grad(reg, w):
+def _assert_equals_upstream(reg, w, flag, model, scale):
+    """`reg(w)` and its gradient equal `scale` times the upstream term and its finite-difference gradient."""
     var = tf.Variable(w.astype(np.float32))
     with tf.GradientTape() as tape:
         value = reg(var)
-    return float(value), tape.gradient(value, var).numpy()
+    grad = tape.gradient(value, var).numpy()
+    np.testing.assert_allclose(float(value), scale * np_upstream_thomson(w, flag, model), rtol=2e-5)
+    want = scale * testing.numeric_gradient(lambda v: np_upstream_thomson(v, flag, model), w)
+    np.testing.assert_allclose(grad, want, rtol=2e-3, atol=1e-4 * np.max(np.abs(want)))
 
 
 @pytest.mark.parametrize("flag,kwargs", UPSTREAM_S0, ids=["s0", "a0"])
@@ -246,10 +250,7 @@ def test_log_energy_value_and_gradient_equal_upstream(rng, flag, kwargs, role, m
     reg = regularizers.MHE(role=role, half_space=model == "half_mhe", **kwargs)
     coeff = 10.0 if role == "output" else 1.0  # `_add_thomson_constraint_final`: coeff = 10
     assert reg.factor == coeff and reg.log_form == "code"
-    value, grad = _value_and_grad(reg, w)
-    np.testing.assert_allclose(value, coeff * np_upstream_thomson(w, flag, model), rtol=2e-5)
-    want = coeff * testing.numeric_gradient(lambda v: np_upstream_thomson(v, flag, model), w)
-    np.testing.assert_allclose(grad, want, rtol=2e-3, atol=1e-4 * np.max(np.abs(want)))
+    _assert_equals_upstream(reg, w, flag, model, coeff)
 
 
 @pytest.mark.parametrize("model", ["mhe", "half_mhe"])
@@ -259,11 +260,7 @@ def test_log_energy_thesis_form(rng, model):
     half = model == "half_mhe"
     for flag, kwargs in UPSTREAM_S0:
         thesis = regularizers.MHE(half_space=half, log_form="thesis", **kwargs)
-        value, grad = _value_and_grad(thesis, w)
-        scale = 0.5 if flag == "0" else 1.0
-        np.testing.assert_allclose(value, scale * np_upstream_thomson(w, flag, model), rtol=2e-5)
-        want = scale * testing.numeric_gradient(lambda v: np_upstream_thomson(v, flag, model), w)
-        np.testing.assert_allclose(grad, want, rtol=2e-3, atol=1e-4 * np.max(np.abs(want)))
+        _assert_equals_upstream(thesis, w, flag, model, 0.5 if flag == "0" else 1.0)
 
 
 @pytest.mark.parametrize("log_form", ["code", "thesis"])
@@ -281,10 +278,7 @@ def test_log_energy_angular_radians_is_minus_log_theta(rng, log_form):
 @pytest.mark.parametrize("model", ["mhe", "half_mhe"])
 def test_riesz_energy_equals_upstream(rng, flag, model):
     w = rng.standard_normal((3, 3, 2, 5))
-    value, grad = _value_and_grad(regularizers.MHE(power=int(flag), half_space=model == "half_mhe"), w)
-    np.testing.assert_allclose(value, np_upstream_thomson(w, flag, model), rtol=2e-5)
-    want = testing.numeric_gradient(lambda v: np_upstream_thomson(v, flag, model), w)
-    np.testing.assert_allclose(grad, want, rtol=2e-3, atol=1e-4 * np.max(np.abs(want)))
+    _assert_equals_upstream(regularizers.MHE(power=int(flag), half_space=model == "half_mhe"), w, flag, model, 1.0)
 
 
 @pytest.mark.parametrize("flag,kwargs", UPSTREAM_S0, ids=["s0", "a0"])
