@@ -95,7 +95,7 @@ def check_energy_args(power, distance, log_form="thesis", reduction="mean", beta
     validation.one_of(reduction, "reduction", REDUCTIONS)
     if beta is not None and distance != "euclidean":
         raise validation.invalid_argument(
-            "beta", f"None unless distance='euclidean' (weighted MHE [T-D.10]); distance={distance!r}", "<weights>"
+            "beta", f"None for distance={distance!r} (weighted MHE [T-D.10] is euclidean only)", beta
         )
     if log_space and power == 0:
         raise validation.invalid_argument(
