@@ -278,7 +278,10 @@ class _LearnedProjection(_Projection):
 
 
 class AnglePreservingProjection(_LearnedProjection):
-    """AP-CoMHE [T-6.6], [T-6.7]: P minimises ``L_P = ‖cos(PŴ) − cos(Ŵ)‖_F`` (rmlin/CoMHE `angle_projection/`)."""
+    """AP-CoMHE [T-6.6], [T-6.7]: P minimises ``L_P = ‖cos(PŴ) − cos(Ŵ)‖_F``.
+
+    As rmlin/CoMHE `angle_projection/architecture.py`: cosine Gram matrices, non-squared Frobenius norm.
+    """
 
     sign = -1.0
 
