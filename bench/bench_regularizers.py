@@ -32,6 +32,8 @@ from absl import flags
 from bench import common
 from sphere_tf import energy
 from sphere_tf import regularizers
+from sphere_tf.ops import angles
+from sphere_tf.regularizers import comhe
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("batch_size", 64, "Batch size.")
@@ -135,12 +137,12 @@ def _part_cases():
     reg = regularizers.CoMHE()
     c, k = reg.num_projections, reg.projection_dim
     kernel = tf.random.normal((d, n), stddev=0.03)
-    stacked = reg._draw("dim2048", d, 0)  # (d, C·k)
+    stacked = comhe.draw_projections(reg, "dim2048", d, 0)  # (d, C·k)
     projected = tf.reshape(tf.linalg.matmul(stacked, kernel, transpose_a=True), (c, k, n))
 
     def normalise_and_gram(p):
-        u = p * tf.math.rsqrt(tf.reduce_sum(tf.square(p), axis=-2, keepdims=True) + reg.epsilon)
-        return energy._gram(u, scale=2.0)
+        u, _ = angles.normalize(p, axis=-2, epsilon=reg.epsilon)
+        return energy.gram(u, scale=2.0)
 
     doubled = normalise_and_gram(projected)
     mhe_doubled = energy._doubled_cosines(kernel)
@@ -151,12 +153,12 @@ def _part_cases():
     @tf.function(jit_compile=FLAGS.jit_compile)
     def draw():
         draw_step.assign_add(1)
-        return reg._draw("dim2048", d, draw_step)
+        return comhe.draw_projections(reg, "dim2048", d, draw_step)
 
     return {
         "part_mhe_total": (_with_grad(mhe, kernel), ()),
         "part_mhe_gram": (_with_grad(energy._doubled_cosines, kernel, tf.random.normal((n, n))), ()),
-        "part_mhe_pairs": (_with_grad(lambda dc: energy._energy_from_cosines(doubled_cos=dc), mhe_doubled), ()),
+        "part_mhe_pairs": (_with_grad(lambda dc: energy.energy_from_cosines(doubled_cos=dc), mhe_doubled), ()),
         "part_comhe_draw": (draw, ()),
         "part_comhe_projection": (
             _with_grad(lambda w: tf.linalg.matmul(stacked, w, transpose_a=True), kernel, tf.random.normal((c * k, n))),
@@ -164,7 +166,7 @@ def _part_cases():
         ),
         "part_comhe_batched_gram": (_with_grad(normalise_and_gram, projected, tf.random.normal((c, n, n))), ()),
         "part_comhe_pairs": (
-            _with_grad(lambda x: tf.reduce_mean(energy._energy_from_cosines(doubled_cos=x, half_space=True)), doubled),
+            _with_grad(lambda x: tf.reduce_mean(energy.energy_from_cosines(doubled_cos=x, half_space=True)), doubled),
             (),
         ),
         "part_comhe_total": (_with_grad(reg, kernel), ()),

@@ -17,7 +17,7 @@ Everything is computed in float32 from the cosine Gram matrix, in the upstream
 form C = WᵀW / (‖w‖ᵀ‖w‖) with ``‖w‖ = sqrt(Σ w² + 1e-4)`` (wy1iu/MHE, rmlin/CoMHE), and the
 squared chord distance ``2 − 2C`` (``β_i² + β_j² − 2β_iβ_j C`` when weighted).
 
-Numerics (spec §8):
+Numerics:
 * The diagonal is removed with `tf.where`-style selection on the *inputs* of the
   log, never by multiplying infinities with a 0 mask (inf·0 = NaN gradients).
 * The squared distance is floored at `distance_epsilon` (1e-6) before the log, so
@@ -30,25 +30,38 @@ Numerics (spec §8):
   with a max shift (log-sum-exp), so the mean is exact up to float32 rounding
   and nothing overflows on the way; the mean itself saturates at
   ``exp(_LOG_ENERGY_MAX) ≈ 5e21`` (reached only by near-duplicate neurons at
-  s ≳ 6; the headroom up to the float32 maximum keeps the *gradient* finite). For large s, `log_space=True` returns log E_s instead, finite for
-  every s.
+  s ≳ 6; the headroom up to the float32 maximum keeps the *gradient* finite).
+  For large s, `log_space=True` returns log E_s instead, finite for every s.
 
-Note: the s = 0 term follows the thesis, ``log(1/z)``, by default; the upstream
-code uses ``−log z²`` (twice that). `log_form="code"` selects the upstream form.
+The s = 0 (log) term has two forms (`log_form`, `LOG_FORMS`):
+
+* 'thesis' (the default here): ``f_0(z) = log(1/z)`` for every distance [T-5.1];
+* 'code': the authors' TF code, wy1iu/MHE `code/architecture.py`
+  (`_add_thomson_constraint`, `--power_s 0 / a0`): ``−log(2 − 2C) = −log z²`` for
+  the euclidean distance (twice the thesis term) and ``−log(θ/π + 1e-4)`` for the
+  angular one (the thesis term itself, no factor 2). So 'code' doubles the
+  euclidean log term only; for 'angular' and 'normalized_angular' both forms agree.
+  `MHE` and `CoMHE` default to 'code'.
+
+Citation keys: [T-x.y] is equation x.y of W. Liu, "Deep Representation Learning
+on Hypersphere" (PhD thesis, 2020; ch. 5 MHE, ch. 6 CoMHE, app. D/E), [T-5.3.4]
+a section of it; MHE is Liu et al., "Learning towards Minimum Hyperspherical
+Energy" (NeurIPS 2018), code wy1iu/MHE.
 """
 
 import functools
 import math
-import numbers
 
 import tensorflow as tf  # tf.linalg.matmul(transpose_a=...): keras.ops.matmul has no transpose flags
 from keras import ops
 
+from sphere_tf import validation
 from sphere_tf.ops import angles
 
 # Upstream constant: `sqrt(sum(w^2) + 1e-4)` in wy1iu/MHE and rmlin/CoMHE.
 DEFAULT_EPSILON = angles.DEFAULT_EPSILON
-# Floor on the squared chord distance (spec §8.2; not in the upstream code).
+# Floor on the squared chord distance: keeps duplicate neurons finite (not in the upstream
+# code, which only adds the identity to the diagonal).
 DEFAULT_DISTANCE_EPSILON = 1e-6
 # Upstream A-MHE: θ/π + 1e-4 (wy1iu/MHE `--power_s=a0/a1/a2`).
 NORMALIZED_ANGLE_EPSILON = 1e-4
@@ -62,33 +75,31 @@ LOG_FORMS = ("thesis", "code")
 REDUCTIONS = ("mean", "sum")
 
 
-def _check_args(power, distance, log_form, reduction, beta, log_space):
-    if isinstance(power, bool) or not isinstance(power, numbers.Real) or not math.isfinite(power) or power < 0:
-        raise ValueError(
-            f"Invalid value for argument `power`: expected a finite number >= 0. Received: power={power!r}"
-        )
-    if distance not in DISTANCES:
-        raise ValueError(
-            f"Invalid value for argument `distance`: expected one of {DISTANCES}. Received: distance={distance!r}"
-        )
-    if log_form not in LOG_FORMS:
-        raise ValueError(
-            f"Invalid value for argument `log_form`: expected one of {LOG_FORMS}. Received: log_form={log_form!r}"
-        )
-    if reduction not in REDUCTIONS:
-        raise ValueError(
-            f"Invalid value for argument `reduction`: expected one of {REDUCTIONS}. "
-            f"Received: reduction={reduction!r}"
-        )
+def check_energy_args(power, distance, log_form="thesis", reduction="mean", beta=None, log_space=False):
+    """Validates the arguments every energy entry point shares (`hyperspherical_energy` and its callers).
+
+    Args:
+        power: finite float >= 0, the Riesz exponent s.
+        distance: one of `DISTANCES`.
+        log_form: one of `LOG_FORMS`.
+        reduction: one of `REDUCTIONS`.
+        beta: None or per-neuron weights (euclidean distance only, [T-D.10]).
+        log_space: bool, only for power > 0.
+
+    Raises:
+        ValueError: naming the first invalid argument.
+    """
+    validation.non_negative_float(power, "power")
+    validation.one_of(distance, "distance", DISTANCES)
+    validation.one_of(log_form, "log_form", LOG_FORMS)
+    validation.one_of(reduction, "reduction", REDUCTIONS)
     if beta is not None and distance != "euclidean":
-        raise ValueError(
-            "Invalid value for argument `beta`: weighted MHE [T-D.10] is defined for the euclidean distance "
-            f"only. Received: beta with distance={distance!r}"
+        raise validation.invalid_argument(
+            "beta", f"None for distance={distance!r} (weighted MHE [T-D.10] is euclidean only)", beta
         )
     if log_space and power == 0:
-        raise ValueError(
-            "Invalid value for argument `log_space`: log E_s is only defined for power > 0 (E_0 can be "
-            "negative). Received: log_space=True with power=0"
+        raise validation.invalid_argument(
+            "log_space", "False for power=0 (log E_s needs E_s > 0, and E_0 can be negative)", log_space
         )
 
 
@@ -113,12 +124,10 @@ def neuron_matrix(weights):
 
 def normalized_neurons(weights, epsilon=DEFAULT_EPSILON):
     """Columns ŵ = w / sqrt(‖w‖² + ε) of the neuron matrix, float32 `(d, N)`."""
-    w2d = neuron_matrix(weights)
-    norm = ops.sqrt(ops.sum(ops.square(w2d), axis=0, keepdims=True) + epsilon)
-    return w2d / norm
+    return angles.normalize(neuron_matrix(weights), axis=0, epsilon=epsilon)[0]
 
 
-def _gram(w, scale=1.0):
+def gram(w, scale=1.0):
     """G = scale·WᵀW for `w` of shape `(..., d, N)` (leading axes batch), with a one-matmul gradient.
 
     ```
@@ -135,11 +144,16 @@ def _gram(w, scale=1.0):
     gradient is written in differentiable TF ops, so nested tapes (the unrolled
     AP/Adv-CoMHE steps) differentiate through it as through the plain product.
 
-    Batched inputs (RP-CoMHE's (C, k, N) projected neurons) use `tf.einsum`:
-    on CPU, for (5, 30, 256), it was faster than one batched matmul with the
-    same symmetric gradient in 6 of 6 interleaved runs (by 0.06–0.6 ms per
-    value + gradient, i.e. a few %) and than a loop of C plain matmuls
-    (docs/regularizers.md, Run 6).
+    Batched inputs (RP-CoMHE's (C, k, N) projected neurons) use `tf.einsum`,
+    measured against one batched matmul and a loop of C plain products in
+    docs/regularizers.md (performance notes).
+
+    Args:
+        w: float tensor `(..., d, N)`.
+        scale: Python float multiplying the result.
+
+    Returns:
+        `(..., N, N)` tensor, `scale·WᵀW`.
     """
     if len(w.shape) == 2:
         # tf.linalg.matmul: keras.ops.matmul has no transpose flags, and
@@ -161,7 +175,7 @@ def _gram(w, scale=1.0):
 
     # tf.custom_gradient: keras.ops has no custom gradients.
     @tf.custom_gradient
-    def gram(w):
+    def scaled_gram(w):
         scaled = w if scale == 1.0 else float(scale) * w
         value = product(scaled, w)
 
@@ -170,16 +184,16 @@ def _gram(w, scale=1.0):
 
         return value, grad
 
-    return gram(w)
+    return scaled_gram(w)
 
 
 def cosine_gram(weights, epsilon=DEFAULT_EPSILON):
     """C = ŴᵀŴ, the (N, N) cosine matrix of a layer's neurons (float32).
 
     Matches the upstream ``(WᵀW) / (‖w‖ᵀ‖w‖)`` with ``‖w‖ = sqrt(Σw² + ε)``, so
-    C_ii = ‖w_i‖²/(‖w_i‖² + ε) < 1. The product uses `_gram` (one-matmul gradient).
+    C_ii = ‖w_i‖²/(‖w_i‖² + ε) < 1. The product uses `gram` (one-matmul gradient).
     """
-    return _gram(normalized_neurons(weights, epsilon))
+    return gram(normalized_neurons(weights, epsilon))
 
 
 def _doubled_cosines(weights, epsilon=DEFAULT_EPSILON):
@@ -189,12 +203,13 @@ def _doubled_cosines(weights, epsilon=DEFAULT_EPSILON):
     rather than normalising W first; the squared norms Σw² are the Gram's
     diagonal, so no (d, N) elementwise pass (or its gradient) is needed, only
     (N, N) ones. Equal to `2·cosine_gram(weights, epsilon)` up to float32
-    rounding; the factor 2 rides on one norm factor (exact).
+    rounding; the factor 2 rides on one norm factor (exact). Not
+    `angles.normalize`: the norms come from the Gram's diagonal on purpose.
     """
-    # `_gram`: WᵀW without a transposed copy, gradient W·(Ḡ + Ḡᵀ) in one matmul.
-    gram = _gram(neuron_matrix(weights))
-    inv_norm = ops.rsqrt(ops.diagonal(gram) + epsilon)
-    return gram * (ops.reshape(2.0 * inv_norm, (-1, 1)) * ops.reshape(inv_norm, (1, -1)))
+    # `gram`: WᵀW without a transposed copy, gradient W·(Ḡ + Ḡᵀ) in one matmul.
+    raw = gram(neuron_matrix(weights))
+    inv_norm = ops.rsqrt(ops.diagonal(raw) + epsilon)
+    return raw * (ops.reshape(2.0 * inv_norm, (-1, 1)) * ops.reshape(inv_norm, (1, -1)))
 
 
 def _log_distance(cos, beta_i, beta_j, distance, distance_epsilon):
@@ -211,23 +226,35 @@ def _log_distance(cos, beta_i, beta_j, distance, distance_epsilon):
     return ops.log(theta / math.pi + NORMALIZED_ANGLE_EPSILON)
 
 
-def _masked_terms(log_z_blocks, power, log_form):
-    """Per-pair energy exponents/terms for each (log_z, mask) block."""
-    if power == 0:
-        scale = 2.0 if log_form == "code" else 1.0
-        return [(-scale * log_z, mask) for log_z, mask in log_z_blocks]
-    return [(-float(power) * log_z, mask) for log_z, mask in log_z_blocks]
+def log_term_scale(distance, log_form):
+    """The factor c of the s = 0 term ``−c·log z``.
+
+    ```
+    thesis [T-5.1]:            f_0(z) = log(1/z)                  c = 1
+    code, euclidean:           −log(2 − 2C) = −log z²             c = 2   (wy1iu/MHE `--power_s 0`)
+    code, normalized_angular:  −log(θ/π + 1e-4)                   c = 1   (wy1iu/MHE `--power_s a0`)
+    code, angular:             −log θ (the a0 form without /π)    c = 1
+    ```
+    """
+    return 2.0 if log_form == "code" and distance == "euclidean" else 1.0
+
+
+def _masked_terms(log_z_blocks, power, distance, log_form):
+    """Per-pair energy exponents (power > 0) or log terms (power = 0) for each (log_z, mask) block."""
+    factor = log_term_scale(distance, log_form) if power == 0 else float(power)
+    return [(-factor * log_z, mask) for log_z, mask in log_z_blocks]
 
 
 def _reduce(blocks, power, count, reduction, log_space):
     """Sum (or mean) over the selected entries of every block, per batch entry.
 
-    Each block is `(x, mask)` with x of shape `(..., N, N)`; the last two axes
+    Each block is `(x, mask)` with x of shape `(..., M, N)`; the last two axes
     are reduced, leading (batch) axes are kept. For power > 0 the blocks hold
     exponents x = −s log z and the result is Σ exp(x), computed with a max
-    shift taken separately for every batch entry so nothing overflows.
+    shift taken separately for every batch entry so nothing overflows. `count`
+    (the mean's divisor) may be a Python number or a float32 scalar tensor.
     """
-    divisor = float(count) if reduction == "mean" else 1.0
+    divisor = count if reduction == "mean" else 1.0
     pair_axes = (-2, -1)
     if power == 0:
         total = 0.0
@@ -245,7 +272,8 @@ def _reduce(blocks, power, count, reduction, log_space):
     for x, mask in blocks:
         # where() before exp(): masked entries become exp(-inf) = 0 with zero gradient.
         total = total + ops.sum(ops.exp(ops.where(mask, x - shift, neg_inf)), axis=pair_axes)
-    log_value = ops.log(total) + ops.squeeze(shift, axis=pair_axes) - math.log(divisor)
+    log_divisor = math.log(divisor) if isinstance(divisor, (int, float)) else ops.log(divisor)
+    log_value = ops.log(total) + ops.squeeze(shift, axis=pair_axes) - log_divisor
     if log_space:
         return log_value
     return ops.exp(ops.minimum(log_value, _LOG_ENERGY_MAX))
@@ -307,7 +335,7 @@ def _direct_riesz_sum(doubled_cos, power, half_space, beta, distance_epsilon):
     return total
 
 
-def _energy_from_cosines(
+def energy_from_cosines(
     cos=None,
     power=2,
     distance="euclidean",
@@ -354,7 +382,8 @@ def _energy_from_cosines(
     else:
         beta_i = beta_j = None
     off_diagonal = ops.logical_not(ops.cast(ops.eye(n), "bool"))
-    # Replace the diagonal by a harmless cosine *before* the log (spec §8.1).
+    # Replace the diagonal by a harmless cosine *before* the log: masking infinities
+    # afterwards (inf·0) would give NaN gradients.
     cos_off = ops.where(off_diagonal, cos, 0.0)
     blocks = [(_log_distance(cos_off, beta_i, beta_j, distance, distance_epsilon), off_diagonal)]
     if half_space:
@@ -363,7 +392,7 @@ def _energy_from_cosines(
         blocks.append((_log_distance(-cos, beta_i, beta_j, distance, distance_epsilon), everything))
         # The 2N points give each of these two blocks twice; the factor 2 cancels
         # in the mean: [2 S_+ + 2 S_-] / (2N(2N−1)) = (S_+ + S_-) / (N(2N−1)).
-    terms = _masked_terms(blocks, power, log_form)
+    terms = _masked_terms(blocks, power, distance, log_form)
     result = _reduce(terms, power, count, reduction, log_space)
     if half_space and reduction == "sum":
         result = result + math.log(2.0) if log_space else 2.0 * result
@@ -404,8 +433,10 @@ def hyperspherical_energy(
         half_space: bool, add the virtual neurons −ŵ_k (hidden layers only).
         beta: optional float tensor `(N,)` of positive per-neuron weights β_i
             (euclidean distance only). Virtual half-space neurons share β.
-        log_form: 'thesis' (f_0 = log(1/z), default) or 'code' (−log z², 2×, as
-            in wy1iu/MHE); only used when power = 0.
+        log_form: 'thesis' (f_0 = log(1/z), default) or 'code' (wy1iu/MHE:
+            −log z² = 2× the thesis term for the euclidean distance, the
+            thesis term itself for the angular ones; see `log_term_scale`).
+            Only used when power = 0.
         epsilon: float >= 0 inside the neuron norm sqrt (upstream 1e-4).
         distance_epsilon: float > 0, floor on the squared chord distance.
         reduction: 'mean' (over ordered pairs, [T-5.4]) or 'sum' (Eq 5.1 itself,
@@ -419,20 +450,16 @@ def hyperspherical_energy(
     Raises:
         ValueError: on an invalid argument.
     """
-    _check_args(power, distance, log_form, reduction, beta, log_space)
-    if epsilon < 0:
-        raise ValueError(f"Invalid value for argument `epsilon`: expected >= 0. Received: epsilon={epsilon}")
-    if distance_epsilon <= 0:
-        raise ValueError(
-            f"Invalid value for argument `distance_epsilon`: expected > 0. Received: distance_epsilon={distance_epsilon}"
-        )
+    check_energy_args(power, distance, log_form, reduction, beta, log_space)
+    validation.non_negative_float(epsilon, "epsilon")
+    validation.positive_float(distance_epsilon, "distance_epsilon")
     doubled_cos = _doubled_cosines(weights, epsilon)
     n = doubled_cos.shape[-1]
     if n is None:
         raise ValueError("Invalid value for argument `weights`: the number of neurons must be static.")
     if n < 2 and not half_space:
         return ops.zeros((), "float32")
-    return _energy_from_cosines(
+    return energy_from_cosines(
         doubled_cos=doubled_cos,
         power=power,
         distance=distance,
@@ -475,7 +502,7 @@ def data_dependent_energy(
     Returns:
         float32 scalar.
     """
-    _check_args(power, distance, log_form, "mean", None, False)
+    check_energy_args(power, distance, log_form)
     cos = cosine_gram(kernel, epsilon)
     n = cos.shape[-1]
     if n < 2:
@@ -485,21 +512,17 @@ def data_dependent_energy(
     mask = ops.logical_not(ops.cast(ops.one_hot(labels, n), "bool"))
     rows = ops.where(mask, rows, 0.0)
     log_z = _log_distance(rows, None, None, distance, distance_epsilon)
-    m = ops.cast(ops.shape(labels)[0], "float32")
-    if power == 0:
-        scale = 2.0 if log_form == "code" else 1.0
-        total = ops.sum(ops.where(mask, -scale * log_z, 0.0))
-        return total / (m * (n - 1))
-    x = -float(power) * log_z
-    shift = ops.stop_gradient(ops.max(ops.where(mask, x, float("-inf"))))
-    total = ops.sum(ops.exp(ops.where(mask, x - shift, float("-inf"))))
-    log_value = ops.log(total) + shift - ops.log(m * (n - 1))
-    return ops.exp(ops.minimum(log_value, _LOG_ENERGY_MAX))
+    count = ops.cast(ops.shape(labels)[0], "float32") * float(n - 1)
+    terms = _masked_terms([(log_z, mask)], power, distance, log_form)
+    return ops.cast(_reduce(terms, power, count, "mean", False), "float32")
 
 
-# Registry of named energies, keyed like the upstream `--power_s` flag
-# (wy1iu/MHE: 0, 1, 2 euclidean; a0, a1, a2 angular). Each entry is
-# `fn(weights, **kwargs) -> scalar`; general s is `hyperspherical_energy(power=s)`.
+# Registry of named energies, named after the upstream `--power_s` flag
+# (wy1iu/MHE `code/train.py`: 0, 1, 2 euclidean; a0, a1, a2 angular) but in the
+# thesis forms: log(1/z) for s = 0 and θ in radians [T-5.5] for 'a*' (upstream's
+# θ/π + 1e-4 is distance='normalized_angular', its −log z² log_form='code').
+# Each entry is `fn(weights, **kwargs) -> scalar`; general s is
+# `hyperspherical_energy(power=s)`.
 ENERGY_FNS = {
     "s0": functools.partial(hyperspherical_energy, power=0, distance="euclidean"),
     "s1": functools.partial(hyperspherical_energy, power=1, distance="euclidean"),

@@ -130,3 +130,9 @@ def padding(value, name="padding"):
     if not isinstance(value, str) or value.lower() not in ("valid", "same"):
         raise invalid_argument(name, "'valid' or 'same'", value)
     return value.lower()
+
+
+def plain_number(value):
+    """`value` as a Python int when it is integral, else a float (JSON-friendly configs: `power=2` stays 2)."""
+    value = float(value)
+    return int(value) if value.is_integer() else value

@@ -15,6 +15,7 @@ The `keras.metrics.Metric` wrappers average the per-batch values over batches.
 import keras
 from keras import ops
 
+from sphere_tf import validation
 from sphere_tf.ops import angles
 
 # ε inside the norms (zero features and empty classes stay finite).
@@ -27,7 +28,7 @@ def _one_hot(labels, num_classes):
 
 
 def _unit(v, epsilon):
-    return v / ops.sqrt(ops.sum(ops.square(v), axis=-1, keepdims=True) + epsilon)
+    return angles.normalize(v, axis=-1, epsilon=epsilon)[0]
 
 
 def class_directions(features, labels, num_classes, epsilon=EPSILON):
@@ -112,12 +113,7 @@ class _BatchAverage(keras.metrics.Metric):
 
     def __init__(self, num_classes, name=None, dtype=None):
         super().__init__(name=name, dtype=dtype)
-        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
-            raise ValueError(
-                "Invalid value for argument `num_classes`: expected an int >= 2. "
-                f"Received: num_classes={num_classes!r}"
-            )
-        self.num_classes = num_classes
+        self.num_classes = validation.integer(num_classes, "num_classes", minimum=2)
         self.total = self.add_variable(shape=(), initializer="zeros", dtype="float32", name="total")
         self.count = self.add_variable(shape=(), initializer="zeros", dtype="float32", name="count")
 

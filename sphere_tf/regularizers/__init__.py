@@ -6,6 +6,7 @@ like `keras.regularizers.get`; unknown names fall through to Keras's own.
 
 import keras
 
+from sphere_tf.regularizers import random_state  # noqa: F401  (public: seeds and step counter)
 from sphere_tf.regularizers.comhe import CoMHE
 from sphere_tf.regularizers.mhe import MHE
 from sphere_tf.regularizers.mhe import DataDependentMHE

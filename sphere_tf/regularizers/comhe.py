@@ -9,7 +9,7 @@ One regularizer class, four projections:
   with `share_projections=True` the key is the neuron dimension, so layers of
   equal dimension get the very same P in a step (thesis default; the upstream
   code gets the same sharing from equal op seeds). The step comes from a
-  counter variable advanced once per train step (see `_step.StepCounter`).
+  counter variable advanced once per train step (see `random_state.StepCounter`).
 * 'angle_preserving' (AP-CoMHE, Eqs 6.6/6.7, unrolled): a learnable P per layer
   (N(0, 1) init) held by the regularizer as a *non-trainable* variable, so the
   model optimizer never sees it. Each call: the angle loss
@@ -25,10 +25,13 @@ One regularizer class, four projections:
 * 'group' (G-CoMHE, Eq 6.9): P_c are 0/1 diagonal masks selecting groups of
   `group_size` consecutive input channels (8 in the thesis); energies averaged.
 
+Each projection is one small class in `PROJECTIONS` (name -> class); the
+regularizer builds one for its `projection` and hands it every kernel.
+
 Every variant uses half-space MHE with s = 2 by default (thesis §6.6.1), and falls
 back to plain (half-space) MHE when the neuron dimension is not larger than the
-projection dimension (the upstream code does this for the 27-dimensional first
-conv). The output layer should get `MHE(role='output')` (upstream: weight 10).
+projection dimension (rmlin/CoMHE `architecture.py` does this for the
+27-dimensional first conv). The output layer should get `MHE(role='output')` (upstream: weight 10).
 
 State and Keras plumbing: the step counter (a `keras.Variable`) and the
 learnable P (a `tf.Variable`, since Keras refuses to create its own variables
@@ -47,11 +50,12 @@ import tensorflow as tf  # stateless RNG, nested GradientTape, init_scope: no ke
 from keras import ops
 
 from sphere_tf import energy
+from sphere_tf import validation
+from sphere_tf.ops import angles
 from sphere_tf.ops.xla_context import in_xla_context
-from sphere_tf.regularizers import _step
-from sphere_tf.regularizers import mhe as mhe_lib
+from sphere_tf.regularizers import random_state
+from sphere_tf.regularizers.mhe import check_energy_regularizer_args
 
-PROJECTIONS = ("random", "angle_preserving", "adversarial", "group")
 AGGREGATIONS = ("mean", "max")
 # Thesis §6.6.1 defaults: projection dimension 30, 5 random projections (1 for AP/Adv).
 DEFAULT_NUM_PROJECTIONS = {"random": 5, "angle_preserving": 1, "adversarial": 1, "group": None}
@@ -70,8 +74,8 @@ def standard_normal(shape, seed):
     (1 − u₁ ∈ (0, 1], so the log is finite; tails reach ±5.6σ, as in TF's own
     sampler, which uses the same transform with the same 23-bit uniforms).
     Note: `tf.random.stateless_normal` does the transform one element at a
-    time; these four vectorised elementwise passes are ~1.5× faster on CPU
-    (the draw is ~40% of RP-CoMHE's cost on a (2048, 256) kernel).
+    time; these four vectorised elementwise passes are faster on CPU, where the
+    draw is a large part of RP-CoMHE's cost (docs/regularizers.md).
     """
     total = math.prod(shape)
     half = (total + 1) // 2
@@ -84,21 +88,246 @@ def standard_normal(shape, seed):
     return ops.reshape(z, shape)
 
 
-def _energy_from_cosines(doubled_cos, power, half_space, log_form):
-    return energy._energy_from_cosines(
-        doubled_cos=doubled_cos, power=power, half_space=half_space, log_form=log_form
-    )
+def _pair_energies(doubled_cos, power, half_space, log_form):
+    return energy.energy_from_cosines(doubled_cos=doubled_cos, power=power, half_space=half_space, log_form=log_form)
 
 
-_energy_from_cosines_xla = tf.function(_energy_from_cosines, jit_compile=True, autograph=False)
+_pair_energies_xla = tf.function(_pair_energies, jit_compile=True, autograph=False)
 
 
-def _bad(name, expected, value):
-    return mhe_lib._bad(name, expected, value)
+def _non_model_variable(make_value, name):
+    """A non-trainable float32/int64 `tf.Variable` of `make_value()`, created eagerly (`tf.init_scope`).
+
+    Aggregation 'only_first_replica' (well defined under tf.distribute). A
+    tf.Variable, not keras.Variable: Keras forbids creating the latter inside
+    the stateless scope some of its internal passes use.
+    """
+    with tf.init_scope():
+        return tf.Variable(
+            make_value(), trainable=False, aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA, name=name
+        )
 
 
-def _is_int(value, minimum):
-    return not isinstance(value, bool) and isinstance(value, int) and value >= minimum
+def draw_projections(reg, key, d, step):
+    """RP-CoMHE's C projections of regularizer `reg` at `step`, stored transposed side by side: `(d, C·k)`.
+
+    Column c·k + r is row r of P_c. A pure function of `reg.seed`, `key` and the
+    block ``step // reg.resample_every``.
+    """
+    block = ops.cast(step, "int64") // reg.resample_every
+    seed = ops.stack([ops.cast(random_state.stable_key(key) ^ reg.seed, "int64"), block])
+    return standard_normal((d, reg.num_projections * reg.projection_dim), seed)
+
+
+class _Projection:
+    """One CoMHE projection algorithm; `__call__(x)` is its energy of kernel `x` (float32 scalar).
+
+    Built from the regularizer `reg` (settings and restored state); holds
+    whatever state the algorithm needs and exposes it through `step_variable`,
+    `step_value()`, `advance()` and `learned_variables()`.
+    """
+
+    step_variable = None
+
+    def __init__(self, reg):
+        self.reg = reg
+
+    def learned_variables(self):
+        return {}
+
+    def step_value(self):
+        return 0
+
+    def advance(self):
+        pass
+
+    def __call__(self, x):
+        w2d = energy.neuron_matrix(x)
+        d, n = w2d.shape
+        if d <= self.reg.projection_dim:  # nothing to compress: plain (half-space) MHE
+            return self.reg._energy(w2d)
+        return self.projected(x, w2d)
+
+    def projected(self, x, w2d):
+        raise NotImplementedError
+
+    def key(self, x, d, n):
+        """The state key of kernel `x`: its variable path, else its shape."""
+        return random_state.variable_key(x) or f"dim{d}x{n}"
+
+
+class RandomProjection(_Projection):
+    """RP-CoMHE [T-6.4], [T-6.5]: C fresh Gaussian projections, energies averaged (or maximised)."""
+
+    def __init__(self, reg):
+        super().__init__(reg)
+        self.counter = random_state.StepCounter(reg._initial_step)
+        self.step_variable = self.counter.variable
+        self._cache = {}
+
+    def step_value(self):
+        return self.counter.numpy_value()
+
+    def advance(self):
+        self.counter.advance()
+
+    def key(self, x, d, n):
+        return f"dim{d}" if self.reg.share_projections else super().key(x, d, n)
+
+    def projected(self, x, w2d):
+        d, n = w2d.shape
+        step = self.counter.step_for(x)
+        return self.reg._projected_energy(w2d, self.projections_at(self.key(x, d, n), d, step),
+                                          self.reg.num_projections)
+
+    def projections_at(self, key, d, step):
+        """`draw_projections(reg, key, d, step)`, drawn only when `step // resample_every` changes.
+
+        With `resample_every` > 1 the draw of a block is kept in a non-model
+        variable and reused until the block ends (the same numbers as a fresh draw:
+        the draw is a pure function of seed, key and block, so the cache needs no
+        saving and a reloaded model redraws the same P). Every step draws anew
+        when `resample_every` is 1 (the default, as upstream).
+        """
+        reg = self.reg
+        if reg.resample_every == 1:
+            return draw_projections(reg, key, d, step)
+        if key not in self._cache:
+            # Block −1 = empty.
+            self._cache[key] = (
+                _non_model_variable(lambda: tf.constant(-1, tf.int64), "comhe_block"),
+                _non_model_variable(lambda: tf.zeros((d, reg.num_projections * reg.projection_dim), tf.float32),
+                                    "comhe_projection_cache"),
+            )
+        block_var, p_var = self._cache[key]
+        block = ops.cast(step, "int64") // reg.resample_every
+        # Only the draw sits in the branch: assigning a tf.distribute variable inside
+        # control flow would need a cross-replica sync there, which TF does not allow.
+        p = ops.cond(
+            ops.equal(block, ops.convert_to_tensor(block_var)),
+            lambda: ops.convert_to_tensor(p_var),
+            lambda: draw_projections(reg, key, d, step),
+        )
+        with tf.control_dependencies([p_var.assign(p), block_var.assign(block)]):
+            return tf.identity(p)
+
+
+class _LearnedProjection(_Projection):
+    """A learnable P per layer with an unrolled step and its own SGD steps (AP- and Adv-CoMHE).
+
+    ``P' = P + sign·η·∂J/∂P`` (unrolled, second-order terms reach W) and P's own
+    steps descend ``−sign·J + decay·‖P‖²/2``; sign = −1 minimises the objective J
+    (angle preserving), +1 maximises it (adversarial).
+    """
+
+    sign = -1.0
+
+    def __init__(self, reg):
+        super().__init__(reg)
+        self.initial_state = reg._initial_state
+        self.variables = {}
+
+    def learned_variables(self):
+        return dict(self.variables)
+
+    def objective(self, p, w_hat, cos_w):
+        raise NotImplementedError
+
+    def variable_for(self, key, d):
+        if key not in self.variables:
+            reg = self.reg
+            init = self.initial_state.get(key)
+
+            def make_value():
+                if init is None:
+                    return tf.random.stateless_normal(
+                        (reg.projection_dim, d), seed=[random_state.stable_key(key) ^ reg.seed, 0]
+                    )
+                return tf.convert_to_tensor(init, tf.float32)
+
+            self.variables[key] = _non_model_variable(make_value, "comhe_projection")
+        return self.variables[key]
+
+    def projected(self, x, w2d):
+        reg = self.reg
+        d, n = w2d.shape
+        var = self.variable_for(self.key(x, d, n), d)
+        p = tf.convert_to_tensor(var)
+        w_hat = energy.normalized_neurons(w2d, reg.epsilon)
+        cos_w = energy.cosine_gram(w2d, reg.epsilon)
+        if reg.unroll:
+            with tf.GradientTape() as inner:
+                inner.watch(p)
+                inner_loss = self.objective(p, w_hat, cos_w)
+            p_used = p + self.sign * reg.inner_lr * inner.gradient(inner_loss, p)
+        else:
+            p_used = ops.stop_gradient(p)
+        value = reg._energy(ops.matmul(p_used, w_hat))
+        # P's own optimisation (separate from the model optimizer), on frozen W.
+        if reg.projection_steps:
+            new_p = ops.stop_gradient(p)
+            w_frozen, cos_frozen = ops.stop_gradient(w_hat), ops.stop_gradient(cos_w)
+            for _ in range(reg.projection_steps):
+                with tf.GradientTape() as own:
+                    own.watch(new_p)
+                    own_loss = -self.sign * self.objective(new_p, w_frozen, cos_frozen)
+                    own_loss = own_loss + 0.5 * reg.projection_decay * ops.sum(ops.square(new_p))
+                new_p = new_p - reg.projection_lr * own.gradient(own_loss, new_p)
+            var.assign(ops.stop_gradient(new_p))
+        return value
+
+
+class AnglePreservingProjection(_LearnedProjection):
+    """AP-CoMHE [T-6.6], [T-6.7]: P minimises ``L_P = ‖cos(PŴ) − cos(Ŵ)‖_F``.
+
+    As rmlin/CoMHE `angle_projection/architecture.py`: cosine Gram matrices, non-squared Frobenius norm.
+    """
+
+    sign = -1.0
+
+    def objective(self, p, w_hat, cos_w):
+        cos_p = energy.cosine_gram(ops.matmul(p, w_hat), self.reg.epsilon)
+        return ops.sqrt(ops.sum(ops.square(cos_p - cos_w)) + _FROBENIUS_EPSILON)
+
+
+class AdversarialProjection(_LearnedProjection):
+    """Adv-CoMHE [T-6.8]: P maximises the projected energy (rmlin/CoMHE `adversarial_projection/`)."""
+
+    sign = 1.0
+
+    def objective(self, p, w_hat, cos_w):
+        del cos_w
+        # rmlin/CoMHE ascends the projected *full-space* energy.
+        return self.reg._energy(ops.matmul(p, w_hat), half_space=False)
+
+
+class GroupProjection(_Projection):
+    """G-CoMHE [T-6.9]: energies of groups of `group_size` consecutive input channels, averaged."""
+
+    def __call__(self, x):
+        reg = self.reg
+        w = ops.cast(x, "float32")
+        if len(w.shape) < 2:
+            energy.neuron_matrix(w)  # raises the standard error
+        n = w.shape[-1]
+        channels = w.shape[-2] if len(w.shape) > 2 else w.shape[0]
+        w3 = ops.reshape(w, (-1, channels, n))
+        if channels <= reg.group_size:
+            return reg._energy(ops.reshape(w3, (-1, n)))
+        energies = []
+        for start in range(0, channels, reg.group_size):
+            group = w3[:, start : start + reg.group_size, :]
+            energies.append(reg._energy(ops.reshape(group, (-1, n))))
+        return ops.mean(ops.stack(energies))
+
+
+# Projection name -> algorithm class.
+PROJECTIONS = {
+    "random": RandomProjection,
+    "angle_preserving": AnglePreservingProjection,
+    "adversarial": AdversarialProjection,
+    "group": GroupProjection,
+}
 
 
 @keras.saving.register_keras_serializable(package="sphere_tf")
@@ -136,7 +365,8 @@ class CoMHE(keras.regularizers.Regularizer):
         step: int, initial value of the step counter (restored from configs).
         projection_state: dict key -> nested list, learned P values (restored
             from configs; leave None).
-        log_form: 'code' or 'thesis' (s = 0 only).
+        log_form: 'code' or 'thesis' (s = 0 only; the euclidean energy, so
+            'code' is ``−log z²``, twice the thesis term, as in `MHE`).
         epsilon: float >= 0 inside the neuron norm (upstream 1e-4).
     """
 
@@ -163,56 +393,48 @@ class CoMHE(keras.regularizers.Regularizer):
         log_form="code",
         epsilon=energy.DEFAULT_EPSILON,
     ):
-        mhe_lib._check_common(factor, power, "euclidean", log_form, epsilon)
-        if projection not in PROJECTIONS:
-            raise _bad("projection", f"one of {PROJECTIONS}", projection)
-        if not _is_int(projection_dim, 1):
-            raise _bad("projection_dim", "an int >= 1", projection_dim)
+        factor, power, epsilon = check_energy_regularizer_args(factor, power, "euclidean", log_form, epsilon)
+        validation.one_of(projection, "projection", PROJECTIONS)
+        projection_dim = validation.integer(projection_dim, "projection_dim", minimum=1)
         if num_projections is None:
             num_projections = DEFAULT_NUM_PROJECTIONS[projection]
-        if projection != "group" and not _is_int(num_projections, 1):
-            raise _bad("num_projections", "an int >= 1", num_projections)
-        if aggregation not in AGGREGATIONS:
-            raise _bad("aggregation", f"one of {AGGREGATIONS}", aggregation)
-        if not _is_int(resample_every, 1):
-            raise _bad("resample_every", "an int >= 1", resample_every)
-        if not _is_int(group_size, 1):
-            raise _bad("group_size", "an int >= 1", group_size)
-        for name, value in (("inner_lr", inner_lr), ("projection_lr", projection_lr)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
-                raise _bad(name, "a float > 0", value)
+        if projection != "group":
+            num_projections = validation.integer(num_projections, "num_projections", minimum=1)
+        validation.one_of(aggregation, "aggregation", AGGREGATIONS)
+        resample_every = validation.integer(resample_every, "resample_every", minimum=1)
+        group_size = validation.integer(group_size, "group_size", minimum=1)
+        inner_lr = validation.positive_float(inner_lr, "inner_lr")
+        projection_lr = validation.positive_float(projection_lr, "projection_lr", allow_none=True)
         if projection_steps is None:
             projection_steps = DEFAULT_PROJECTION_STEPS.get(projection, 0)
-        if not _is_int(projection_steps, 0):
-            raise _bad("projection_steps", "an int >= 0", projection_steps)
-        if isinstance(projection_decay, bool) or not isinstance(projection_decay, (int, float)) or projection_decay < 0:
-            raise _bad("projection_decay", "a float >= 0", projection_decay)
-        self.factor = float(factor)
+        projection_steps = validation.integer(projection_steps, "projection_steps", minimum=0)
+        projection_decay = validation.non_negative_float(projection_decay, "projection_decay")
+        self.factor = factor
         self.projection = projection
         self.projection_dim = projection_dim
         self.num_projections = num_projections
         self.aggregation = aggregation
         self.resample_every = resample_every
         self.share_projections = bool(share_projections)
-        self.power = mhe_lib.as_number(power)
+        self.power = power
         self.half_space = bool(half_space)
         self.group_size = group_size
-        self.inner_lr = float(inner_lr)
-        self.projection_lr = float(projection_lr if projection_lr is not None else inner_lr)
+        self.inner_lr = inner_lr
+        self.projection_lr = projection_lr if projection_lr is not None else inner_lr
         self.projection_steps = projection_steps
-        self.projection_decay = float(projection_decay)
+        self.projection_decay = projection_decay
         self.unroll = bool(unroll)
         self.seed = int(seed)
         self.log_form = log_form
-        self.epsilon = float(epsilon)
+        self.epsilon = epsilon
+        self._initial_step = validation.integer(step, "step", minimum=0)
         self._initial_state = dict(projection_state or {})
-        self._projections = {}
-        self._draw_cache = {}
-        self._counter = _step.StepCounter(step) if projection == "random" else None
+        self._algorithm = PROJECTIONS[projection](self)
 
-    # -- helpers ----------------------------------------------------------------
+    # -- shared by the projections ------------------------------------------------
 
     def _energy(self, w2d, half_space=None):
+        """Energy of the neurons (columns) of `w2d` with this regularizer's settings."""
         return energy.hyperspherical_energy(
             w2d,
             power=self.power,
@@ -221,65 +443,23 @@ class CoMHE(keras.regularizers.Regularizer):
             epsilon=self.epsilon,
         )
 
-    def _key(self, x, d, n):
-        if self.share_projections and self.projection == "random":
-            return f"dim{d}"
-        return _step.variable_key(x) or f"dim{d}x{n}"
-
     def random_projections(self, dim, step, key=None):
-        """The C Gaussian matrices `(C, k, dim)` drawn at `step` (key defaults to the shared `dim<d>`)."""
-        stacked = self._draw(key or f"dim{dim}", dim, step)  # (d, C·k)
-        return ops.transpose(ops.reshape(stacked, (dim, self.num_projections, self.projection_dim)), (1, 2, 0))
+        """The C Gaussian matrices `(C, k, dim)` drawn at `step` (key defaults to the shared `dim<d>`).
 
-    def _draw(self, key, d, step):
-        """All C projections at `step`, stored transposed and side by side: `(d, C·k)`, column c·k + r = row r of P_c."""
-        block = ops.cast(step, "int64") // self.resample_every
-        seed = ops.stack([ops.cast(mhe_lib.stable_key(key) ^ self.seed, "int64"), block])
-        return standard_normal((d, self.num_projections * self.projection_dim), seed)
-
-    def _projections_at(self, key, d, step):
-        """`_draw(key, d, step)`, drawn only when `step // resample_every` changes.
-
-        With `resample_every` > 1 the draw of a block is kept in a non-model
-        variable and reused until the block ends (the same numbers `_draw` gives:
-        the draw is a pure function of seed, key and block, so the cache needs no
-        saving and a reloaded model redraws the same P). Every step draws anew
-        when `resample_every` is 1 (the default, as upstream).
+        The draw of RP-CoMHE; valid for any `projection` (it depends on `seed`,
+        `num_projections`, `projection_dim` and `resample_every` only).
         """
-        if self.resample_every == 1:
-            return self._draw(key, d, step)
-        block_var, p_var = self._draw_cache_for(key, d)
-        block = ops.cast(step, "int64") // self.resample_every
-        # Only the draw sits in the branch: assigning a tf.distribute variable inside
-        # control flow would need a cross-replica sync there, which TF does not allow.
-        p = ops.cond(
-            ops.equal(block, ops.convert_to_tensor(block_var)),
-            lambda: ops.convert_to_tensor(p_var),
-            lambda: self._draw(key, d, step),
-        )
-        with tf.control_dependencies([p_var.assign(p), block_var.assign(block)]):
-            return tf.identity(p)
-
-    def _draw_cache_for(self, key, d):
-        if key not in self._draw_cache:
-            with tf.init_scope():
-                # tf.Variable, not keras.Variable: see `_variable_for`. Block −1 = empty.
-                self._draw_cache[key] = (
-                    tf.Variable(tf.constant(-1, tf.int64), trainable=False,
-                                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA, name="comhe_block"),
-                    tf.Variable(tf.zeros((d, self.num_projections * self.projection_dim), tf.float32),
-                                trainable=False, aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
-                                name="comhe_projection_cache"),
-                )
-        return self._draw_cache[key]
+        stacked = draw_projections(self, key or f"dim{dim}", dim, step)  # (d, C·k)
+        return ops.transpose(ops.reshape(stacked, (dim, self.num_projections, self.projection_dim)), (1, 2, 0))
 
     def projected_energy(self, x, projections):
         """Aggregated energy of the neurons of `x` projected by `projections` `(C, k, d)`.
 
-        As in rmlin/CoMHE (spec §3.3), P multiplies the *raw* neuron matrix and
-        the projected columns are normalised afterwards, ``P_c w_i / sqrt(‖P_c w_i‖² + ε)``;
-        this equals Eq 6.4's ``P_c ŵ_i / ‖P_c ŵ_i‖`` since the scale of ŵ_i cancels
-        (up to where ε sits), and it skips normalising the (d, N) kernel and its gradient.
+        As in rmlin/CoMHE (`random_projection/architecture.py`), P multiplies the
+        *raw* neuron matrix and the projected columns are normalised afterwards,
+        ``P_c w_i / sqrt(‖P_c w_i‖² + ε)``; this equals Eq 6.4's
+        ``P_c ŵ_i / ‖P_c ŵ_i‖`` since the scale of ŵ_i cancels (up to where ε
+        sits), and it skips normalising the (d, N) kernel and its gradient.
         With orthonormal P columns (k ≥ d) it is MHE on W exactly (same ε).
         """
         projections = ops.cast(projections, "float32")
@@ -288,139 +468,53 @@ class CoMHE(keras.regularizers.Regularizer):
         return self._projected_energy(energy.neuron_matrix(x), stacked, c)
 
     def _projected_energy(self, w2d, stacked, c):
-        """`projected_energy` for P given as `_draw` returns it, `(d, C·k)`."""
+        """`projected_energy` for P given as `draw_projections` returns it, `(d, C·k)`."""
         d, n = w2d.shape
         k = stacked.shape[-1] // c
         # All C projections at once: (C·k, d) x (d, N) -> (C, k, N), the column
         # normalisation on the small (C, k, N) tensor, one batched Gram (C, N, N).
         # tf.linalg.matmul: keras.ops.matmul has no transpose flags; with P stored
-        # (d, C·k) neither this product nor its gradient P·g needs a transpose copy,
-        # and it was the fastest layout on CPU.
+        # (d, C·k) neither this product nor its gradient P·g needs a transpose copy.
         projected = ops.reshape(tf.linalg.matmul(stacked, w2d, transpose_a=True), (c, k, n))
-        unit = projected * ops.rsqrt(ops.sum(ops.square(projected), axis=-2, keepdims=True) + self.epsilon)
+        unit, _ = angles.normalize(projected, axis=-2, epsilon=self.epsilon)
         if n < 2 and not self.half_space:
             return ops.zeros((), "float32")
         # 2·cos (exact doubling: 2·unit scales every product and sum by 2), the form
         # the energy reduction consumes; one value per projection, each reduced on
-        # its own (finite for 'max'). `energy._gram`: one batched product forward and
+        # its own (finite for 'max'). `energy.gram`: one batched product forward and
         # one backward (symmetrised upstream gradient) instead of TF's two.
-        doubled_cos = energy._gram(unit, scale=2.0)
+        doubled_cos = energy.gram(unit, scale=2.0)
         # The C·N² pair terms are ~10 elementwise passes over (C, N, N) small tensors
-        # plus their gradients; one XLA cluster runs them as a few loops (0.84 → 0.56 ms
-        # for (5, 256, 256) on CPU, value + gradient).
-        reduce = _energy_from_cosines if in_xla_context() else _energy_from_cosines_xla
+        # plus their gradients; one XLA cluster fuses them into a few loops
+        # (docs/regularizers.md), unless the caller is already compiled by XLA.
+        reduce = _pair_energies if in_xla_context() else _pair_energies_xla
         energies = reduce(doubled_cos, self.power, self.half_space, self.log_form)
         return ops.max(energies) if self.aggregation == "max" else ops.mean(energies)
 
-    def _variable_for(self, key, d):
-        if key not in self._projections:
-            init = self._initial_state.get(key)
-            with tf.init_scope():
-                if init is None:
-                    init = tf.random.stateless_normal(
-                        (self.projection_dim, d), seed=[mhe_lib.stable_key(key) ^ self.seed, 0]
-                    )
-                # A tf.Variable, not keras.Variable: Keras forbids creating the latter
-                # inside the stateless scope some of its internal passes use.
-                self._projections[key] = tf.Variable(
-                    tf.convert_to_tensor(init, tf.float32),
-                    trainable=False,
-                    aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
-                    name="comhe_projection",
-                )
-        return self._projections[key]
-
     def projection_variables(self):
         """Dict key -> the learnable projection variable (AP/Adv), for inspection."""
-        return dict(self._projections)
-
-    def _angle_loss(self, p, w_hat, cos_w):
-        cos_p = energy.cosine_gram(ops.matmul(p, w_hat), self.epsilon)
-        return ops.sqrt(ops.sum(ops.square(cos_p - cos_w)) + _FROBENIUS_EPSILON)
-
-    def _learned(self, x, w2d):
-        d, n = w2d.shape
-        var = self._variable_for(self._key(x, d, n), d)
-        p = tf.convert_to_tensor(var)
-        w_hat = energy.normalized_neurons(w2d, self.epsilon)
-        adversarial = self.projection == "adversarial"
-
-        def objective(p_value, w_value, cos_w):
-            if adversarial:
-                # rmlin/CoMHE ascends the projected *full-space* energy.
-                return self._energy(ops.matmul(p_value, w_value), half_space=False)
-            return self._angle_loss(p_value, w_value, cos_w)
-
-        cos_w = energy.cosine_gram(w2d, self.epsilon)
-        if self.unroll:
-            with tf.GradientTape() as inner:
-                inner.watch(p)
-                inner_loss = objective(p, w_hat, cos_w)
-            grad = inner.gradient(inner_loss, p)
-            sign = 1.0 if adversarial else -1.0
-            p_used = p + sign * self.inner_lr * grad
-        else:
-            p_used = ops.stop_gradient(p)
-        value = self._energy(ops.matmul(p_used, w_hat))
-        # P's own optimisation (separate from the model optimizer), on frozen W.
-        if self.projection_steps:
-            new_p = ops.stop_gradient(p)
-            w_frozen, cos_frozen = ops.stop_gradient(w_hat), ops.stop_gradient(cos_w)
-            for _ in range(self.projection_steps):
-                with tf.GradientTape() as own:
-                    own.watch(new_p)
-                    own_loss = objective(new_p, w_frozen, cos_frozen)
-                    decay = 0.5 * self.projection_decay * ops.sum(ops.square(new_p))
-                    own_loss = -own_loss + decay if adversarial else own_loss + decay
-                new_p = new_p - self.projection_lr * own.gradient(own_loss, new_p)
-            var.assign(ops.stop_gradient(new_p))
-        return value
-
-    def _group(self, x):
-        w = ops.cast(x, "float32")
-        if len(w.shape) < 2:
-            energy.neuron_matrix(w)  # raises the standard error
-        n = w.shape[-1]
-        channels = w.shape[-2] if len(w.shape) > 2 else w.shape[0]
-        w3 = ops.reshape(w, (-1, channels, n))
-        if channels <= self.group_size:
-            return self._energy(ops.reshape(w3, (-1, n)))
-        energies = []
-        for start in range(0, channels, self.group_size):
-            group = w3[:, start : start + self.group_size, :]
-            energies.append(self._energy(ops.reshape(group, (-1, n))))
-        return ops.mean(ops.stack(energies))
+        return self._algorithm.learned_variables()
 
     # -- Keras API --------------------------------------------------------------
 
     def energy(self, x):
         """The unweighted CoMHE term (float32) for kernel `x`."""
-        if self.projection == "group":
-            return self._group(x)
-        w2d = energy.neuron_matrix(x)
-        d, n = w2d.shape
-        if d <= self.projection_dim:
-            return self._energy(w2d)
-        if self.projection == "random":
-            step = self._counter.step_for(x)
-            return self._projected_energy(w2d, self._projections_at(self._key(x, d, n), d, step), self.num_projections)
-        return self._learned(x, w2d)
+        return self._algorithm(x)
 
     def __call__(self, x):
         return self.factor * self.energy(x)
 
     def resample(self):
         """Advances the random-projection step by one (for custom loops on plain tensors)."""
-        if self._counter is not None:
-            self._counter.advance()
+        self._algorithm.advance()
 
     @property
     def step(self):
-        return None if self._counter is None else self._counter.variable
+        return self._algorithm.step_variable
 
     def get_config(self):
         state = dict(self._initial_state)
-        for key, var in self._projections.items():
+        for key, var in self.projection_variables().items():
             try:
                 state[key] = var.numpy().tolist()
             except Exception:  # called inside a trace: keep the last known values
@@ -442,7 +536,7 @@ class CoMHE(keras.regularizers.Regularizer):
             "projection_decay": self.projection_decay,
             "unroll": self.unroll,
             "seed": self.seed,
-            "step": self._counter.numpy_value() if self._counter is not None else 0,
+            "step": self._algorithm.step_value(),
             "projection_state": state or None,
             "log_form": self.log_form,
             "epsilon": self.epsilon,

@@ -7,47 +7,29 @@ callable `penalty(kernel, labels)` that plugs into
 `sphere_tf.layers.MarginHead(label_penalty=...)` (or any custom train step).
 """
 
-import numbers
-import zlib
-
 import keras
 import tensorflow as tf  # tf.random.stateless_uniform: keras.random has no stateless op
 from keras import ops
 
 from sphere_tf import energy
-from sphere_tf.regularizers import _step
+from sphere_tf import validation
+from sphere_tf.regularizers import random_state
 
 ROLES = ("hidden", "output")
-# wy1iu/MHE: hidden layers `coeff = 1`, output layer `_add_thomson_constraint_final` `coeff = 10`.
+# wy1iu/MHE `code/architecture.py`: hidden layers `coeff = 1` (`_add_thomson_constraint`),
+# output layer `coeff = 10` (`_add_thomson_constraint_final`).
 DEFAULT_FACTORS = {"hidden": 1.0, "output": 10.0}
 
 
-def _bad(name, expected, value):
-    return ValueError(f"Invalid value for argument `{name}`: expected {expected}. Received: {name}={value!r}")
+def check_energy_regularizer_args(factor, power, distance, log_form, epsilon):
+    """Validates the arguments `MHE`, `DataDependentMHE` and `CoMHE` share; returns `(factor, power, epsilon)`.
 
-
-def _check_common(factor, power, distance, log_form, epsilon):
-    if isinstance(factor, bool) or not isinstance(factor, numbers.Real) or factor < 0:
-        raise _bad("factor", "a float >= 0", factor)
-    if isinstance(power, bool) or not isinstance(power, numbers.Real) or not power >= 0 or power == float("inf"):
-        raise _bad("power", "a finite float >= 0", power)
-    if distance not in energy.DISTANCES:
-        raise _bad("distance", f"one of {energy.DISTANCES}", distance)
-    if log_form not in energy.LOG_FORMS:
-        raise _bad("log_form", f"one of {energy.LOG_FORMS}", log_form)
-    if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or epsilon < 0:
-        raise _bad("epsilon", "a float >= 0", epsilon)
-
-
-def as_number(value):
-    """A JSON-friendly Python int (integral values) or float."""
-    value = float(value)
-    return int(value) if value.is_integer() else value
-
-
-def stable_key(text):
-    """A process-independent 31-bit integer for a string (Python's hash() is salted)."""
-    return zlib.crc32(text.encode("utf-8")) & 0x7FFFFFFF
+    `power` comes back as a plain int when integral (configs keep `power=2`).
+    """
+    factor = validation.non_negative_float(factor, "factor")
+    energy.check_energy_args(power, distance, log_form)
+    epsilon = validation.non_negative_float(epsilon, "epsilon")
+    return factor, validation.plain_number(power), epsilon
 
 
 @keras.saving.register_keras_serializable(package="sphere_tf")
@@ -64,10 +46,13 @@ class MHE(keras.regularizers.Regularizer):
     kernel is regularized, never the bias. The network itself is unchanged: MHE
     normalises the neurons inside the regularizer only.
 
-    Defaults follow the authors' TF code (wy1iu/MHE): norm ``sqrt(Σw² + 1e-4)``,
-    mean over ordered pairs, hidden weight 1 and output weight 10, and for s = 0
-    the code's ``−log‖ŵ_i − ŵ_j‖²`` (`log_form='code'`; `'thesis'` gives the
-    thesis's ``log(1/‖ŵ_i − ŵ_j‖)``, half as large). The thesis prints the reverse
+    Defaults follow the authors' TF code (wy1iu/MHE `code/architecture.py`):
+    norm ``sqrt(Σw² + 1e-4)``, mean over ordered pairs, hidden weight 1 and
+    output weight 10, and for s = 0 the code's log term (`log_form='code'`):
+    ``−log‖ŵ_i − ŵ_j‖²`` for the euclidean distance (`'thesis'` gives the
+    thesis's ``log(1/‖ŵ_i − ŵ_j‖)``, half as large) and ``−log(θ/π + 1e-4)``
+    for `distance='normalized_angular'` (upstream `--power_s a0`; no factor 2,
+    so both forms agree for the angular distances). The thesis prints the reverse
     weights (λ_h = 10 full / 1 half, λ_o = 1); treat `factor` as tunable (the
     ratio output/hidden = 10 is what every released run uses).
 
@@ -78,7 +63,7 @@ class MHE(keras.regularizers.Regularizer):
 
     Mini-batch MHE [T-5.3.6]: with `num_samples=k`, each train step uses a fresh
     random subset of k neurons (stateless random keyed by `seed`, the layer and a
-    step counter; see `sphere_tf.regularizers._step`).
+    step counter; see `sphere_tf.regularizers.random_state`).
 
     Args:
         factor: float >= 0, λ; None gives 1 for hidden and 10 for output layers.
@@ -86,7 +71,8 @@ class MHE(keras.regularizers.Regularizer):
         distance: 'euclidean', 'angular' or 'normalized_angular'.
         half_space: bool, half-space MHE [T-5.3.4] (hidden layers only).
         role: 'hidden' or 'output' (output: always full space).
-        log_form: 'code' (default, upstream) or 'thesis'; s = 0 only.
+        log_form: 'code' (default, upstream) or 'thesis'; s = 0 only (see
+            `sphere_tf.energy.log_term_scale`).
         beta: optional list of per-neuron weights β_i (weighted MHE [T-D.10]).
         num_samples: optional int >= 2, neurons per random subset.
         seed: int, seed of the random subsets.
@@ -113,26 +99,23 @@ class MHE(keras.regularizers.Regularizer):
         step=0,
         epsilon=energy.DEFAULT_EPSILON,
     ):
-        if role not in ROLES:
-            raise _bad("role", f"one of {ROLES}", role)
+        validation.one_of(role, "role", ROLES)
         if factor is None:
             factor = DEFAULT_FACTORS[role]
-        _check_common(factor, power, distance, log_form, epsilon)
+        factor, power, epsilon = check_energy_regularizer_args(factor, power, distance, log_form, epsilon)
         if role == "output" and half_space:
-            raise _bad("half_space", "False for role='output' (the output layer always uses full-space MHE)", half_space)
+            raise validation.invalid_argument(
+                "half_space", "False for role='output' (the output layer always uses full-space MHE)", half_space
+            )
         if beta is not None:
-            beta = [float(b) for b in beta]
-            if not all(b > 0 for b in beta):
-                raise _bad("beta", "a list of floats > 0", beta)
+            beta = [validation.positive_float(b, "beta") for b in beta]
             if distance != "euclidean":
-                raise _bad("beta", "None unless distance='euclidean'", beta)
-        if num_samples is not None and (isinstance(num_samples, bool) or not isinstance(num_samples, int)
-                                        or num_samples < 2):
-            raise _bad("num_samples", "None or an int >= 2", num_samples)
+                raise validation.invalid_argument("beta", "None unless distance='euclidean'", beta)
+        num_samples = validation.integer(num_samples, "num_samples", minimum=2, allow_none=True)
         if beta is not None and num_samples is not None:
-            raise _bad("num_samples", "None when `beta` is given", num_samples)
-        self.factor = float(factor)
-        self.power = as_number(power)
+            raise validation.invalid_argument("num_samples", "None when `beta` is given", num_samples)
+        self.factor = factor
+        self.power = power
         self.distance = distance
         self.half_space = bool(half_space)
         self.role = role
@@ -140,8 +123,8 @@ class MHE(keras.regularizers.Regularizer):
         self.beta = beta
         self.num_samples = num_samples
         self.seed = int(seed)
-        self.epsilon = float(epsilon)
-        self._counter = _step.StepCounter(step) if num_samples is not None else None
+        self.epsilon = epsilon
+        self._counter = random_state.StepCounter(step) if num_samples is not None else None
 
     def energy(self, x):
         """The unweighted energy term (float32) for kernel `x`."""
@@ -152,8 +135,8 @@ class MHE(keras.regularizers.Regularizer):
             raise ValueError(f"`beta` has {len(beta)} entries but the kernel has {n} neurons.")
         if self.num_samples is not None and n > self.num_samples:
             step = self._counter.step_for(x)
-            key = _step.variable_key(x) or f"dim{w2d.shape[0]}x{n}"
-            seed = ops.stack([ops.cast(stable_key(key) ^ self.seed, "int64"), ops.cast(step, "int64")])
+            key = random_state.variable_key(x) or f"dim{w2d.shape[0]}x{n}"
+            seed = ops.stack([ops.cast(random_state.stable_key(key) ^ self.seed, "int64"), ops.cast(step, "int64")])
             scores = tf.random.stateless_uniform((n,), seed=seed)
             subset = ops.argsort(scores)[: self.num_samples]
             w2d = ops.take(w2d, subset, axis=1)
@@ -215,12 +198,11 @@ class DataDependentMHE:
     """
 
     def __init__(self, factor=1.0, power=2, distance="euclidean", log_form="code", epsilon=energy.DEFAULT_EPSILON):
-        _check_common(factor, power, distance, log_form, epsilon)
-        self.factor = float(factor)
-        self.power = as_number(power)
+        self.factor, self.power, self.epsilon = check_energy_regularizer_args(
+            factor, power, distance, log_form, epsilon
+        )
         self.distance = distance
         self.log_form = log_form
-        self.epsilon = float(epsilon)
 
     def __call__(self, kernel, labels):
         return self.factor * energy.data_dependent_energy(

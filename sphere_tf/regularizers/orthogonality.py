@@ -16,7 +16,7 @@ import keras
 from keras import ops
 
 from sphere_tf import energy
-from sphere_tf.regularizers import mhe as mhe_lib
+from sphere_tf import validation
 
 MODES = ("orthonormal", "orthogonal")
 
@@ -45,24 +45,18 @@ class Orthogonality(keras.regularizers.Regularizer):
 
     def __init__(self, factor=1e-5, mode="orthonormal", normalized=False, l2_loss_convention=False,
                  epsilon=energy.DEFAULT_EPSILON):
-        if isinstance(factor, bool) or not isinstance(factor, (int, float)) or factor < 0:
-            raise mhe_lib._bad("factor", "a float >= 0", factor)
-        if mode not in MODES:
-            raise mhe_lib._bad("mode", f"one of {MODES}", mode)
-        if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or epsilon < 0:
-            raise mhe_lib._bad("epsilon", "a float >= 0", epsilon)
-        self.factor = float(factor)
-        self.mode = mode
+        self.factor = validation.non_negative_float(factor, "factor")
+        self.mode = validation.one_of(mode, "mode", MODES)
         self.normalized = bool(normalized)
         self.l2_loss_convention = bool(l2_loss_convention)
-        self.epsilon = float(epsilon)
+        self.epsilon = validation.non_negative_float(epsilon, "epsilon")
 
     def __call__(self, x):
         if self.normalized:
             w = energy.normalized_neurons(x, self.epsilon)
         else:
             w = energy.neuron_matrix(x)
-        gram = ops.matmul(ops.transpose(w), w)
+        gram = energy.gram(w)
         n = gram.shape[-1]
         eye = ops.eye(n, dtype="float32")
         if self.mode == "orthonormal":

@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from sphere_tf import energy
 from sphere_tf import regularizers
+from sphere_tf import testing
 
 
 def np_hs_energy(w2d, power=2, eps=1e-4, half_space=True):
@@ -57,7 +58,7 @@ def test_random_projection_value_matches_reference(rng):
         got = float(reg(w))  # plain tensor: step stays 0
         p = reg.random_projections(72, 0).numpy()
         assert p.shape == (3, 10, 72)
-        # Upstream order (spec §3.3): project the raw kernel, normalise afterwards.
+        # Upstream order (rmlin/CoMHE `random_projection/architecture.py`): project the raw kernel, then normalise.
         per = [np_hs_energy(p[c] @ w.reshape(-1, 6)) for c in range(3)]
         want = max(per) if aggregation == "max" else np.mean(per)
         np.testing.assert_allclose(got, want, rtol=1e-4)
@@ -192,15 +193,10 @@ def test_angle_preserving_unrolled_value_and_own_step(rng):
     got = float(reg(w))  # plain array: P is created lazily, keyed by shape
     (p_var,) = reg.projection_variables().values()
     # Recreate the initial P from the seed, then the unrolled step by central finite differences.
-    p0 = tf.random.stateless_normal((k, d), seed=[regularizers.mhe.stable_key(f"dim{d}x{n}") ^ 0, 0]).numpy()
+    p0 = tf.random.stateless_normal((k, d), seed=[regularizers.random_state.stable_key(f"dim{d}x{n}") ^ 0, 0]).numpy()
     p0 = p0.astype(np.float64)
     u = np_unit_columns(w)
-    grad = np.zeros_like(p0)
-    for idx in np.ndindex(*p0.shape):
-        e = np.zeros_like(p0)
-        e[idx] = 1e-6
-        grad[idx] = (_np_angle_loss(p0 + e, u) - _np_angle_loss(p0 - e, u)) / 2e-6
-    p1 = p0 - lr * grad
+    p1 = p0 - lr * testing.numeric_gradient(lambda q: _np_angle_loss(q, u), p0)
     np.testing.assert_allclose(got, np_hs_energy(p1 @ u), rtol=1e-3)
     # P took one own SGD step (same gradient, decay 0) and is not trainable.
     np.testing.assert_allclose(p_var.numpy(), p1, rtol=1e-3, atol=1e-4)
@@ -247,7 +243,7 @@ def test_adversarial_projection_ascends(rng):
                              half_space=False)
     value = float(reg(w))
     (p_var,) = reg.projection_variables().values()
-    p0 = tf.random.stateless_normal((3, 12), seed=[regularizers.mhe.stable_key("dim12x5"), 0]).numpy()
+    p0 = tf.random.stateless_normal((3, 12), seed=[regularizers.random_state.stable_key("dim12x5"), 0]).numpy()
     u = np_unit_columns(w)
     assert value > np_hs_energy(p0 @ u, half_space=False)  # unrolled ascent step
     assert np_hs_energy(p_var.numpy() @ u, half_space=False) > np_hs_energy(p0 @ u, half_space=False)
@@ -314,11 +310,7 @@ def test_config_roundtrip():
 def _np_unrolled_ap_value(w, p0, lr):
     """AP-CoMHE unrolled value in float64: P' = P0 − lr ∂L_P/∂P (central differences), E(P'Ŵ)."""
     u = np_unit_columns(w)
-    grad = np.zeros_like(p0)
-    for idx in np.ndindex(*p0.shape):
-        e = np.zeros_like(p0)
-        e[idx] = 1e-6
-        grad[idx] = (_np_angle_loss(p0 + e, u) - _np_angle_loss(p0 - e, u)) / 2e-6
+    grad = testing.numeric_gradient(lambda q: _np_angle_loss(q, u), p0)
     return np_hs_energy((p0 - lr * grad) @ u)
 
 
@@ -340,20 +332,14 @@ def test_angle_preserving_unrolled_gradient_matches_nested_finite_differences(rn
         value, grad = (tf.function(fn) if graph else fn)()
         return float(value), grad.numpy()
 
-    p0 = tf.random.stateless_normal((k, d), seed=[regularizers.mhe.stable_key(f"dim{d}x{n}") ^ 0, 0]).numpy()
+    p0 = tf.random.stateless_normal((k, d), seed=[regularizers.random_state.stable_key(f"dim{d}x{n}") ^ 0, 0]).numpy()
     p0 = p0.astype(np.float64)
     value, grad = value_and_grad(graph=False)
     np.testing.assert_allclose(value, _np_unrolled_ap_value(w, p0, lr), rtol=1e-4)
-    want = np.zeros_like(w)
-    h = 1e-4
-    for idx in np.ndindex(*w.shape):
-        up, down = w.copy(), w.copy()
-        up[idx] += h
-        down[idx] -= h
-        want[idx] = (_np_unrolled_ap_value(up, p0, lr) - _np_unrolled_ap_value(down, p0, lr)) / (2 * h)
+    want = testing.numeric_gradient(lambda v: _np_unrolled_ap_value(v, p0, lr), w, step=1e-4)
     np.testing.assert_allclose(grad, want, rtol=2e-3, atol=1e-3 * np.max(np.abs(want)))
     graph_value, graph_grad = value_and_grad(graph=True)
-    monkeypatch.setattr(energy, "_gram", lambda x, scale=1.0: tf.linalg.matmul(scale * x, x, transpose_a=True))
+    monkeypatch.setattr(energy, "gram", lambda x, scale=1.0: tf.linalg.matmul(scale * x, x, transpose_a=True))
     for graph in (False, True):
         ref_value, ref_grad = value_and_grad(graph)
         np.testing.assert_allclose(value if not graph else graph_value, ref_value, rtol=1e-6)
@@ -378,32 +364,21 @@ def test_random_projection_gradient_matches_finite_differences(rng, aggregation)
         value = reg.projected_energy(wt, p.astype(np.float32))
     grad = tape.gradient(value, wt).numpy()
     np.testing.assert_allclose(float(value), np_value(w), rtol=2e-5)
-    want = np.zeros_like(w)
-    h = 1e-6
-    for idx in [(0, 0), (5, 2), (17, 3), (39, 5), (22, 1)]:
-        up, down = w.copy(), w.copy()
-        up[idx] += h
-        down[idx] -= h
-        want[idx] = (np_value(up) - np_value(down)) / (2 * h)
-        np.testing.assert_allclose(grad[idx], want[idx], rtol=2e-3, atol=1e-5)
+    want = testing.numeric_gradient(np_value, w)
+    np.testing.assert_allclose(grad, want, rtol=2e-3, atol=1e-5)
 
 
 def test_adversarial_unrolled_gradient_matches_nested_finite_differences(rng, monkeypatch):
-    """Adv-CoMHE differentiates the energy (and so `energy._gram`'s custom gradient) twice."""
+    """Adv-CoMHE differentiates the energy (and so `energy.gram`'s custom gradient) twice."""
     d, n, k, lr = 6, 4, 3, 0.05
     w = rng.standard_normal((d, n))
     wt = tf.Variable(w.astype(np.float32))
-    p0 = tf.random.stateless_normal((k, d), seed=[regularizers.mhe.stable_key(f"dim{d}x{n}") ^ 0, 0]).numpy()
+    p0 = tf.random.stateless_normal((k, d), seed=[regularizers.random_state.stable_key(f"dim{d}x{n}") ^ 0, 0]).numpy()
     p0 = p0.astype(np.float64)
 
     def np_value(w):
         u = np_unit_columns(w)
-        grad = np.zeros_like(p0)
-        for idx in np.ndindex(*p0.shape):
-            e = np.zeros_like(p0)
-            e[idx] = 1e-6
-            grad[idx] = (np_hs_energy((p0 + e) @ u, half_space=False)
-                         - np_hs_energy((p0 - e) @ u, half_space=False)) / 2e-6
+        grad = testing.numeric_gradient(lambda q: np_hs_energy(q @ u, half_space=False), p0)
         return np_hs_energy((p0 + lr * grad) @ u)  # ascent on the full-space energy, then half-space E
 
     def value_and_grad(graph):
@@ -419,15 +394,50 @@ def test_adversarial_unrolled_gradient_matches_nested_finite_differences(rng, mo
 
     value, grad = value_and_grad(graph=True)
     np.testing.assert_allclose(value, np_value(w), rtol=1e-4)
-    want = np.zeros_like(w)
-    h = 1e-4
-    for idx in np.ndindex(*w.shape):
-        up, down = w.copy(), w.copy()
-        up[idx] += h
-        down[idx] -= h
-        want[idx] = (np_value(up) - np_value(down)) / (2 * h)
+    want = testing.numeric_gradient(np_value, w, step=1e-4)
     np.testing.assert_allclose(grad, want, rtol=2e-3, atol=1e-3 * np.max(np.abs(want)))
-    monkeypatch.setattr(energy, "_gram", lambda x, scale=1.0: tf.linalg.matmul(scale * x, x, transpose_a=True))
+    monkeypatch.setattr(energy, "gram", lambda x, scale=1.0: tf.linalg.matmul(scale * x, x, transpose_a=True))
     ref_value, ref_grad = value_and_grad(graph=True)
     np.testing.assert_allclose(value, ref_value, rtol=1e-6)
     np.testing.assert_allclose(grad, ref_grad, rtol=1e-5, atol=1e-6 * np.max(np.abs(ref_grad)))
+
+
+def np_upstream_half_log_energy(w2d):
+    """wy1iu/MHE `_add_thomson_constraint(..., model='half_mhe', power='0')` in float64 (rmlin/CoMHE applies the
+    same function to the projected kernel P·W): −log(2 − 2cos + I) over the strict upper triangle of the 2N
+    points {w, −w}, divided by 2N(2N − 1)/2."""
+    filt = np.asarray(w2d, np.float64)
+    filt = np.concatenate([filt, -filt], axis=1)
+    n = filt.shape[1]
+    norm = np.sqrt(np.sum(filt * filt, axis=0, keepdims=True) + 1e-4)
+    final = -np.log(2.0 - 2.0 * (filt.T @ filt) / (norm.T @ norm) + np.eye(n))
+    return float(np.sum(np.triu(final, k=1)) / (n * (n - 1) / 2))
+
+
+@pytest.mark.parametrize("log_form,scale", [("code", 1.0), ("thesis", 0.5)])
+def test_log_energy_random_projection_equals_upstream(rng, log_form, scale):
+    """CoMHE with s = 0: the upstream −log z² term (code form) on each projection, or half of it (thesis)."""
+    d, n = 40, 5
+    w = rng.standard_normal((d, n))
+    reg = regularizers.CoMHE(power=0, projection_dim=10, num_projections=3, log_form=log_form, seed=2)
+    p = reg.random_projections(d, 0).numpy().astype(np.float64)
+
+    def np_value(v):
+        return scale * float(np.mean([np_upstream_half_log_energy(p[c] @ v) for c in range(3)]))
+
+    wt = tf.Variable(w.astype(np.float32))
+    with tf.GradientTape() as tape:
+        value = reg(wt)  # a plain tf.Variable (no Keras path): the step stays 0
+    grad = tape.gradient(value, wt).numpy()
+    np.testing.assert_allclose(float(value), np_value(w), rtol=2e-5)
+    want = testing.numeric_gradient(np_value, w)
+    np.testing.assert_allclose(grad, want, rtol=2e-3, atol=1e-4 * np.max(np.abs(want)))
+
+
+@pytest.mark.parametrize("projection", ["random", "group"])
+def test_log_energy_without_projection_equals_upstream(rng, projection):
+    """A layer with d <= projection_dim (or one channel group) gets plain half-space MHE, upstream form."""
+    w = rng.standard_normal((3, 3, 2, 6))  # d = 18
+    reg = regularizers.CoMHE(power=0, projection=projection, projection_dim=30, group_size=8)
+    np.testing.assert_allclose(float(reg(w.astype(np.float32))), np_upstream_half_log_energy(w.reshape(-1, 6)),
+                               rtol=2e-5)

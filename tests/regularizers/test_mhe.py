@@ -148,6 +148,11 @@ def test_mixed_precision_training_stays_finite(rng, policy):
     history = model.fit(x, y, epochs=2, verbose=0)
     assert np.all(np.isfinite(history.history["loss"]))
     assert all(v.dtype == "float32" for v in model.losses)
+    # The MHE terms are the float64 energies of the (float32) trained kernels; CoMHE's depends on the step.
+    losses = [float(v) for v in model.losses]
+    kernels = [layer.kernel.numpy() for layer in model.layers if hasattr(layer, "kernel")]
+    want = [np_mhe(kernels[0], 2, True), np_mhe(kernels[1], 2, True), 10 * np_mhe(kernels[3], 2)]
+    np.testing.assert_allclose([losses[0], losses[1], losses[3]], want, rtol=2e-5)
 
 
 def test_data_dependent_mhe_with_margin_head(rng, tmp_path):
@@ -180,3 +185,113 @@ def test_gradient_finite_for_degenerate_kernels():
             value = reg(var)
         grad = tape.gradient(value, var)
         assert np.isfinite(float(value)) and np.all(np.isfinite(grad.numpy()))
+        if reg.distance == "euclidean" and reg.power in (0, 2):
+            # The duplicate pair sits at z² = 2ε/(18 + ε) ≈ 1.1e-5, where float32 2 − 2C keeps ~2 digits.
+            want = np_mhe(w, reg.power, reg.half_space)
+            np.testing.assert_allclose(float(value), want, rtol=2e-2 if reg.power else 1e-3)
+
+
+# -- fidelity to the authors' TF code: wy1iu/MHE `code/architecture.py` ---------------------------
+
+
+def np_upstream_thomson(kernel, power, model="mhe"):
+    """wy1iu/MHE `_add_thomson_constraint` (and `_add_thomson_constraint_final`, model='mhe') in float64 NumPy.
+
+    Transcribed line by line, without the coefficient:
+
+        filt = reshape(filt, [-1, n_filt])
+        if model == 'half_mhe': filt = concat([filt, -filt], axis=1); n_filt *= 2
+        norm = sqrt(sum(filt * filt, axis=0, keepdims) + 1e-4)
+        cos = matmul(filt^T, filt) / matmul(norm^T, norm)
+        '0':  final = -log(2 - 2 cos + I)        'a0': final = -log(acos(cos) / pi + 1e-4)
+        '1':  final = (2 - 2 cos + I)^-0.5       '2':  final = (2 - 2 cos + I)^-1
+        final -= band_part(final, -1, 0)          # strict upper triangle
+        loss = sum(final) / (n_filt * (n_filt - 1) / 2)
+    """
+    filt = np.asarray(kernel, np.float64).reshape(-1, np.shape(kernel)[-1])
+    if model == "half_mhe":
+        filt = np.concatenate([filt, -filt], axis=1)
+    n = filt.shape[1]
+    norm = np.sqrt(np.sum(filt * filt, axis=0, keepdims=True) + 1e-4)
+    cos = (filt.T @ filt) / (norm.T @ norm)
+    eye = np.eye(n)
+    if power == "0":
+        final = -np.log(2.0 - 2.0 * cos + eye)
+    elif power == "a0":
+        final = -np.log(np.arccos(cos) / np.pi + 1e-4)
+    elif power in ("1", "2"):
+        final = (2.0 - 2.0 * cos + eye) ** (-int(power) / 2.0)
+    else:
+        raise ValueError(power)
+    final = final - np.tril(final)  # tf.matrix_band_part(final, -1, 0): lower triangle with the diagonal
+    return float(np.sum(final) / (n * (n - 1) / 2))
+
+
+# (upstream --power_s, sphere_tf MHE power/distance)
+UPSTREAM_S0 = [("0", dict(power=0, distance="euclidean")), ("a0", dict(power=0, distance="normalized_angular"))]
+
+
+def _assert_equals_upstream(reg, w, flag, model, scale):
+    """`reg(w)` and its gradient equal `scale` times the upstream term and its finite-difference gradient."""
+    var = tf.Variable(w.astype(np.float32))
+    with tf.GradientTape() as tape:
+        value = reg(var)
+    grad = tape.gradient(value, var).numpy()
+    np.testing.assert_allclose(float(value), scale * np_upstream_thomson(w, flag, model), rtol=2e-5)
+    want = scale * testing.numeric_gradient(lambda v: np_upstream_thomson(v, flag, model), w)
+    np.testing.assert_allclose(grad, want, rtol=2e-3, atol=1e-4 * np.max(np.abs(want)))
+
+
+@pytest.mark.parametrize("flag,kwargs", UPSTREAM_S0, ids=["s0", "a0"])
+@pytest.mark.parametrize("role,model", [("hidden", "mhe"), ("hidden", "half_mhe"), ("output", "mhe")])
+def test_log_energy_value_and_gradient_equal_upstream(rng, flag, kwargs, role, model):
+    """MHE(power=0) with the default log_form='code' is the authors' loss term: value and gradient, every role."""
+    w = rng.standard_normal((3, 3, 2, 5))
+    reg = regularizers.MHE(role=role, half_space=model == "half_mhe", **kwargs)
+    coeff = 10.0 if role == "output" else 1.0  # `_add_thomson_constraint_final`: coeff = 10
+    assert reg.factor == coeff and reg.log_form == "code"
+    _assert_equals_upstream(reg, w, flag, model, coeff)
+
+
+@pytest.mark.parametrize("model", ["mhe", "half_mhe"])
+def test_log_energy_thesis_form(rng, model):
+    """log_form='thesis': log(1/z) [T-5.1], i.e. half the upstream euclidean term and the same angular one."""
+    w = rng.standard_normal((6, 4))
+    half = model == "half_mhe"
+    for flag, kwargs in UPSTREAM_S0:
+        thesis = regularizers.MHE(half_space=half, log_form="thesis", **kwargs)
+        _assert_equals_upstream(thesis, w, flag, model, 0.5 if flag == "0" else 1.0)
+
+
+@pytest.mark.parametrize("log_form", ["code", "thesis"])
+def test_log_energy_angular_radians_is_minus_log_theta(rng, log_form):
+    """distance='angular' (θ in radians [T-5.5]): −log θ_ij in both forms (no factor 2 for angles)."""
+    w = rng.standard_normal((6, 4))
+    u = w / np.sqrt(np.sum(w**2, axis=0) + 1e-4)
+    theta = np.arccos(u.T @ u)
+    want = np.mean([-math.log(theta[i, j]) for i, j in itertools.permutations(range(4), 2)])
+    value = float(regularizers.MHE(power=0, distance="angular", log_form=log_form)(w.astype(np.float32)))
+    np.testing.assert_allclose(value, want, rtol=2e-5)
+
+
+@pytest.mark.parametrize("flag", ["1", "2"])
+@pytest.mark.parametrize("model", ["mhe", "half_mhe"])
+def test_riesz_energy_equals_upstream(rng, flag, model):
+    w = rng.standard_normal((3, 3, 2, 5))
+    _assert_equals_upstream(regularizers.MHE(power=int(flag), half_space=model == "half_mhe"), w, flag, model, 1.0)
+
+
+@pytest.mark.parametrize("flag,kwargs", UPSTREAM_S0, ids=["s0", "a0"])
+def test_data_dependent_log_energy_code_form(rng, flag, kwargs):
+    """SphereFace+ [T-5.8] with s = 0: the same per-pair term as upstream MHE ('code'), over (y_i, j ≠ y_i)."""
+    w = rng.standard_normal((6, 5))
+    labels = np.array([0, 3, 3, 1])
+    norm = np.sqrt(np.sum(w**2, axis=0) + 1e-4)
+    cos = (w.T @ w) / np.outer(norm, norm)
+    if flag == "0":
+        term = lambda c: -math.log(2.0 - 2.0 * c)  # noqa: E731
+    else:
+        term = lambda c: -math.log(math.acos(c) / math.pi + 1e-4)  # noqa: E731
+    want = np.mean([[term(cos[y, j]) for j in range(5) if j != y] for y in labels])
+    got = float(regularizers.DataDependentMHE(**kwargs)(w.astype(np.float32), labels))
+    np.testing.assert_allclose(got, want, rtol=2e-5)

@@ -1,4 +1,7 @@
-"""A step counter for regularizers that draw random numbers (private).
+"""Random state of the regularizers that draw random numbers (MHE subsets, RP-CoMHE).
+
+`stable_key` and `variable_key` name a regularized variable reproducibly (they
+seed its stateless draws); `StepCounter` counts train steps.
 
 Keras calls a weight regularizer once per regularized variable whenever the
 model's losses are collected (every train step), passing the variable itself.
@@ -14,6 +17,8 @@ model inside `strategy.scope()`). The value is also written to the regularizer's
 config, so a model saved to `.keras` resumes the random stream where it stopped.
 Plain tensors (no `.path`) never advance the counter; call `advance()` instead.
 """
+
+import zlib
 
 import keras
 import numpy as np
@@ -33,7 +38,18 @@ def variable_key(x):
     return "/".join(path.split("/")[-2:])
 
 
+def stable_key(text):
+    """A process-independent 31-bit integer for a string (Python's hash() is salted)."""
+    return zlib.crc32(text.encode("utf-8")) & 0x7FFFFFFF
+
+
 class StepCounter:
+    """Train-step counter of one regularizer instance (see the module docstring).
+
+    Args:
+        initial_step: int, the starting value (restored from a config).
+    """
+
     def __init__(self, initial_step=0):
         self._initial_step = int(initial_step)
         self._leader = None
