@@ -145,22 +145,6 @@ def _grads_finite(grads):
 # -- correctness vs NumPy ---------------------------------------------------------------------
 
 
-# The three implementations of the training path: compiled kernels (where built), XLA clusters
-# only, plain TensorFlow ops (`fused.set_training_fusion(False)`).
-PATHS = ["kernels", "xla", "plain"]
-
-
-@pytest.fixture(params=PATHS)
-def training_path(request):
-    if request.param == "kernels":
-        assert kernel_build.compiled_kernels() is not None, kernel_build.status()
-    kernel_build.set_enabled(request.param == "kernels")
-    fused.set_training_fusion(request.param != "plain")
-    yield request.param
-    kernel_build.set_enabled(True)
-    fused.set_training_fusion(True)
-
-
 @pytest.mark.parametrize("mag,ang", COMBOS)
 def test_decoupled_conv_matches_numpy(rng, mag, ang, training_path):
     # Cycle the geometry with the combination so that every geometry meets several operators.

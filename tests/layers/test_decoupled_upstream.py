@@ -25,9 +25,7 @@ import pytest
 import tensorflow as tf
 
 from sphere_tf import testing
-from sphere_tf.kernels import build as kernel_build
 from sphere_tf.layers import DecoupledConv2D
-from sphere_tf.ops import fused
 
 UPSTREAM_DECAY = 0.999
 KINDS = ["tanh", "ball", "seg"]
@@ -59,18 +57,6 @@ def upstream_moving_average(values, decay=UPSTREAM_DECAY):
     for value in values:
         shadow -= (1.0 - decay) * (shadow - value)
     return shadow
-
-
-@pytest.fixture(params=["kernels", "xla", "plain"])
-def training_path(request):
-    """The training path's three implementations: compiled kernels, XLA clusters, plain ops."""
-    if request.param == "kernels":
-        assert kernel_build.compiled_kernels() is not None, kernel_build.status()
-    kernel_build.set_enabled(request.param == "kernels")
-    fused.set_training_fusion(request.param != "plain")
-    yield request.param
-    kernel_build.set_enabled(True)
-    fused.set_training_fusion(True)
 
 
 def _layer(kind, rng, x, **kwargs):
