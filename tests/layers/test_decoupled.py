@@ -155,7 +155,7 @@ def test_decoupled_conv_matches_numpy(rng, mag, ang, training_path):
 
 
 @pytest.mark.parametrize("mag,ang", COMBOS)
-def test_decoupled_dense_matches_numpy(rng, mag, ang):
+def test_decoupled_dense_matches_numpy(rng, mag, ang, training_path):
     hp = dict(units=5, magnitude=mag, angular=ang, alpha=0.7)
     _check_train_then_infer(DecoupledDense, hp, rng, (6, 7))
 
@@ -203,7 +203,7 @@ SPHERE_VARIANTS += [(ang, "learnable_k") for ang in ANGULARS if ang in angular_l
 
 @pytest.mark.parametrize("ang,variant", SPHERE_VARIANTS)
 @pytest.mark.parametrize("cls", [SphereConv2D, SphereDense])
-def test_sphere_layers_match_numpy(rng, ang, variant, cls):
+def test_sphere_layers_match_numpy(rng, ang, variant, cls, training_path):
     hp = dict(angular=ang)
     if variant == "k=0.7":
         hp["k"] = 0.7
