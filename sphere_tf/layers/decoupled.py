@@ -549,8 +549,11 @@ class DecoupledConv2D(_Conv2DOperator):
         inference radius is ``(1 − 0.999^t)`` times the data's (250x too small after
         4 steps, still 37 % short after 1000), so a briefly trained or fine-tuned
         model infers with a radius far from the one it trained with.
-        `zero_debias=False` reproduces the upstream average exactly (0.0 before
-        any training step).
+        `zero_debias=False` reproduces the upstream average exactly: 0.0 before
+        any training step, so an untrained layer then infers with a zero radius
+        (h saturates: tanh and ball give α, seg gives β‖x‖), as upstream does.
+        No option keeps the gradient out of the batch mean: upstream
+        differentiates it, and doing so costs one reduction of the one-channel ‖x‖.
 
     Args:{conv_args}
         activation: activation applied after the bias / rescale (name or

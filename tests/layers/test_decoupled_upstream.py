@@ -129,3 +129,16 @@ def test_inference_after_training_steps_matches_upstream_average(rng, kind, zero
     expected = upstream_dcnet_conv(x_test, layer.kernel.numpy(), layer.rho_raw.numpy(), kind,
                                    xnorm_mean=expected_mean)
     np.testing.assert_allclose(model(x_test, training=False).numpy(), expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_untrained_upstream_average_infers_like_upstream(rng, kind):
+    """Before any training step the upstream shadow is 0: the radius is 0 and h saturates."""
+    x = _inputs(rng)
+    layer = _layer(kind, rng, x, zero_debias=False)
+    assert float(layer.norm_mean()) == 0.0
+    with np.errstate(divide="ignore"):
+        expected = upstream_dcnet_conv(x, layer.kernel.numpy(), layer.rho_raw.numpy(), kind, xnorm_mean=0.0)
+    got = layer(x, training=False).numpy()
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
