@@ -283,32 +283,38 @@ class _HypersphericalOperator(keras.layers.Layer):
         return self._finish(self._response(dot, x_norm, w_norm, norm_mean, fuse))
 
     def _response(self, dot, x_norm, w_norm, norm_mean, fuse):
-        """f from ``x·ŵ`` and ‖x‖ (last axis: one per group) through `fused.decoupled_response_from_dot`."""
-        rho = self.effective_rho()
-        k = self.effective_k()
+        """f from ``x·ŵ`` and ‖x‖ (last axis: one per group), float32.
+
+        A grouped operator is `groups` operators side by side, each with its own ‖x‖
+        and E{‖x‖}: sliced per group, every tensor keeps the one-channel layout of the
+        hot path (`fused.decoupled_response_from_dot`).
+        """
+        rho, k = self.effective_rho(), self.effective_k()
         groups = self._groups
+        if groups == 1:
+            return self._group_response(dot, x_norm, w_norm, rho, k, norm_mean, fuse)
         per_group = self._units // groups
         outs = []
         for g in range(groups):
-            # A grouped operator is `groups` operators side by side, each with its own ‖x‖ and
-            # E{‖x‖}; sliced per group, every tensor keeps the one-channel layout of the hot path.
-            if groups == 1:
-                pick, x_norm_g, mean_g = (lambda t: t), x_norm, norm_mean
-            else:
-                sl = slice(g * per_group, (g + 1) * per_group)
-                pick = lambda t, sl=sl: t[..., sl]  # noqa: E731
-                x_norm_g = None if x_norm is None else x_norm[..., g : g + 1]
-                mean_g = None if norm_mean is None else norm_mean[g]
-            outs.append(
-                fused.decoupled_response_from_dot(
-                    pick(dot), x_norm_g, None if x_norm_g is None else 1.0 / x_norm_g, pick(w_norm),
-                    magnitude=self._magnitude, angular=self.angular, alpha=self.alpha, beta=self.beta,
-                    radius=None if rho is None else pick(rho) * mean_g,
-                    k=pick(k) if self.learnable_k else k, weighted=self.weighted,
-                    weight_radius=None if rho is None else pick(rho), fuse=fuse,
-                )
-            )
-        return outs[0] if groups == 1 else ops.concatenate(outs, axis=-1)
+            sl = slice(g * per_group, (g + 1) * per_group)
+            outs.append(self._group_response(
+                dot[..., sl],
+                None if x_norm is None else x_norm[..., g : g + 1],
+                w_norm[sl],
+                None if rho is None else rho[sl],
+                k[sl] if self.learnable_k else k,
+                None if norm_mean is None else norm_mean[g],
+                fuse,
+            ))
+        return ops.concatenate(outs, axis=-1)
+
+    def _group_response(self, dot, x_norm, w_norm, rho, k, norm_mean, fuse):
+        return fused.decoupled_response_from_dot(
+            dot, x_norm, None if x_norm is None else 1.0 / x_norm, w_norm,
+            magnitude=self._magnitude, angular=self.angular, alpha=self.alpha, beta=self.beta,
+            radius=None if rho is None else rho * norm_mean, k=k, weighted=self.weighted,
+            weight_radius=rho, fuse=fuse,
+        )
 
     def _finish(self, out):
         """Rescale, bias, activation (float32), then the compute dtype."""
