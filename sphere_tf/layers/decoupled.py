@@ -1,35 +1,41 @@
 """Hyperspherical (SphereNet) and decoupled (DCNet) convolution and dense layers.
 
 All four public layers compute ``f = h(‖w‖, ‖x‖)·g(θ)`` through
-`sphere_tf.ops.operator.decoupled_response`; they differ only in how a "patch"
-is formed (a sliding window for convolutions, the whole vector for dense layers).
+`sphere_tf.ops.fused.decoupled_response_from_dot`; they differ only in how a
+"patch" is formed (a sliding window for convolutions, the whole vector for dense
+layers) and in which arguments they take (SphereConv fixes h to the constant 1).
 
 ```
 cos θ = (x · ŵ) / ‖x‖,   ŵ = w / sqrt(‖w‖² + ε),   ‖x‖ = sqrt(Σ_patch x² + ε)
 ```
 
-Numerics follow the authors' TF code (wy1iu/SphereNet, wy1iu/DCNets):
+Numerics follow the authors' TF code (wy1iu/SphereNet `spherenet.py`,
+wy1iu/DCNets `dcnet_cifar100/*/architecture.py`):
 
 * ε = 1e-4 inside both square roots;
 * the operator radius is ``r = (ρ_raw² + 1e-4) · E{‖x‖}``, ρ_raw a per-output-channel
   variable initialised to √ρ (upstream: ``radius ** 2 + 1e-4`` with ``radius``
   initialised to 1), so the radius is positive by construction;
-* E{‖x‖} is the batch mean of the patch norms in training and a moving average
-  (momentum 0.999, zero-debiased as TF1's ``ExponentialMovingAverage`` of a
-  tensor is) at inference, BN-like;
+* E{‖x‖} is the batch mean of the patch norms in training, differentiated as
+  upstream differentiates it, and a moving average (momentum 0.999) at inference,
+  BN-like; see `DecoupledConv2D` for its zero-debiasing;
 * a learnable sigmoid k is ``|k_raw| + 0.05`` per filter (upstream), initialised
-  to the paper's 0.5 [S §2.5];
+  to the paper's 0.5 (Deep Hyperspherical Learning, §2.5);
 * kernels start from N(0, 2/fan_in) (upstream; He initialisation).
-"""
 
-import numbers
+Layout follows `keras.layers.Conv2D` (`BaseConv`): a private base with the operator
+maths and state (`_HypersphericalOperator`), one private subclass per patch geometry
+(`_Conv2DOperator`, `_DenseOperator`), and the four public layers, which only spell
+out their constructor arguments.
+"""
 
 import keras
 from keras import ops
 
-from sphere_tf.layers import _validation
+from sphere_tf import validation
 from sphere_tf.ops import angles
 from sphere_tf.ops import angular as angular_lib
+from sphere_tf.ops import conv_geometry
 from sphere_tf.ops import fused
 from sphere_tf.ops import magnitude as magnitude_lib
 from sphere_tf.ops import operator
@@ -42,116 +48,123 @@ DEFAULT_LEARNABLE_K = 0.5
 # Floor under the norms' ε: with epsilon=0 an all-zero patch or kernel still gives a finite
 # norm (cos θ = 0) instead of 0/0; 1e-30 is below float32 resolution for any non-zero norm.
 _MIN_SQRT_EPSILON = 1e-30
+# Constructor arguments of the decoupled layers that the Sphere layers do not take.
+_DECOUPLED_ONLY = (
+    "magnitude", "alpha", "beta", "rho", "learnable_rho", "weighted", "norm_momentum", "zero_debias",
+)
 
 
 def _upstream_kernel_initializer():
     # N(0, sqrt(2 / fan_in)), not truncated: the authors' conv initialiser.
-    return keras.initializers.VarianceScaling(
-        scale=2.0, mode="fan_in", distribution="untruncated_normal"
-    )
+    return keras.initializers.VarianceScaling(scale=2.0, mode="fan_in", distribution="untruncated_normal")
+
+
+def _check_beta(beta, magnitude, entry):
+    """β of 'seg' / 'mix' (their DCNet default when None); an error for the other magnitudes."""
+    if beta is None:
+        return entry.default_beta
+    if entry.default_beta is None:
+        raise validation.invalid_argument(
+            "beta", f"None: magnitude={magnitude!r} has no β (only 'seg' and 'mix' do)", beta
+        )
+    return validation.non_negative_float(beta, "beta")
+
+
+def _check_angular(angular):
+    if not isinstance(angular, str):
+        raise validation.invalid_argument(
+            "angular",
+            f"a registry name (one of {sorted(angular_lib.ANGULAR_FNS)}); register custom functions "
+            "with `sphere_tf.ops.angular.register_angular_fn`",
+            angular,
+        )
+    angular_lib.get_angular_fn(angular)  # unknown names fail here, not in call
+    return angular
+
+
+def _reject_decoupled_arguments(cls_name, kwargs):
+    """The Sphere layers' answer to a DCNet-only argument (instead of Keras's TypeError)."""
+    given = [key for key in _DECOUPLED_ONLY if key in kwargs]
+    if given:
+        decoupled = cls_name.replace("Sphere", "Decoupled")
+        raise ValueError(
+            f"Invalid argument for {cls_name}: {', '.join(f'`{k}`' for k in given)}. SphereConv has no "
+            f"magnitude function, radius or kernel weighting (its h(‖x‖) is the constant 1); use "
+            f"{decoupled}(magnitude=...) for DCNet's decoupled operators ({decoupled}(magnitude='sphere') "
+            f"is this layer). Received: {', '.join(f'{k}={kwargs[k]!r}' for k in given)}"
+        )
 
 
 class _HypersphericalOperator(keras.layers.Layer):
-    """Shared state and maths of the four operator layers (private).
+    """State and maths shared by the four operator layers (private).
 
-    Subclasses provide `_units`, `_kernel_shape(input_shape)` and
-    `_dot_and_patch_sq(inputs, w_hat, need_patch_sq, composed)`.
+    Subclasses provide `_units`, `_kernel_shape(input_shape)` (which also checks the
+    input shape), `_make_input_spec(input_shape)`, `_groups` and
+    `_dot_and_patch_sq(inputs, w_hat, need_patch_sq, fuse)`: ``x·ŵ`` and ``Σ_patch x²``
+    per group (last axis `_groups`) of their geometry.
     """
 
     def __init__(
         self,
-        magnitude="tanh",
-        angular="cosine",
-        alpha=1.0,
-        beta=None,
-        rho=1.0,
-        learnable_rho=True,
-        weighted=None,
-        k=0.3,
-        learnable_k=False,
-        learnable_k_init=DEFAULT_LEARNABLE_K,
-        use_bias=False,
-        epsilon=angles.DEFAULT_EPSILON,
-        norm_momentum=DEFAULT_NORM_MOMENTUM,
-        rescale=False,
-        kernel_initializer=None,
-        bias_initializer="zeros",
-        kernel_regularizer=None,
-        bias_regularizer=None,
-        kernel_constraint=None,
-        bias_constraint=None,
+        *,
+        magnitude,
+        angular,
+        alpha,
+        beta,
+        rho,
+        learnable_rho,
+        weighted,
+        k,
+        learnable_k,
+        learnable_k_init,
+        use_bias,
+        activation,
+        epsilon,
+        norm_momentum,
+        zero_debias,
+        rescale,
+        kernel_initializer,
+        bias_initializer,
+        kernel_regularizer,
+        bias_regularizer,
+        kernel_constraint,
+        bias_constraint,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self._magnitude = magnitude_lib.get_magnitude(magnitude)
         self.magnitude = magnitude
-        self.angular = angular
-        angular_lib.get_angular_fn(angular)  # unknown names fail here, not in call
-        if not isinstance(angular, str):
-            raise ValueError(
-                "Invalid value for argument `angular`: expected a registry name "
-                f"(one of {sorted(angular_lib.ANGULAR_FNS)}); register custom functions with "
-                f"`sphere_tf.ops.angular.register_angular_fn`. Received: angular={angular!r}"
-            )
-        self.alpha = _validation.positive_float(alpha, "alpha")
-        if beta is None:
-            beta = self._magnitude.default_beta
-        elif self._magnitude.default_beta is None:
-            raise ValueError(
-                f"Invalid value for argument `beta`: magnitude={magnitude!r} has no β "
-                f"(only 'seg' and 'mix' do). Received: beta={beta!r}"
-            )
-        else:
-            if isinstance(beta, bool) or not isinstance(beta, numbers.Real) or beta < 0:
-                raise ValueError(
-                    f"Invalid value for argument `beta`: expected a float >= 0. Received: beta={beta!r}"
-                )
-            beta = float(beta)
-        self.beta = beta
-        self.rho = _validation.positive_float(rho, "rho")
+        self.angular = _check_angular(angular)
+        self.alpha = validation.positive_float(alpha, "alpha")
+        self.beta = _check_beta(beta, magnitude, self._magnitude)
+        self.rho = validation.positive_float(rho, "rho")
         self.learnable_rho = bool(learnable_rho)
-        if weighted not in operator.WEIGHTINGS:
-            raise ValueError(
-                f"Invalid value for argument `weighted`: expected one of {operator.WEIGHTINGS}. "
-                f"Received: weighted={weighted!r}"
-            )
+        self.weighted = validation.one_of(weighted, "weighted", operator.WEIGHTINGS)
         if weighted in operator.NONLINEAR_WEIGHTINGS and magnitude != "tanh":
-            raise ValueError(
-                f"Invalid value for argument `weighted`: weighted={weighted!r} is the nonlinearly "
-                f"weighted TanhConv (eqs. 15-16) and needs magnitude='tanh'. "
-                f"Received: magnitude={magnitude!r}"
+            raise validation.invalid_argument(
+                "weighted",
+                f"None or 'linear' with magnitude={magnitude!r} (the nonlinearly weighted operators, "
+                "Decoupled Networks eqs. 15-16, are TanhConv's: magnitude='tanh')",
+                weighted,
             )
-        self.weighted = weighted
-        self.k = _validation.positive_float(k, "k")
+        self.k = validation.positive_float(k, "k")
         self.learnable_k = bool(learnable_k)
         if self.learnable_k and angular not in angular_lib.USES_K:
-            raise ValueError(
-                "Invalid value for argument `learnable_k`: only angular functions with a "
-                f"parameter k ({sorted(angular_lib.USES_K)}) can learn it. Received: "
-                f"learnable_k=True with angular={angular!r}"
+            raise validation.invalid_argument(
+                "learnable_k",
+                f"False for angular={angular!r} (only {sorted(angular_lib.USES_K)} have a parameter k)",
+                learnable_k,
             )
-        self.learnable_k_init = _validation.positive_float(learnable_k_init, "learnable_k_init")
-        if self.learnable_k and self.learnable_k_init <= K_MIN:
-            raise ValueError(
-                f"Invalid value for argument `learnable_k_init`: expected a float > {K_MIN} "
-                f"(k = |k_raw| + {K_MIN}). Received: learnable_k_init={learnable_k_init!r}"
-            )
-        self.use_bias = bool(use_bias)
-        if isinstance(epsilon, bool) or not isinstance(epsilon, numbers.Real) or epsilon < 0:
-            raise ValueError(
-                f"Invalid value for argument `epsilon`: expected a float >= 0. Received: epsilon={epsilon!r}"
-            )
-        self.epsilon = float(epsilon)
-        if not isinstance(norm_momentum, numbers.Real) or not 0.0 <= norm_momentum < 1.0:
-            raise ValueError(
-                "Invalid value for argument `norm_momentum`: expected a float in [0, 1). "
-                f"Received: norm_momentum={norm_momentum!r}"
-            )
-        self.norm_momentum = float(norm_momentum)
-        self.rescale = bool(rescale)
-        self.kernel_initializer = keras.initializers.get(
-            kernel_initializer or _upstream_kernel_initializer()
+        self.learnable_k_init = validation.real(
+            learnable_k_init, "learnable_k_init", low=K_MIN if self.learnable_k else 0.0, low_open=True
         )
+        self.use_bias = bool(use_bias)
+        self.activation = keras.activations.get(activation)
+        self.epsilon = validation.non_negative_float(epsilon, "epsilon")
+        self.norm_momentum = validation.real(norm_momentum, "norm_momentum", low=0.0, high=1.0, high_open=True)
+        self.zero_debias = bool(zero_debias)
+        self.rescale = bool(rescale)
+        self.kernel_initializer = keras.initializers.get(kernel_initializer or _upstream_kernel_initializer())
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         self.bias_regularizer = keras.regularizers.get(bias_regularizer)
@@ -172,7 +185,7 @@ class _HypersphericalOperator(keras.layers.Layer):
 
     @property
     def supports_weight_projection(self):
-        """True for standard operators, whose output does not depend on ‖w‖ [D §4]."""
+        """True for standard operators, whose output does not depend on ‖w‖ (Decoupled Networks §4)."""
         return self.weighted is None
 
     def effective_rho(self):
@@ -188,15 +201,22 @@ class _HypersphericalOperator(keras.layers.Layer):
         return self.k
 
     def norm_mean(self):
-        """Inference estimate of E{‖x‖} (1.0 before any training step)."""
-        weight = ops.cast(self.norm_mean_weight, "float32")
+        """Inference estimate of E{‖x‖}: scalar, or one per group of a grouped convolution.
+
+        Zero-debiased (`zero_debias=True`): 1.0 before any training step. Upstream
+        (`zero_debias=False`): the raw moving average, 0.0 before any training step.
+        """
         biased = ops.cast(self.norm_mean_biased, "float32")
+        if not self.zero_debias:
+            return biased
+        weight = ops.cast(self.norm_mean_weight, "float32")
         return ops.where(weight > 0.0, biased / ops.maximum(weight, 1e-12), 1.0)
 
     # -- Keras API ----------------------------------------------------------------------
 
     def build(self, input_shape):
         units = self._units
+        # Creation order fixes the order of the variables in `.keras` files: keep it.
         self.kernel = self.add_weight(
             name="kernel",
             shape=self._kernel_shape(input_shape),
@@ -206,17 +226,18 @@ class _HypersphericalOperator(keras.layers.Layer):
             autocast=False,  # the kernel is normalised in float32
         )
         if self.has_radius:
-            rho_raw = self.rho**0.5
             self.rho_raw = self.add_weight(
                 name="rho",
                 shape=(units,),
-                initializer=keras.initializers.Constant(rho_raw),
+                initializer=keras.initializers.Constant(self.rho**0.5),
                 trainable=self.learnable_rho,
                 autocast=False,
             )
-            # E{‖x‖}: zero-debiased moving average = biased / weight.
+            # E{‖x‖} per group (a scalar for ungrouped operators): biased moving average and
+            # its debiasing weight 1 − m^t.
+            stat_shape = () if self._groups == 1 else (self._groups,)
             self.norm_mean_biased = self.add_weight(
-                name="norm_mean_biased", shape=(), initializer="zeros", trainable=False,
+                name="norm_mean_biased", shape=stat_shape, initializer="zeros", trainable=False,
                 autocast=False, aggregation="mean",
             )
             self.norm_mean_weight = self.add_weight(
@@ -233,8 +254,7 @@ class _HypersphericalOperator(keras.layers.Layer):
         if self.use_bias:
             self.bias = self.add_weight(
                 name="bias", shape=(units,), initializer=self.bias_initializer,
-                regularizer=self.bias_regularizer, constraint=self.bias_constraint,
-                autocast=False,
+                regularizer=self.bias_regularizer, constraint=self.bias_constraint, autocast=False,
             )
         if self.rescale:
             self.rescale_scale = self.add_weight(
@@ -243,18 +263,13 @@ class _HypersphericalOperator(keras.layers.Layer):
             self.rescale_shift = self.add_weight(
                 name="rescale_shift", shape=(units,), initializer="zeros", autocast=False
             )
-        self.input_spec = keras.layers.InputSpec(min_ndim=2, axes={-1: input_shape[-1]})
+        self.input_spec = self._make_input_spec(input_shape)
 
-    # The fused hot path (`sphere_tf.ops.fused`); False selects the plain composition
-    # through `operator.decoupled_response` (same values; kept for benchmarks and tests).
-    _use_fused_path = True
-    # Whether the fused path may use its training fusions (compiled kernels, XLA
-    # clusters; `fused.set_training_fusion` is the global switch); False only for benchmarks.
+    # Whether the training path may use its fusions (compiled kernels, XLA clusters;
+    # `fused.set_training_fusion` is the global switch); False only for benchmarks.
     _use_training_fusion = True
 
     def call(self, inputs, training=None):
-        if not self._use_fused_path:
-            return self._call_composed(inputs, training)
         w_hat, w_norm = angles.normalize_kernel(self.kernel, self._sqrt_epsilon)
         need_norm = not fused.norm_cancels(self._magnitude, self.angular, self.weighted)
         fuse = self._use_training_fusion and fused.use_training_fusion(training)
@@ -262,102 +277,125 @@ class _HypersphericalOperator(keras.layers.Layer):
             inputs, ops.cast(w_hat, self.compute_dtype), need_patch_sq=need_norm, fuse=fuse
         )
         dot = ops.cast(dot, "float32")
-        x_norm = inv_norm = radius = weight_radius = None
-        if need_norm:
-            # Everything of ‖x‖ alone lives on a one-channel tensor (cheap).
-            x_norm = ops.sqrt(x_sq + self._sqrt_epsilon)
-            inv_norm = 1.0 / x_norm
-        if self.has_radius:
-            rho = self.effective_rho()
-            radius = rho * self._norm_mean_for(x_norm, training)
-            weight_radius = rho
-        out = fused.decoupled_response_from_dot(
-            dot, x_norm, inv_norm, w_norm,
-            magnitude=self._magnitude, angular=self.angular, alpha=self.alpha, beta=self.beta,
-            radius=radius, k=self.effective_k(), weighted=self.weighted,
-            weight_radius=weight_radius, fuse=fuse,
-        )
-        return self._finish(out)
+        # Everything of ‖x‖ alone lives on a one-channel (one per group) tensor.
+        x_norm = ops.sqrt(x_sq + self._sqrt_epsilon) if need_norm else None
+        norm_mean = self._norm_mean_for(x_norm, training) if self.has_radius else None
+        return self._finish(self._response(dot, x_norm, w_norm, norm_mean, fuse))
 
-    def _call_composed(self, inputs, training=None):
-        w_hat, w_norm = angles.normalize_kernel(self.kernel, self._sqrt_epsilon)
-        dot, x_sq = self._dot_and_patch_sq(
-            inputs, ops.cast(w_hat, self.compute_dtype), composed=True
-        )
-        x_norm = ops.sqrt(x_sq + self._sqrt_epsilon)
-        cos_theta = ops.cast(dot, "float32") / x_norm
-        radius = weight_radius = None
-        if self.has_radius:
-            rho = self.effective_rho()
-            radius = rho * self._norm_mean_for(x_norm, training)
-            weight_radius = rho
-        out = operator.decoupled_response(
-            cos_theta, x_norm, w_norm,
+    def _response(self, dot, x_norm, w_norm, norm_mean, fuse):
+        """f from ``x·ŵ`` and ‖x‖ (last axis: one per group), float32.
+
+        A grouped operator is `groups` operators side by side, each with its own ‖x‖
+        and E{‖x‖}: sliced per group, every tensor keeps the one-channel layout of the
+        hot path (`fused.decoupled_response_from_dot`).
+        """
+        rho, k = self.effective_rho(), self.effective_k()
+        groups = self._groups
+        if groups == 1:
+            return self._group_response(dot, x_norm, w_norm, rho, k, norm_mean, fuse)
+        per_group = self._units // groups
+        outs = []
+        for g in range(groups):
+            sl = slice(g * per_group, (g + 1) * per_group)
+            outs.append(self._group_response(
+                dot[..., sl],
+                None if x_norm is None else x_norm[..., g : g + 1],
+                w_norm[sl],
+                None if rho is None else rho[sl],
+                k[sl] if self.learnable_k else k,
+                None if norm_mean is None else norm_mean[g],
+                fuse,
+            ))
+        return ops.concatenate(outs, axis=-1)
+
+    def _group_response(self, dot, x_norm, w_norm, rho, k, norm_mean, fuse):
+        return fused.decoupled_response_from_dot(
+            dot, x_norm, None if x_norm is None else 1.0 / x_norm, w_norm,
             magnitude=self._magnitude, angular=self.angular, alpha=self.alpha, beta=self.beta,
-            radius=radius, k=self.effective_k(), weighted=self.weighted,
-            weight_radius=weight_radius,
+            radius=None if rho is None else rho * norm_mean, k=k, weighted=self.weighted,
+            weight_radius=rho, fuse=fuse,
         )
-        return self._finish(out)
 
     def _finish(self, out):
+        """Rescale, bias, activation (float32), then the compute dtype."""
         if self.rescale:
             out = out * self.rescale_scale + self.rescale_shift
         if self.use_bias:
             out = out + self.bias
+        if self.activation is not None:
+            out = self.activation(out)
         return ops.cast(out, self.compute_dtype)
 
     def _norm_mean_for(self, x_norm, training):
+        """E{‖x‖}: the batch mean in training (updating the moving average), else the average.
+
+        The batch mean is differentiated, as in the authors' graph (wy1iu/DCNets
+        `architecture.py`: the training branch returns the batch mean itself), so
+        the input gradient carries the term through E{‖x‖}.
+        """
         if not training:
             return self.norm_mean()
-        batch_mean = ops.stop_gradient(ops.mean(x_norm))
+        axes = tuple(range(len(x_norm.shape) - 1))
+        batch_mean = ops.mean(x_norm, axis=axes)  # (groups,)
+        if self._groups == 1:
+            batch_mean = ops.reshape(batch_mean, ())
         m = self.norm_momentum
-        self.norm_mean_biased.assign(m * self.norm_mean_biased + (1.0 - m) * batch_mean)
+        statistic = ops.stop_gradient(batch_mean)
+        self.norm_mean_biased.assign(m * self.norm_mean_biased + (1.0 - m) * statistic)
         self.norm_mean_weight.assign(m * self.norm_mean_weight + (1.0 - m))
         return batch_mean
 
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            {
-                "magnitude": self.magnitude,
-                "angular": self.angular,
-                "alpha": self.alpha,
-                "beta": self.beta,
-                "rho": self.rho,
-                "learnable_rho": self.learnable_rho,
-                "weighted": self.weighted,
-                "k": self.k,
-                "learnable_k": self.learnable_k,
-                "learnable_k_init": self.learnable_k_init,
-                "use_bias": self.use_bias,
-                "epsilon": self.epsilon,
-                "norm_momentum": self.norm_momentum,
-                "rescale": self.rescale,
-                "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
-                "bias_initializer": keras.initializers.serialize(self.bias_initializer),
-                "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
-                "bias_regularizer": keras.regularizers.serialize(self.bias_regularizer),
-                "kernel_constraint": keras.constraints.serialize(self.kernel_constraint),
-                "bias_constraint": keras.constraints.serialize(self.bias_constraint),
-            }
+    def _operator_config(self):
+        """Arguments of every operator layer."""
+        return {
+            "angular": self.angular,
+            "k": self.k,
+            "learnable_k": self.learnable_k,
+            "learnable_k_init": self.learnable_k_init,
+            "use_bias": self.use_bias,
+            "activation": keras.activations.serialize(self.activation),
+            "epsilon": self.epsilon,
+            "rescale": self.rescale,
+            "kernel_initializer": keras.initializers.serialize(self.kernel_initializer),
+            "bias_initializer": keras.initializers.serialize(self.bias_initializer),
+            "kernel_regularizer": keras.regularizers.serialize(self.kernel_regularizer),
+            "bias_regularizer": keras.regularizers.serialize(self.bias_regularizer),
+            "kernel_constraint": keras.constraints.serialize(self.kernel_constraint),
+            "bias_constraint": keras.constraints.serialize(self.bias_constraint),
+        }
+
+    def _decoupled_config(self):
+        """Arguments of the decoupled layers only (`_DECOUPLED_ONLY`)."""
+        return {
+            "magnitude": self.magnitude,
+            "alpha": self.alpha,
+            "beta": self.beta,
+            "rho": self.rho,
+            "learnable_rho": self.learnable_rho,
+            "weighted": self.weighted,
+            "norm_momentum": self.norm_momentum,
+            "zero_debias": self.zero_debias,
+        }
+
+
+class _Conv2DOperator(_HypersphericalOperator):
+    """Sliding-window patches with `keras.layers.Conv2D` geometry (private)."""
+
+    def __init__(self, filters, kernel_size, strides, padding, data_format, dilation_rate, groups, **kwargs):
+        super().__init__(**kwargs)
+        self.filters = validation.positive_int(filters, "filters")
+        self.kernel_size = validation.int_pair(kernel_size, "kernel_size")
+        self.strides = validation.int_pair(strides, "strides")
+        self.padding = validation.padding(padding)
+        self.data_format = validation.one_of(
+            data_format or keras.config.image_data_format(), "data_format", ("channels_last", "channels_first")
         )
-        return config
-
-
-class _ConvGeometry:
-    """Sliding-window patches of a 2-D convolution, `keras.layers.Conv2D` geometry."""
-
-    def _init_conv(self, filters, kernel_size, strides, padding, dilation_rate):
-        self.filters = _validation.positive_int(filters, "filters")
-        self.kernel_size = _validation.int_pair(kernel_size, "kernel_size")
-        self.strides = _validation.int_pair(strides, "strides")
-        self.dilation_rate = _validation.int_pair(dilation_rate, "dilation_rate")
-        if not isinstance(padding, str) or padding.lower() not in ("valid", "same"):
-            raise ValueError(
-                "Invalid value for argument `padding`: expected 'valid' or 'same'. "
-                f"Received: padding={padding!r}"
+        self.dilation_rate = validation.int_pair(dilation_rate, "dilation_rate")
+        self.groups = validation.positive_int(groups, "groups")
+        if self.filters % self.groups:
+            raise validation.invalid_argument(
+                "groups", f"a divisor of filters={self.filters}", groups
             )
-        self.padding = padding.lower()
         if max(self.strides) > 1 and max(self.dilation_rate) > 1:
             raise ValueError(
                 "`strides > 1` is not compatible with `dilation_rate > 1`. "
@@ -368,46 +406,68 @@ class _ConvGeometry:
     def _units(self):
         return self.filters
 
+    @property
+    def _groups(self):
+        return self.groups
+
+    @property
+    def _channel_axis(self):
+        return -1 if self.data_format == "channels_last" else 1
+
+    def _nhwc(self, shape):
+        shape = tuple(shape)
+        return shape if self.data_format == "channels_last" else (shape[0], *shape[2:], shape[1])
+
     def _kernel_shape(self, input_shape):
         if len(input_shape) != 4:
-            raise ValueError(f"{type(self).__name__} expects NHWC inputs; received shape {input_shape}.")
-        if input_shape[-1] is None:
-            raise ValueError(f"{type(self).__name__} needs a known channel dimension; received {input_shape}.")
-        return self.kernel_size + (input_shape[-1], self.filters)
-
-    def _dot_and_patch_sq(self, inputs, w_hat, need_patch_sq=True, composed=False, fuse=False):
-        if fuse and need_patch_sq and not composed and None not in inputs.shape[1:3]:
-            # Training: one custom gradient for the conv and the patch energy.
-            return fused.conv_and_patch_energy(
-                inputs, w_hat, self.strides, self.padding, self.dilation_rate
+            raise ValueError(
+                f"{type(self).__name__} expects 4-D inputs ({self.data_format}). Received: "
+                f"input_shape={tuple(input_shape)}"
             )
+        channels = input_shape[self._channel_axis]
+        if channels is None:
+            raise ValueError(
+                f"{type(self).__name__} needs a known channel dimension. Received: input_shape={tuple(input_shape)}"
+            )
+        if channels % self.groups:
+            raise ValueError(
+                f"The number of input channels must be evenly divisible by the number of groups. "
+                f"Received: groups={self.groups}, but the input has {channels} channels "
+                f"(full input shape is {tuple(input_shape)})."
+            )
+        self.compute_output_shape(input_shape)  # a window larger than the input fails here
+        return self.kernel_size + (channels // self.groups, self.filters)
+
+    def _make_input_spec(self, input_shape):
+        return keras.layers.InputSpec(ndim=4, axes={self._channel_axis: input_shape[self._channel_axis]})
+
+    def call(self, inputs, training=None):
+        if self.data_format == "channels_first":
+            out = super().call(ops.transpose(inputs, (0, 2, 3, 1)), training=training)
+            return ops.transpose(out, (0, 3, 1, 2))
+        return super().call(inputs, training=training)
+
+    def _dot_and_patch_sq(self, inputs, w_hat, need_patch_sq=True, fuse=False):
+        geometry = (self.kernel_size, self.strides, self.padding, self.dilation_rate)
+        if self.groups == 1 and fuse and need_patch_sq and None not in inputs.shape[1:3]:
+            # Training: one custom gradient for the conv and the patch energy.
+            return fused.conv_and_patch_energy(inputs, w_hat, self.strides, self.padding, self.dilation_rate)
         dot = ops.conv(
-            inputs, w_hat, strides=self.strides, padding=self.padding,
-            data_format="channels_last", dilation_rate=self.dilation_rate,
+            inputs, w_hat, strides=self.strides, padding=self.padding, data_format="channels_last",
+            dilation_rate=self.dilation_rate,
         )
         if not need_patch_sq:
             return dot, None
-        # The fused path sums shifted slices; the composed one convolves with ones.
-        if composed:
-            x_sq = angles.patch_squared_norm(
-                inputs, self.kernel_size, self.strides, self.padding, self.dilation_rate
-            )
-        else:
-            x_sq = fused.patch_squared_norm(
-                inputs, self.kernel_size, self.strides, self.padding, self.dilation_rate, fuse=fuse
-            )
-        return dot, x_sq
+        if self.groups == 1:
+            return dot, fused.patch_squared_norm(inputs, *geometry, fuse=fuse)
+        return dot, angles.patch_squared_norm(inputs, *geometry, groups=self.groups)
 
     def compute_output_shape(self, input_shape):
-        out = [input_shape[0]]
-        for size, k, s, d in zip(input_shape[1:3], self.kernel_size, self.strides, self.dilation_rate):
-            if size is None:
-                out.append(None)
-            elif self.padding == "same":
-                out.append(-(-size // s))
-            else:
-                out.append((size - d * (k - 1) - 1) // s + 1)
-        return tuple(out) + (self.filters,)
+        shape = conv_geometry.output_shape(
+            self._nhwc(input_shape), self.filters, self.kernel_size, self.strides, self.padding,
+            self.dilation_rate,
+        )
+        return shape if self.data_format == "channels_last" else (shape[0], shape[3], shape[1], shape[2])
 
     def _conv_config(self):
         return {
@@ -415,27 +475,38 @@ class _ConvGeometry:
             "kernel_size": self.kernel_size,
             "strides": self.strides,
             "padding": self.padding,
+            "data_format": self.data_format,
             "dilation_rate": self.dilation_rate,
+            "groups": self.groups,
         }
 
 
-class _DenseGeometry:
-    """The whole input vector as the patch (fully connected layers)."""
+class _DenseOperator(_HypersphericalOperator):
+    """The whole input vector (last axis) as the patch (private)."""
 
-    def _init_dense(self, units):
-        self.units = _validation.positive_int(units, "units")
+    def __init__(self, units, **kwargs):
+        super().__init__(**kwargs)
+        self.units = validation.positive_int(units, "units")
 
     @property
     def _units(self):
         return self.units
 
+    _groups = 1
+
     def _kernel_shape(self, input_shape):
-        if input_shape[-1] is None:
-            raise ValueError(f"{type(self).__name__} needs a known last dimension; received {input_shape}.")
+        if len(input_shape) < 2 or input_shape[-1] is None:
+            raise ValueError(
+                f"{type(self).__name__} needs inputs of rank >= 2 with a known last dimension. "
+                f"Received: input_shape={tuple(input_shape)}"
+            )
         return (input_shape[-1], self.units)
 
-    def _dot_and_patch_sq(self, inputs, w_hat, need_patch_sq=True, composed=False, fuse=False):
-        del composed, fuse  # no patch geometry: one vector norm
+    def _make_input_spec(self, input_shape):
+        return keras.layers.InputSpec(min_ndim=2, axes={-1: input_shape[-1]})
+
+    def _dot_and_patch_sq(self, inputs, w_hat, need_patch_sq=True, fuse=False):
+        del fuse  # no patch geometry: one vector norm
         x_sq = angles.vector_squared_norm(inputs) if need_patch_sq else None
         return ops.matmul(inputs, w_hat), x_sq
 
@@ -443,12 +514,21 @@ class _DenseGeometry:
         return tuple(input_shape[:-1]) + (self.units,)
 
 
-# Constructor arguments that only the decoupled layers take (SphereConv fixes them).
-_DECOUPLED_ONLY = ("magnitude", "alpha", "beta", "rho", "learnable_rho", "weighted", "norm_momentum")
+_CONV_ARGS_DOC = """
+        filters: int > 0, the number of output channels.
+        kernel_size: int or pair of ints, as `keras.layers.Conv2D`.
+        strides: int or pair of ints, as `keras.layers.Conv2D`.
+        padding: 'valid' or 'same', as `keras.layers.Conv2D`.
+        data_format: 'channels_last', 'channels_first' or None (the value of
+            `keras.config.image_data_format()`).
+        dilation_rate: int or pair of ints, as `keras.layers.Conv2D`.
+        groups: int > 0 dividing `filters` and the input channels: a grouped
+            operator, each group of `filters // groups` filters sees only its group
+            of input channels, so the patch norm ‖x‖ (and E{‖x‖}) is per group."""
 
 
 @keras.saving.register_keras_serializable(package="sphere_tf")
-class DecoupledConv2D(_ConvGeometry, _HypersphericalOperator):
+class DecoupledConv2D(_Conv2DOperator):
     """Decoupled 2-D convolution  f_d(w, x) = h(‖w‖, ‖x‖)·g(θ_(w,x))   [D-3].
 
     ```
@@ -461,12 +541,29 @@ class DecoupledConv2D(_ConvGeometry, _HypersphericalOperator):
     Standard operators use the normalised kernel ŵ only, so the output does not
     depend on ‖w‖; `weighted` puts ‖w‖ back (linearly, or eqs. 15/16 for tanh).
 
-    Args:
-        filters: int > 0, the number of output channels.
-        kernel_size: int or pair of ints.
-        strides: int or pair, as `keras.layers.Conv2D`.
-        padding: 'valid' or 'same', as `keras.layers.Conv2D`.
-        dilation_rate: int or pair, as `keras.layers.Conv2D`.
+    E{‖x‖} is the mean patch norm: the batch mean while training, through which
+    the gradient flows as in the authors' graph (wy1iu/DCNets `architecture.py`),
+    and an exponential moving average of it (momentum `norm_momentum`) at inference.
+
+    Note:
+        The moving average is zero-debiased by default (`zero_debias=True`): it is
+        ``b_t / (1 − m^t)`` with ``b_t = m·b_{t−1} + (1 − m)·E_batch``, ``b_0 = 0``,
+        so it equals the batch mean after one step and is 1.0 before any. This is a
+        deliberate deviation from the authors' code, whose
+        `tf.train.ExponentialMovingAverage(0.999)` of the batch-mean tensor keeps a
+        shadow that starts at 0 and is not debiased: there, after t steps the
+        inference radius is ``(1 − 0.999^t)`` times the data's (250x too small after
+        4 steps, still 37 % short after 1000), so a briefly trained or fine-tuned
+        model infers with a radius far from the one it trained with.
+        `zero_debias=False` reproduces the upstream average exactly: 0.0 before
+        any training step, so an untrained layer then infers with a zero radius
+        (h saturates: tanh and ball give α, seg gives β‖x‖), as upstream does.
+        No option keeps the gradient out of the batch mean: upstream
+        differentiates it, and doing so costs one reduction of the one-channel ‖x‖.
+
+    Args:{conv_args}
+        activation: activation applied after the bias / rescale (name or
+            callable, `keras.activations.get`); None for none.
         magnitude: str, the magnitude function h (`sphere_tf.ops.magnitude.MAGNITUDE_FNS`).
         angular: str, the angular activation g (`sphere_tf.ops.angular.ANGULAR_FNS`).
         alpha: float > 0, α of h (DCNet default 1).
@@ -474,27 +571,35 @@ class DecoupledConv2D(_ConvGeometry, _HypersphericalOperator):
         rho: float > 0, initial operator radius factor ρ (default 1, as upstream).
         learnable_rho: bool, learn ρ per output channel (upstream: yes).
         weighted: None, 'linear', 'nonlinear' (eq. 15) or 'nonlinear_separate' (eq. 16).
-        k: float > 0, the sigmoid parameter (0.3, "a good choice" [S App B]).
+        k: float > 0, the sigmoid parameter (0.3, "a good choice", Deep
+            Hyperspherical Learning, Appendix B).
         learnable_k: bool, learn k per filter (sigmoid only).
         learnable_k_init: float > 0.05, initial learnable k (paper: 0.5).
         use_bias: bool, add a per-channel bias (default off; BN usually follows).
         epsilon: float >= 0, inside the norms' square roots (upstream 1e-4).
         norm_momentum: float in [0, 1), momentum of the E{‖x‖} moving average
             (upstream 0.999).
+        zero_debias: bool, debias the E{‖x‖} moving average (default; see the note);
+            False is the upstream average.
         rescale: bool, learned per-channel affine β·f + γ (rescaled SphereNorm).
         kernel_initializer: default N(0, 2/fan_in) as upstream.
         bias_initializer, kernel_regularizer, bias_regularizer, kernel_constraint,
         bias_constraint: as `keras.layers.Conv2D`.
+        **kwargs: base-layer arguments (`name`, `dtype`, `trainable`, ...).
 
     Input shape:
-        4-D tensor `(batch, rows, cols, channels)`.
+        4-D tensor `(batch, rows, cols, channels)` (channels_last) or
+        `(batch, channels, rows, cols)` (channels_first).
 
     Output shape:
-        4-D tensor `(batch, new_rows, new_cols, filters)`, as `keras.layers.Conv2D`.
+        4-D tensor `(batch, new_rows, new_cols, filters)` (or channels first), as
+        `keras.layers.Conv2D`.
 
     Raises:
         ValueError: unknown names, non-positive α/ρ/k, β for a magnitude without
-            one, or a nonlinear weighting on a magnitude other than tanh.
+            one, a nonlinear weighting on a magnitude other than tanh, `groups` not
+            dividing `filters` or the input channels, or an input smaller than the
+            kernel window with 'valid' padding.
 
     Reference:
         Liu et al., Decoupled Networks, CVPR 2018, https://arxiv.org/abs/1804.08071
@@ -506,23 +611,69 @@ class DecoupledConv2D(_ConvGeometry, _HypersphericalOperator):
     (2, 16, 16, 8)
     """
 
-    def __init__(self, filters, kernel_size, strides=1, padding="valid", dilation_rate=1,
-                 magnitude="tanh", angular="cosine", alpha=1.0, beta=None, rho=1.0,
-                 learnable_rho=True, weighted=None, **kwargs):
-        self._init_conv(filters, kernel_size, strides, padding, dilation_rate)
-        super().__init__(magnitude=magnitude, angular=angular, alpha=alpha, beta=beta, rho=rho,
-                         learnable_rho=learnable_rho, weighted=weighted, **kwargs)
+    def __init__(
+        self,
+        filters,
+        kernel_size,
+        strides=1,
+        padding="valid",
+        data_format=None,
+        dilation_rate=1,
+        groups=1,
+        activation=None,
+        magnitude="tanh",
+        angular="cosine",
+        alpha=1.0,
+        beta=None,
+        rho=1.0,
+        learnable_rho=True,
+        weighted=None,
+        k=0.3,
+        learnable_k=False,
+        learnable_k_init=DEFAULT_LEARNABLE_K,
+        use_bias=False,
+        epsilon=angles.DEFAULT_EPSILON,
+        norm_momentum=DEFAULT_NORM_MOMENTUM,
+        zero_debias=True,
+        rescale=False,
+        kernel_initializer=None,
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
+        **kwargs,
+    ):
+        super().__init__(
+            filters, kernel_size, strides, padding, data_format, dilation_rate, groups,
+            activation=activation, magnitude=magnitude, angular=angular, alpha=alpha, beta=beta, rho=rho,
+            learnable_rho=learnable_rho, weighted=weighted, k=k, learnable_k=learnable_k,
+            learnable_k_init=learnable_k_init, use_bias=use_bias, epsilon=epsilon,
+            norm_momentum=norm_momentum, zero_debias=zero_debias, rescale=rescale,
+            kernel_initializer=kernel_initializer, bias_initializer=bias_initializer,
+            kernel_regularizer=kernel_regularizer, bias_regularizer=bias_regularizer,
+            kernel_constraint=kernel_constraint, bias_constraint=bias_constraint, **kwargs,
+        )
 
     def get_config(self):
-        return {**super().get_config(), **self._conv_config()}
+        return {**super().get_config(), **self._decoupled_config(), **self._operator_config(), **self._conv_config()}
 
 
 @keras.saving.register_keras_serializable(package="sphere_tf")
-class DecoupledDense(_DenseGeometry, _HypersphericalOperator):
+class DecoupledDense(_DenseOperator):
     """Decoupled fully connected layer  f_d = h(‖w‖, ‖x‖)·g(θ)   [D-3].
 
-    The patch is the whole input vector. Arguments as `DecoupledConv2D` with
-    `units` for `filters` and no conv geometry.
+    The patch is the whole input vector (the last axis). See `DecoupledConv2D` for
+    the operator and the E{‖x‖} moving average (and its zero-debiasing note).
+
+    Args:
+        units: int > 0, the output dimension.
+        activation, magnitude, angular, alpha, beta, rho, learnable_rho, weighted,
+        k, learnable_k, learnable_k_init, use_bias, epsilon, norm_momentum,
+        zero_debias, rescale, kernel_initializer, bias_initializer,
+        kernel_regularizer, bias_regularizer, kernel_constraint, bias_constraint:
+            as `DecoupledConv2D`.
+        **kwargs: base-layer arguments (`name`, `dtype`, `trainable`, ...).
 
     Input shape:
         N-D tensor `(batch, ..., input_dim)`.
@@ -536,24 +687,57 @@ class DecoupledDense(_DenseGeometry, _HypersphericalOperator):
     (3, 4)
     """
 
-    def __init__(self, units, magnitude="tanh", angular="cosine", alpha=1.0, beta=None, rho=1.0,
-                 learnable_rho=True, weighted=None, **kwargs):
-        self._init_dense(units)
-        super().__init__(magnitude=magnitude, angular=angular, alpha=alpha, beta=beta, rho=rho,
-                         learnable_rho=learnable_rho, weighted=weighted, **kwargs)
+    def __init__(
+        self,
+        units,
+        activation=None,
+        magnitude="tanh",
+        angular="cosine",
+        alpha=1.0,
+        beta=None,
+        rho=1.0,
+        learnable_rho=True,
+        weighted=None,
+        k=0.3,
+        learnable_k=False,
+        learnable_k_init=DEFAULT_LEARNABLE_K,
+        use_bias=False,
+        epsilon=angles.DEFAULT_EPSILON,
+        norm_momentum=DEFAULT_NORM_MOMENTUM,
+        zero_debias=True,
+        rescale=False,
+        kernel_initializer=None,
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
+        **kwargs,
+    ):
+        super().__init__(
+            units,
+            activation=activation, magnitude=magnitude, angular=angular, alpha=alpha, beta=beta, rho=rho,
+            learnable_rho=learnable_rho, weighted=weighted, k=k, learnable_k=learnable_k,
+            learnable_k_init=learnable_k_init, use_bias=use_bias, epsilon=epsilon,
+            norm_momentum=norm_momentum, zero_debias=zero_debias, rescale=rescale,
+            kernel_initializer=kernel_initializer, bias_initializer=bias_initializer,
+            kernel_regularizer=kernel_regularizer, bias_regularizer=bias_regularizer,
+            kernel_constraint=kernel_constraint, bias_constraint=bias_constraint, **kwargs,
+        )
 
     def get_config(self):
-        return {**super().get_config(), "units": self.units}
+        return {**super().get_config(), **self._decoupled_config(), **self._operator_config(), "units": self.units}
 
 
-def _sphere_config(config):
-    for key in _DECOUPLED_ONLY:
-        config.pop(key, None)
-    return config
+# SphereConv is the decoupled operator with h = 1: no radius, so these never matter.
+_SPHERE_FIXED = dict(
+    magnitude="sphere", alpha=1.0, beta=None, rho=1.0, learnable_rho=True, weighted=None,
+    norm_momentum=DEFAULT_NORM_MOMENTUM, zero_debias=True,
+)
 
 
 @keras.saving.register_keras_serializable(package="sphere_tf")
-class SphereConv2D(_ConvGeometry, _HypersphericalOperator):
+class SphereConv2D(_Conv2DOperator):
     """Hyperspherical 2-D convolution (SphereNet)  F_s(w, x) = g(θ_(w,x)) + b   [S-1].
 
     ```
@@ -562,13 +746,16 @@ class SphereConv2D(_ConvGeometry, _HypersphericalOperator):
        sigmoid tanh((π/2 − θ)/2k)/tanh(π/4k) [S-4], sqcosine c·|c| [D-14]
     ```
 
-    The output lies in [−1, 1] and is invariant to positive scaling of the
-    kernel and of the input. With `rescale=True` the output becomes β·F_s + γ with
-    learned per-channel β, γ (rescaled SphereNorm, [T-3.2.5]); SphereNorm itself
-    is cosine SphereConv used in place of BatchNorm.
+    The output lies in [−1, 1] (before `rescale`, bias and activation) and is
+    invariant to positive scaling of the kernel and of the input. With
+    `rescale=True` the output becomes β·F_s + γ with learned per-channel β, γ
+    (rescaled SphereNorm, [T-3.2.5]); SphereNorm itself is cosine SphereConv used
+    in place of BatchNorm. SphereConv has no magnitude function: DCNet's
+    decoupled operators (`magnitude=...`) are `DecoupledConv2D`.
 
-    Args:
-        filters, kernel_size, strides, padding, dilation_rate: as `keras.layers.Conv2D`.
+    Args:{conv_args}
+        activation: activation applied after the bias / rescale (name or
+            callable); None for none.
         angular: str, 'linear', 'cosine', 'sigmoid' or 'sqcosine'.
         k: float > 0, fixed sigmoid parameter (default 0.3).
         learnable_k: bool, learn k per filter, k = |k_raw| + 0.05 (upstream).
@@ -576,13 +763,21 @@ class SphereConv2D(_ConvGeometry, _HypersphericalOperator):
         use_bias: bool (default False: "bias terms are usually left out").
         epsilon: float >= 0, inside the norms' square roots (upstream 1e-4).
         rescale: bool, per-channel learned scale and shift.
-        kernel_initializer etc.: as `keras.layers.Conv2D`.
+        kernel_initializer: default N(0, 2/fan_in) as upstream.
+        bias_initializer, kernel_regularizer, bias_regularizer, kernel_constraint,
+        bias_constraint: as `keras.layers.Conv2D`.
+        **kwargs: base-layer arguments (`name`, `dtype`, `trainable`, ...).
 
     Input shape:
-        4-D tensor `(batch, rows, cols, channels)`.
+        4-D tensor `(batch, rows, cols, channels)` (or channels first).
 
     Output shape:
-        4-D tensor `(batch, new_rows, new_cols, filters)`.
+        4-D tensor `(batch, new_rows, new_cols, filters)` (or channels first).
+
+    Raises:
+        ValueError: as `DecoupledConv2D`, and for any DCNet-only argument
+            (`magnitude`, `alpha`, `beta`, `rho`, `learnable_rho`, `weighted`,
+            `norm_momentum`, `zero_debias`).
 
     Reference:
         Liu et al., Deep Hyperspherical Learning, NIPS 2017, https://arxiv.org/abs/1711.03189
@@ -594,20 +789,63 @@ class SphereConv2D(_ConvGeometry, _HypersphericalOperator):
     True
     """
 
-    def __init__(self, filters, kernel_size, strides=1, padding="valid", dilation_rate=1,
-                 angular="cosine", **kwargs):
-        self._init_conv(filters, kernel_size, strides, padding, dilation_rate)
-        super().__init__(magnitude="sphere", angular=angular, **kwargs)
+    def __init__(
+        self,
+        filters,
+        kernel_size,
+        strides=1,
+        padding="valid",
+        data_format=None,
+        dilation_rate=1,
+        groups=1,
+        activation=None,
+        angular="cosine",
+        k=0.3,
+        learnable_k=False,
+        learnable_k_init=DEFAULT_LEARNABLE_K,
+        use_bias=False,
+        epsilon=angles.DEFAULT_EPSILON,
+        rescale=False,
+        kernel_initializer=None,
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
+        **kwargs,
+    ):
+        _reject_decoupled_arguments(type(self).__name__, kwargs)
+        super().__init__(
+            filters, kernel_size, strides, padding, data_format, dilation_rate, groups,
+            activation=activation, angular=angular, k=k, learnable_k=learnable_k,
+            learnable_k_init=learnable_k_init, use_bias=use_bias, epsilon=epsilon, rescale=rescale,
+            kernel_initializer=kernel_initializer, bias_initializer=bias_initializer,
+            kernel_regularizer=kernel_regularizer, bias_regularizer=bias_regularizer,
+            kernel_constraint=kernel_constraint, bias_constraint=bias_constraint, **_SPHERE_FIXED, **kwargs,
+        )
 
     def get_config(self):
-        return _sphere_config({**super().get_config(), **self._conv_config()})
+        return {**super().get_config(), **self._operator_config(), **self._conv_config()}
 
 
 @keras.saving.register_keras_serializable(package="sphere_tf")
-class SphereDense(_DenseGeometry, _HypersphericalOperator):
-    """Hyperspherical fully connected layer  F_s(w, x) = g(θ_(w,x)) + b   [S §2.4].
+class SphereDense(_DenseOperator):
+    """Hyperspherical fully connected layer  F_s(w, x) = g(θ_(w,x)) + b   (Deep Hyperspherical Learning §2.4).
 
-    Arguments as `SphereConv2D` with `units` for `filters`.
+    The patch is the whole input vector (the last axis).
+
+    Args:
+        units: int > 0, the output dimension.
+        activation, angular, k, learnable_k, learnable_k_init, use_bias, epsilon,
+        rescale, kernel_initializer, bias_initializer, kernel_regularizer,
+        bias_regularizer, kernel_constraint, bias_constraint: as `SphereConv2D`.
+        **kwargs: base-layer arguments (`name`, `dtype`, `trainable`, ...).
+
+    Input shape:
+        N-D tensor `(batch, ..., input_dim)`.
+
+    Output shape:
+        `(batch, ..., units)`.
 
     Example:
 
@@ -615,9 +853,38 @@ class SphereDense(_DenseGeometry, _HypersphericalOperator):
     (3, 4)
     """
 
-    def __init__(self, units, angular="cosine", **kwargs):
-        self._init_dense(units)
-        super().__init__(magnitude="sphere", angular=angular, **kwargs)
+    def __init__(
+        self,
+        units,
+        activation=None,
+        angular="cosine",
+        k=0.3,
+        learnable_k=False,
+        learnable_k_init=DEFAULT_LEARNABLE_K,
+        use_bias=False,
+        epsilon=angles.DEFAULT_EPSILON,
+        rescale=False,
+        kernel_initializer=None,
+        bias_initializer="zeros",
+        kernel_regularizer=None,
+        bias_regularizer=None,
+        kernel_constraint=None,
+        bias_constraint=None,
+        **kwargs,
+    ):
+        _reject_decoupled_arguments(type(self).__name__, kwargs)
+        super().__init__(
+            units,
+            activation=activation, angular=angular, k=k, learnable_k=learnable_k,
+            learnable_k_init=learnable_k_init, use_bias=use_bias, epsilon=epsilon, rescale=rescale,
+            kernel_initializer=kernel_initializer, bias_initializer=bias_initializer,
+            kernel_regularizer=kernel_regularizer, bias_regularizer=bias_regularizer,
+            kernel_constraint=kernel_constraint, bias_constraint=bias_constraint, **_SPHERE_FIXED, **kwargs,
+        )
 
     def get_config(self):
-        return _sphere_config({**super().get_config(), "units": self.units})
+        return {**super().get_config(), **self._operator_config(), "units": self.units}
+
+
+for _cls in (DecoupledConv2D, SphereConv2D):
+    _cls.__doc__ = _cls.__doc__.replace("{conv_args}", _CONV_ARGS_DOC)

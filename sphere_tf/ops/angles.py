@@ -4,8 +4,8 @@ Every quantity here is computed in float32 whatever the input dtype (squares of
 float16 activations overflow above 256 and underflow below 4e-3), and every
 arccos in the package goes through `safe_acos`.
 
-The sliding-window patch norm follows the authors' TF code (SphereNet and
-DCNets): ``sqrt(conv2d(x * x, ones) + 1e-4)``, with the epsilon *inside* the
+The sliding-window patch norm follows the authors' TF code (wy1iu/SphereNet `spherenet.py`,
+wy1iu/DCNets `architecture.py`): ``sqrt(conv2d(x * x, ones) + 1e-4)``, with the epsilon *inside* the
 square root so that all-zero patches (padding, dead ReLUs) give a finite norm and
 a finite gradient.  The one refinement is that we sum ``x * x`` over channels
 first and convolve a single channel with a ``(kh, kw, 1, 1)`` ones kernel, which
@@ -76,23 +76,21 @@ def kernel_norm(kernel, epsilon=DEFAULT_EPSILON):
     Returns:
         float32 tensor of shape `(units,)`.
     """
-    w = ops.cast(kernel, "float32")
-    axes = tuple(range(len(w.shape) - 1))
-    return ops.sqrt(ops.sum(ops.square(w), axis=axes) + epsilon)
+    return normalize_kernel(kernel, epsilon)[1]
 
 
 def normalize_kernel(kernel, epsilon=DEFAULT_EPSILON):
-    """Unit-norm kernel ŵ = w / sqrt(‖w‖² + ε), per output unit, in float32.
+    """Unit-norm kernel ŵ = w / sqrt(‖w‖² + ε) per output unit (`normalize` over all but the last axis).
 
     Returns:
         `(w_hat, w_norm)`: float32 tensors of the kernel's shape and `(units,)`.
     """
-    w = ops.cast(kernel, "float32")
-    w_norm = kernel_norm(w, epsilon)
-    return w / w_norm, w_norm
+    units = kernel.shape[-1]
+    w_hat, w_norm = normalize(kernel, axis=tuple(range(len(kernel.shape) - 1)), epsilon=epsilon)
+    return w_hat, ops.reshape(w_norm, (units,))
 
 
-def patch_squared_norm(inputs, kernel_size, strides=1, padding="valid", dilation_rate=1):
+def patch_squared_norm(inputs, kernel_size, strides=1, padding="valid", dilation_rate=1, groups=1):
     """Sliding-window squared norm Σ_{patch} x² for every output position of a conv.
 
     Uses the same kernel size, strides, padding and dilation as the main
@@ -100,17 +98,27 @@ def patch_squared_norm(inputs, kernel_size, strides=1, padding="valid", dilation
     replace with `avg_pool * kh * kw`: TF average pooling leaves padded cells out
     of the divisor and gets the borders wrong.
 
+    With `groups` > 1 (a grouped convolution) a patch is one group's window: the
+    channel energy is summed per group of ``C / groups`` consecutive channels and
+    the window sum is a grouped ones-kernel convolution (one input channel per group).
+
     Args:
         inputs: NHWC tensor.
         kernel_size: tuple `(kh, kw)`.
         strides, padding, dilation_rate: as for `keras.ops.conv`.
+        groups: int dividing the channel count.
 
     Returns:
-        float32 tensor `(N, H', W', 1)`.
+        float32 tensor `(N, H', W', groups)`.
     """
     x = ops.cast(inputs, "float32")
-    channel_energy = ops.sum(ops.square(x), axis=-1, keepdims=True)
-    ones = ops.ones(tuple(kernel_size) + (1, 1), dtype="float32")
+    if groups == 1:
+        channel_energy = ops.sum(ops.square(x), axis=-1, keepdims=True)
+    else:
+        shape = ops.shape(x)
+        grouped = ops.reshape(x, (shape[0], shape[1], shape[2], groups, x.shape[-1] // groups))
+        channel_energy = ops.sum(ops.square(grouped), axis=-1)
+    ones = ops.ones(tuple(kernel_size) + (1, groups), dtype="float32")
     return ops.conv(
         channel_energy,
         ones,

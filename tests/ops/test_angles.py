@@ -99,6 +99,21 @@ def test_patch_squared_norm_matches_explicit_patches(rng, kernel_size, strides, 
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("groups", [2, 3])
+@pytest.mark.parametrize("kernel_size,strides,padding,dilation,hw", GEOMETRIES[:4] + GEOMETRIES[6:7])
+def test_grouped_patch_squared_norm_matches_per_group_patches(rng, kernel_size, strides, padding, dilation,
+                                                               hw, groups):
+    x = rng.normal(size=(2, *hw, 2 * groups)).astype(np.float32)
+    expected = np.concatenate(
+        [np.sum(testing.numpy_patches(x[..., 2 * g:2 * g + 2], kernel_size, strides, padding, dilation) ** 2,
+                axis=-1, keepdims=True) for g in range(groups)],
+        axis=-1,
+    )
+    got = ops.convert_to_numpy(angles.patch_squared_norm(x, kernel_size, strides, padding, dilation, groups))
+    assert got.shape == expected.shape
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
 def test_patch_squared_norm_counts_padded_zeros_at_borders():
     # All-ones input: a 'same' 3x3 corner window holds 4 real cells, an edge 6, the interior 9.
     x = np.ones((1, 4, 4, 2), np.float32)

@@ -65,7 +65,7 @@ def test_seg_is_continuous_with_slopes_alpha_then_beta():
     np.testing.assert_allclose(got[:3], [alpha * (r - 1e-3), alpha * r, alpha * r + beta * 1e-3],
                                rtol=1e-5)
     np.testing.assert_allclose(got[3], alpha * r + beta * 2.0 * r, rtol=1e-6)
-    # β = α is LinearConv; β = 0 is BallConv scaled by α·r [spec §2.2].
+    # β = α is LinearConv; β = 0 is BallConv scaled by α·r (Decoupled Networks eqs. 5, 7, 8).
     np.testing.assert_allclose(_h("seg", x, r, 1.0, 1.0), _h("linear", x, None, 1.0), rtol=1e-6)
     np.testing.assert_allclose(_h("seg", x, r, 1.0, 0.0), r * _h("ball", x, r, 1.0), rtol=1e-6)
 
@@ -84,8 +84,8 @@ def test_gradients_finite_at_zero_kink_and_large_norms(name):
         assert np.all(np.isfinite(dr.numpy()))
 
 
-def test_radius_gradients_match_the_spec_calculus():
-    # [spec §2.3]: ∂h/∂r for r = ρE with E = 1 equals ∂h/∂ρ.
+def test_radius_gradients_match_closed_forms():
+    # ∂h/∂r of [D-19..21] differentiated by hand; for r = ρE with E = 1 it equals ∂h/∂ρ.
     alpha, beta = 1.0, 0.5
     x = tf.constant([0.5, 3.0])
     r = tf.constant(2.0)
