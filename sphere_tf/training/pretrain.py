@@ -26,6 +26,7 @@ import dataclasses
 import logging
 
 import keras
+import numpy as np
 
 from sphere_tf import validation
 from sphere_tf.layers import walk
@@ -263,13 +264,20 @@ def initialize_from_pretrained(
 
 
 def _calibrate_norm_means(target, data, report):
-    """Sets E{‖x‖} of every operator from one training-mode forward pass on `data`."""
+    """Sets E{‖x‖} of every operator to its batch mean in one training-mode forward pass on `data`.
+
+    The moving-average variables are zeroed first, so after the pass
+    ``biased / weight`` is exactly the batch mean (per group for grouped layers);
+    it is then stored as a fully warmed-up average (``biased = E``, ``weight = 1``),
+    which `norm_mean()` returns whether or not the layer zero-debiases.
+    """
     keep = {}
     operator_vars = {}
     for layer in model_lib.find_operator_layers(target):
         for v in layer.weights:
             if _short_name(v) in _NORM_MEAN_NAMES:
                 operator_vars[id(v)] = layer
+                v.assign(keras.ops.zeros_like(v))
     for v in target.weights:
         if id(v) not in operator_vars:
             keep[id(v)] = (v, keras.ops.convert_to_numpy(v))
@@ -277,6 +285,9 @@ def _calibrate_norm_means(target, data, report):
     for v, value in keep.values():
         v.assign(value)
     for layer in {id(l): l for l in operator_vars.values()}.values():
-        if hasattr(layer, "norm_mean"):
-            value = float(keras.ops.convert_to_numpy(layer.norm_mean()))
-            report.add("calibrated", layer.name, None, "norm_mean", f"E{{‖x‖}} = {value:.6g}")
+        if hasattr(layer, "norm_mean_biased"):
+            batch_mean = layer.norm_mean_biased / layer.norm_mean_weight
+            layer.norm_mean_biased.assign(batch_mean)
+            layer.norm_mean_weight.assign(keras.ops.ones_like(layer.norm_mean_weight))
+            value = np.round(keras.ops.convert_to_numpy(layer.norm_mean()).astype(np.float64), 6).tolist()
+            report.add("calibrated", layer.name, None, "norm_mean", f"E{{‖x‖}} = {value}")

@@ -163,6 +163,23 @@ def test_calibration_sets_norm_mean_and_restores_everything_else():
     assert [e.target_layer for e in report.by_status("calibrated")] == ["c1"]
 
 
+@pytest.mark.parametrize("zero_debias", [True, False])
+@pytest.mark.parametrize("groups", [1, 2])
+def test_calibration_gives_the_batch_mean_for_either_average_and_per_group(zero_debias, groups):
+    x = np.random.default_rng(4).normal(size=(3, 5, 5, 4)).astype("float32")
+    inputs = keras.Input((5, 5, 4))
+    layer = layers.DecoupledConv2D(4, 3, padding="same", magnitude="tanh", groups=groups,
+                                   zero_debias=zero_debias, name="c1")
+    target = keras.Model(inputs, layer(inputs))
+    source = keras.Model(inputs, keras.layers.Conv2D(4, 3, padding="same", groups=groups, name="c1")(inputs))
+    target(x * 3.0, training=True)  # an earlier, different average must not leak into the calibration
+    training.initialize_from_pretrained(target, source, calibration_data=x, verbose=False)
+    per_group = np.split(x, groups, axis=-1)
+    expected = [np.mean(np.sqrt(np.sum(testing.numpy_patches(g, 3, padding="same") ** 2, axis=-1) + 1e-4))
+                for g in per_group]
+    np.testing.assert_allclose(np.reshape(layer.norm_mean().numpy(), -1), expected, rtol=1e-5)
+
+
 def test_calibration_keeps_copied_batchnorm_statistics():
     source, target = build_cnn(), build_dcnet()
     x = np.random.default_rng(3).normal(size=(4, 6, 6, 2)).astype("float32")
