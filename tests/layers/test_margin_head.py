@@ -1,16 +1,27 @@
-"""Tests for sphere_tf.layers.MarginHead: formulas, annealing state, numerics, model patterns, export."""
+"""Tests for sphere_tf.layers.MarginHead: formulas, annealing state, numerics, inputs, model patterns, export."""
 
 import math
 import os
+import re
+import subprocess
+import sys
+import textwrap
+import warnings
+from unittest import mock
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from keras.src import testing as keras_testing
+from keras.src.trainers import trainer as keras_trainer
 
 from sphere_tf import testing
 from sphere_tf.layers import MarginHead
 from sphere_tf.ops import margin as margin_lib
+from sphere_tf.regularizers import DataDependentMHE
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 # ---------------------------------------------------------------------------------------
@@ -118,6 +129,14 @@ def test_sequential_inference_and_keras_roundtrip(rng, tmp_path):
         (dict(loss_type="focal"), "loss_type"),
         (dict(loss_type="asoftmax", margin=0), "margin"),
         (dict(loss_type="asoftmax", margin=2.5), "margin"),
+        (dict(loss_type="asoftmax", margin=100), "margin"),
+        (dict(loss_type="asoftmax", margin=5), "margin"),
+        (dict(loss_type="lsoftmax", margin=5), "margin"),
+        (dict(loss_type="gasoftmax", angular="cosine", margin=5), "margin"),
+        (dict(loss_type="gasoftmax", angular="linear", margin=4.5), "margin"),
+        (dict(loss_type="ssoftmax", angular="sigmoid", margin=float("nan")), "margin"),
+        (dict(loss_type="combined", margin=(5.0, 0.0, 0.0)), "margin"),
+        (dict(loss_type="combined", margin=(1.0, 0.0, 2.0)), "margin"),
         (dict(loss_type="lsoftmax", margin=True), "margin"),
         (dict(loss_type="wsoftmax", margin=2), "margin"),
         (dict(loss_type="gasoftmax", angular="linear", margin=0.5), "margin"),
@@ -228,12 +247,19 @@ def test_label_penalty_added_only_in_training_with_labels(rng):
 
 
 def test_sphereface_plus_data_dependent_mhe_plugs_in(rng):
-    regularizers = pytest.importorskip("sphere_tf.regularizers")
-    if not hasattr(regularizers, "DataDependentMHE"):
-        pytest.skip("sphere_tf.regularizers.DataDependentMHE not available")
-    head = MarginHead(4, label_penalty=regularizers.DataDependentMHE(factor=1.0))
-    head(_features(rng), labels=rng.integers(0, 4, size=8), training=True)
-    assert len(head.losses) == 1 and np.isfinite(float(head.losses[0]))
+    """The penalty added is SphereFace+ Eq. 5.8 (s = 2, Euclidean) on the head's kernel, by explicit loops."""
+    head = MarginHead(4, label_penalty=DataDependentMHE(factor=0.5))
+    y = rng.integers(0, 4, size=8)
+    head(_features(rng), labels=y, training=True)
+    w = keras.ops.convert_to_numpy(head.kernel).astype(np.float64)
+    w_hat = w / np.sqrt(np.sum(w**2, axis=0) + 1e-4)
+    total = 0.0
+    for label in y:
+        for j in range(4):
+            if j != label:
+                total += 1.0 / np.sum((w_hat[:, label] - w_hat[:, j]) ** 2)
+    assert len(head.losses) == 1
+    assert float(head.losses[0]) == pytest.approx(0.5 * total / (len(y) * 3), rel=1e-3)
 
 
 # ---------------------------------------------------------------------------------------
@@ -346,31 +372,80 @@ def test_save_load_resumes_annealing_step(rng, tmp_path):
     assert int(new_head.iteration.numpy()) == 8
 
 
-class MarginClassifier(keras.Model):
-    """Subclass pattern: `model((features, labels))` in training, `model(features)` at inference."""
-
-    def __init__(self, head, **kwargs):
-        super().__init__(**kwargs)
-        self.embed = keras.layers.Dense(3)
-        self.head = head
-
-    def call(self, inputs, training=None):
-        labels = None
-        if isinstance(inputs, (tuple, list)):
-            inputs, labels = inputs
-        return self.head(self.embed(inputs), labels=labels, training=training)
+def _documented_block(marker):
+    """The ```python block of docs/losses.md that contains `marker`."""
+    with open(os.path.join(REPO, "docs", "losses.md"), encoding="utf-8") as f:
+        blocks = re.findall(r"```python\n(.*?)```", f.read(), flags=re.S)
+    (block,) = [b for b in blocks if marker in b]
+    return block
 
 
-def test_subclassed_model_fit_and_predict(rng):
+def test_documented_subclassed_model_fits_saves_and_loads(rng, tmp_path, monkeypatch):
+    """Runs docs/losses.md's `MarginClassifier` block as written: fit, predict, save, load."""
+    x, y = _toy_data(rng, n=64, d=6, classes=10)
+    monkeypatch.chdir(tmp_path)
+    namespace = {
+        "backbone": keras.Sequential([keras.layers.Dense(8, activation="relu"), keras.layers.Dense(3)]),
+        "x_train": x,
+        "y_train": y,
+        "x_test": x[:16],
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # e.g. Keras's "cannot be built automatically" on load
+        exec(compile(_documented_block("class MarginClassifier"), "docs/losses.md", "exec"), namespace)
+    model, restored = namespace["model"], namespace["restored"]
+    assert type(restored).__name__ == "MarginClassifier"
+    assert int(model.head.iteration.numpy()) == 2  # one epoch of 64 samples, batch 32
+    assert int(restored.head.iteration.numpy()) == 2
+    assert restored.head.get_config() == model.head.get_config()
+    np.testing.assert_allclose(namespace["logits"], model.predict(x[:16], verbose=0), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(restored.predict(x[:16], verbose=0), namespace["logits"], rtol=1e-6, atol=1e-6)
+    # The restored model trains on: the margin path and the step counter resume.
+    restored.fit((x, y), y, batch_size=32, epochs=1, verbose=0)
+    assert int(restored.head.iteration.numpy()) == 4
+
+
+_LOAD_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    import keras
+    if sys.argv[1] == "import":
+        import sphere_tf  # noqa: F401  (the documented requirement)
+    model = keras.saving.load_model(sys.argv[2])
+    np.save(sys.argv[3], model.predict(np.load(sys.argv[4]), verbose=0))
+    """
+)
+
+
+def _load_in_fresh_process(mode, model_path, tmp_path):
+    x_path, out_path = os.path.join(tmp_path, "x.npy"), os.path.join(tmp_path, f"out_{mode}.npy")
+    env = {**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
+    result = subprocess.run(
+        [sys.executable, "-c", _LOAD_SCRIPT, mode, model_path, out_path, x_path],
+        capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300,
+    )
+    return result, out_path
+
+
+def test_keras_file_loads_in_a_fresh_process_after_import_sphere_tf(rng, tmp_path):
+    """README "Saving and loading": `import sphere_tf` before `load_model`; without it Keras cannot find the class."""
     x, y = _toy_data(rng)
-    head = MarginHead(3, loss_type="gasoftmax", angular="linear", margin=2)
-    model = MarginClassifier(head)
-    model.compile(keras.optimizers.Adam(1e-2), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    history = model.fit((x, y), y, batch_size=16, epochs=3, verbose=0)
-    assert int(head.iteration.numpy()) == 12
-    assert np.all(np.isfinite(history.history["loss"]))
-    assert model.predict(x, verbose=0).shape == (64, 3)
-    assert int(head.iteration.numpy()) == 12
+    head = MarginHead(3, loss_type="arcface", scale=16.0)
+    train_model, inference_model = _two_input_model(head)
+    train_model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    train_model.fit([x, y], y, batch_size=16, epochs=1, verbose=0)
+    model_path = os.path.join(tmp_path, "inference.keras")
+    inference_model.save(model_path)
+    np.save(os.path.join(tmp_path, "x.npy"), x)
+
+    result, out_path = _load_in_fresh_process("import", model_path, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    np.testing.assert_allclose(np.load(out_path), inference_model.predict(x, verbose=0), rtol=1e-6, atol=1e-6)
+
+    result, _ = _load_in_fresh_process("no-import", model_path, tmp_path)
+    assert result.returncode != 0
+    assert "MarginHead" in result.stderr
 
 
 def test_label_smoothing_loss_with_fit(rng):
