@@ -120,7 +120,9 @@ def _checked_labels(labels, num_classes):
             bad = sorted(set(labels.numpy()[~valid.numpy()].tolist()))
             raise ValueError(f"{message}. Received: labels out of range {bad}")
     elif not xla_context.in_xla_context():
-        tf.debugging.Assert(tf.reduce_all(valid), [message + "; received labels", labels], summarize=16)
+        check = tf.debugging.Assert(tf.reduce_all(valid), [message + "; received labels", labels], summarize=16)
+        with tf.control_dependencies([check]):  # before any gather reads a label
+            labels = tf.identity(labels)
     return labels, valid
 
 

@@ -19,6 +19,7 @@ from keras.src.trainers import trainer as keras_trainer
 from sphere_tf import testing
 from sphere_tf.layers import MarginHead
 from sphere_tf.ops import margin as margin_lib
+from sphere_tf.ops import xla_context
 from sphere_tf.regularizers import DataDependentMHE
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -494,3 +495,185 @@ def test_jit_compiled_matches_eager(rng):
     compiled = tf.function(lambda a, b: head(a, labels=b, training=True), jit_compile=True)(x, y).numpy()
     np.testing.assert_allclose(compiled, eager, rtol=1e-5, atol=1e-5)
     assert int(head.iteration.numpy()) == 1
+
+
+# ---------------------------------------------------------------------------------------
+# Inputs: 2-D features, integer labels in range.
+
+
+def test_features_must_be_two_dimensional(rng):
+    head = MarginHead(3)
+    with pytest.raises(ValueError, match=r"expected ndim=2, found ndim=4"):
+        head(np.zeros((2, 4, 4, 3), np.float32))
+    with pytest.raises(ValueError, match=r"expected ndim=2, found ndim=4"):
+        head(keras.Input((4, 4, 3)))
+    with pytest.raises(ValueError, match=r"features of shape \(batch, feature_dim\)"):
+        MarginHead(3).build((None, 4, 4, 3))
+    with pytest.raises(ValueError, match=r"features of shape \(batch, feature_dim\)"):
+        MarginHead(3).build((None, None))
+
+
+@pytest.mark.parametrize("symbolic", (False, True))
+def test_labels_must_be_integer_ids_of_shape_batch(rng, symbolic):
+    head = MarginHead(3)
+    if symbolic:
+        x = keras.Input((4,))
+        as_labels = lambda shape, dtype: keras.Input(shape[1:], dtype=dtype)  # noqa: E731
+    else:
+        x = _features(rng, 8, 4)
+        as_labels = lambda shape, dtype: np.zeros(shape, dtype)  # noqa: E731
+    with pytest.raises(ValueError, match=r"integer class ids in \[0, 3\).*dtype=float32"):
+        head(x, labels=as_labels((8,), "float32"), training=True)
+    with pytest.raises(ValueError, match=r"shape \(batch,\) or \(batch, 1\).*labels.shape=\((8|None), 2\)"):
+        head(x, labels=as_labels((8, 2), "int32"), training=True)
+    # Both accepted shapes give the same logits.
+    if not symbolic:
+        y = rng.integers(0, 3, size=8)
+        first = head(x, labels=y, training=True)
+        head.iteration.assign(0)
+        np.testing.assert_array_equal(head(x, labels=y[:, None].astype(np.int64), training=True), first)
+        with pytest.raises(ValueError, match=r"labels.shape=\(5,\), features.shape=\(8, 4\)"):
+            head(x, labels=y[:5], training=True)
+
+
+@pytest.mark.parametrize("bad", (-1, 3, 7))
+def test_out_of_range_label_names_the_range_eagerly_and_in_tf_function(rng, bad):
+    head = MarginHead(3, loss_type="cosface")
+    x = _features(rng, 4, 4)
+    y = np.array([0, 1, bad, 2], np.int32)
+    with pytest.raises(ValueError, match=rf"class id in \[0, 3\).*out of range \[{bad}\]"):
+        head(x, labels=y, training=True)
+    step = tf.function(lambda a, b: head(a, labels=b, training=True))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"class id in \[0, 3\)"):
+        step(x, y)
+    # In-range labels still work through the same traced function.
+    assert np.all(np.isfinite(step(x, np.array([0, 1, 2, 2], np.int32)).numpy()))
+
+
+def test_out_of_range_label_under_xla_gives_nan_logits_for_that_sample(rng):
+    """XLA compiles Assert away; the sample's logits are NaN (not a clamped gather), the others are exact."""
+    head = MarginHead(3, loss_type="asoftmax", margin=4)
+    x = _features(rng, 4, 4)
+    step = tf.function(lambda a, b: head(a, labels=b, training=True), jit_compile=True)
+    good = step(x, np.array([0, 1, 2, 2], np.int32)).numpy()
+    bad = step(x, np.array([0, 1, 5, 2], np.int32)).numpy()
+    assert np.all(np.isnan(bad[2])) and np.all(np.isfinite(good))
+    np.testing.assert_allclose(np.delete(bad, 2, axis=0), np.delete(good, 2, axis=0), rtol=1e-6, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------
+# Mixed precision: float32 logits, and the declared spec says so.
+
+
+@pytest.mark.parametrize("loss_type", ALL_TYPES)
+@pytest.mark.parametrize("policy", ("mixed_float16", "mixed_bfloat16"))
+def test_output_spec_is_float32_under_mixed_policies(rng, loss_type, policy):
+    keras.mixed_precision.set_global_policy(policy)
+    head = MarginHead(3, loss_type=loss_type)
+    features, labels = keras.Input((4,)), keras.Input((), dtype="int32")
+    assert head(features, labels=labels).dtype == "float32"  # symbolic, training path
+    assert head(features).dtype == "float32"  # symbolic, inference path
+    compute_dtype = keras.mixed_precision.global_policy().compute_dtype
+    assert head.compute_output_spec(keras.KerasTensor((None, 4), dtype=compute_dtype)).dtype == "float32"
+    x = tf.cast(_features(rng, 6, 4), compute_dtype)
+    y = rng.integers(0, 3, size=6)
+    assert head(x, labels=y, training=True).dtype == "float32"  # eager, margin logits
+    assert head(x).dtype == "float32"
+    train_model = keras.Model([features, labels], head(features, labels=labels))
+    assert train_model.outputs[0].dtype == "float32"
+    assert train_model.predict([x, y], verbose=0).dtype == np.float32
+
+
+# ---------------------------------------------------------------------------------------
+# Keras's own layer harness.
+
+
+@keras.saving.register_keras_serializable(package="sphere_tf_tests")
+class PairInputMarginHead(MarginHead):
+    """Minimal wrapper for `run_layer_test`: one input `(features, labels)`.
+
+    The harness's training check calls `layer(x, training=True)` with `x` the
+    input data only (its `call_kwargs` are not passed there), so a head fed its
+    labels through `call_kwargs` would train on plain logits. This subclass takes
+    the pair as its single input, so the harness's fit runs the margin path.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.input_spec = None
+
+    def build(self, input_shape):
+        super().build(input_shape[0])
+        self.input_spec = None
+
+    traces = []  # (training, traced for XLA) of every call, to check what the harness ran
+
+    def call(self, inputs, training=None):
+        features, labels = inputs
+        PairInputMarginHead.traces.append((bool(training), xla_context.in_xla_context()))
+        return super().call(features, labels=labels, training=training)
+
+    def compute_output_spec(self, inputs, training=None):
+        features, labels = inputs
+        return super().compute_output_spec(features, labels=labels, training=training)
+
+
+HARNESS_KWARGS = {
+    "lsoftmax": dict(margin=3, annealing="mnist"),
+    "asoftmax": dict(annealing="sphereface", use_bias=True),
+    "wsoftmax": dict(angular="sigmoid"),
+    "gasoftmax": dict(angular="linear", margin=2.5),
+    "ssoftmax": dict(angular="cosine", margin=2),
+    "cosface": dict(scale=16.0),
+    "arcface": dict(),
+    "combined": dict(margin=(1.2, 0.3, 0.1)),
+}
+
+
+@pytest.fixture
+def harness():
+    return keras_testing.TestCase(methodName="run_layer_test")
+
+
+@pytest.mark.parametrize("loss_type", ALL_TYPES)
+def test_keras_run_layer_test_with_labels_as_call_kwargs(rng, harness, loss_type):
+    """MarginHead itself: serialization, build, symbolic and eager calls with labels, mixed precision."""
+    x = _features(rng, 8, 4)
+    y = tf.constant(rng.integers(0, 5, size=8), "int32")
+    kwargs = {"num_classes": 5, "loss_type": loss_type, **HARNESS_KWARGS[loss_type]}
+    harness.run_layer_test(
+        MarginHead,
+        init_kwargs=kwargs,
+        input_data=x,
+        call_kwargs={"labels": y, "training": True},
+        expected_output_shape=(8, 5),
+        expected_output_dtype="float32",
+        expected_num_trainable_weights=2 if kwargs.get("use_bias") else 1,
+        expected_num_non_trainable_weights=1,
+        expected_num_losses=0,
+    )
+
+
+@pytest.mark.parametrize("loss_type", ALL_TYPES)
+def test_keras_run_layer_test_training_check_with_labels_under_xla(rng, harness, loss_type):
+    """The harness's training check with the margin path, compiled with XLA.
+
+    Keras's `jit_compile='auto'` (what the harness compiles with) means XLA on a
+    GPU and plain graphs on a CPU-only machine; it is forced to XLA here so the
+    check compiles as it would on a GPU.
+    """
+    x = _features(rng, 8, 4)
+    y = tf.constant(rng.integers(0, 5, size=8), "int32")
+    kwargs = {"num_classes": 5, "loss_type": loss_type, **HARNESS_KWARGS[loss_type]}
+    PairInputMarginHead.traces.clear()
+    with mock.patch.object(keras_trainer.Trainer, "_resolve_auto_jit_compile", lambda self: True):
+        harness.run_layer_test(
+            PairInputMarginHead,
+            init_kwargs=kwargs,
+            input_data=(x, y),
+            expected_output_shape=(8, 5),
+            expected_output_dtype="float32",
+            expected_num_non_trainable_weights=1,
+        )
+    # The harness's fit traced the margin path (labels, training=True) inside an XLA cluster.
+    assert (True, True) in PairInputMarginHead.traces, PairInputMarginHead.traces
