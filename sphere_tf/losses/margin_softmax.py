@@ -2,7 +2,7 @@
 
 `keras.losses.SparseCategoricalCrossentropy(from_logits=True)` is all a
 `MarginHead` needs; it has no `label_smoothing`, though, and the authors' TF code
-(the `loss2` of wy1iu/SphereNet, wy1iu/DCNets and wy1iu/MHE) trains with a
+(`loss2` in `loss.py` of wy1iu/SphereNet, wy1iu/DCNets and wy1iu/MHE) trains with a
 smoothed cross-entropy (ε = 0.01). `SparseCrossentropy` adds that:
 
 ```
