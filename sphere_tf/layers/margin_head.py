@@ -16,9 +16,9 @@ for the model patterns.
 
 Saving and loading: `MarginHead` is registered with Keras as
 `"sphere_tf>MarginHead"` when `sphere_tf` is imported, so `import sphere_tf`
-(or `import sphere_tf.layers`) before `keras.saving.load_model(path)`; without
-it Keras cannot resolve the class. Passing
-`custom_objects={"sphere_tf>MarginHead": MarginHead}` works as well.
+(or any sphere_tf submodule) before `keras.saving.load_model(path)`; without
+it Keras fails with "Could not locate class 'MarginHead'". A SavedModel from
+`model.export(path)` serves without the import.
 
 References: W. Liu, *Deep Representation Learning on Hypersphere* (PhD thesis,
 2020), ch. 2 and §3.3 (keys ``[T-2.6]`` = Eq. 2.6, ``[T §2.3]`` = section 2.3);
