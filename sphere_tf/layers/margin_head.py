@@ -87,7 +87,7 @@ def _resolve_annealing(annealing):
 
 def _check_labels(labels, features_shape, num_classes):
     """Static checks of `labels`: integer class ids of shape `(batch,)` or `(batch, 1)`."""
-    dtype = keras.backend.standardize_dtype(getattr(labels, "dtype", None) or "float32")
+    dtype = keras.backend.standardize_dtype(labels.dtype)
     if "int" not in dtype:
         raise ValueError(
             f"MarginHead expects `labels` as integer class ids in [0, {num_classes}) (e.g. int32). "
@@ -108,9 +108,10 @@ def _checked_labels(labels, num_classes):
     """`labels` as int32 `(batch,)`, with a run-time check that every id is in [0, num_classes).
 
     An id out of range raises `ValueError` eagerly and `InvalidArgumentError` in a
-    `tf.function`, both naming the range. XLA compiles `Assert` to nothing, so under `jit_compile=True`
-    the check cannot stop the step; there the logits of such a sample are NaN (its
-    loss and the step's gradients become NaN), instead of a silently clamped gather.
+    `tf.function`, both naming the range. XLA compiles `Assert` to nothing, so
+    under `jit_compile=True` the check cannot stop the step; there the logits of
+    such a sample are NaN (its loss and the step's gradients become NaN) instead
+    of coming from a silently clamped gather.
     """
     labels = tf.reshape(tf.cast(labels, "int32"), (-1,))
     valid = tf.logical_and(labels >= 0, labels < num_classes)
@@ -374,6 +375,7 @@ class MarginHead(keras.layers.Layer):
 
     def call(self, inputs, labels=None, training=None):
         if labels is not None:
+            labels = ops.convert_to_tensor(labels)  # lists and NumPy arrays keep their integer dtype
             _check_labels(labels, inputs.shape, self.num_classes)
         if labels is None or not training:
             return self._logits(inputs, None, 0.0)

@@ -467,10 +467,19 @@ def test_label_smoothing_loss_with_fit(rng):
 
     x, y = _toy_data(rng)
     head = MarginHead(3, loss_type="cosface", scale=16.0)
-    train_model, _ = _two_input_model(head)
-    train_model.compile(keras.optimizers.Adam(1e-2), losses.SparseCrossentropy(label_smoothing=0.01))
+    train_model, inference_model = _two_input_model(head)
+    train_model.compile(keras.optimizers.Adam(1e-2), losses.SparseCrossentropy(label_smoothing=0.1))
     history = train_model.fit([x, y], y, batch_size=16, epochs=2, verbose=0)
     assert np.all(np.isfinite(history.history["loss"]))
+    # Evaluation uses plain logits: the smoothed cross-entropy of the inference model's logits, by loops.
+    logits = inference_model.predict(x, verbose=0).astype(np.float64)
+    expected = []
+    for row, label in zip(logits, y):
+        log_p = row - (row.max() + np.log(np.sum(np.exp(row - row.max()))))
+        q = np.full(3, 0.1 / 3)
+        q[label] += 0.9
+        expected.append(-np.sum(q * log_p))
+    assert train_model.evaluate([x, y], y, verbose=0) == pytest.approx(np.mean(expected), rel=1e-4)
 
 
 def test_export_has_features_only_serving_signature(rng, tmp_path):
@@ -487,7 +496,7 @@ def test_export_has_features_only_serving_signature(rng, tmp_path):
     assert spec.shape.as_list() == [None, 6] and spec.dtype == tf.float32
 
 
-def test_mixed_precision_fit_is_finite(rng):
+def test_mixed_precision_fit_is_finite_and_logits_are_float32_maths(rng):
     keras.mixed_precision.set_global_policy("mixed_float16")
     x, y = _toy_data(rng)
     head = MarginHead(3, loss_type="asoftmax", margin=4)
@@ -497,6 +506,12 @@ def test_mixed_precision_fit_is_finite(rng):
     history = train_model.fit([x, y], y, batch_size=16, epochs=2, verbose=0)
     assert np.all(np.isfinite(history.history["loss"]))
     assert inference_model.predict(x, verbose=0).dtype == np.float32
+    # float16 features in, float32 maths: equal to the float64 reference on the same (rounded) features.
+    features = rng.normal(size=(8, 3)).astype(np.float16) * 40
+    w = keras.ops.convert_to_numpy(head.kernel)
+    got = keras.ops.convert_to_numpy(head(tf.constant(features), labels=y[:8], training=True))
+    expected = np_asoftmax_logits(features.astype(np.float64), w, y[:8], 4)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-3)
 
 
 def test_jit_compiled_matches_eager(rng):
@@ -539,12 +554,14 @@ def test_labels_must_be_integer_ids_of_shape_batch(rng, symbolic):
         head(x, labels=as_labels((8,), "float32"), training=True)
     with pytest.raises(ValueError, match=r"shape \(batch,\) or \(batch, 1\).*labels.shape=\((8|None), 2\)"):
         head(x, labels=as_labels((8, 2), "int32"), training=True)
-    # Both accepted shapes give the same logits.
+    # Both accepted shapes (and a Python list of ids) give the same logits.
     if not symbolic:
         y = rng.integers(0, 3, size=8)
         first = head(x, labels=y, training=True)
         head.iteration.assign(0)
         np.testing.assert_array_equal(head(x, labels=y[:, None].astype(np.int64), training=True), first)
+        head.iteration.assign(0)
+        np.testing.assert_array_equal(head(x, labels=[int(v) for v in y], training=True), first)
         with pytest.raises(ValueError, match=r"labels.shape=\(5,\), features.shape=\(8, 4\)"):
             head(x, labels=y[:5], training=True)
 
