@@ -285,7 +285,9 @@ class MarginHead(keras.layers.Layer):
             epsilon = margin_lib.default_epsilon(loss_type)
         epsilon = validation.non_negative_float(epsilon, "epsilon")
         if label_penalty is not None and not callable(label_penalty):
-            raise validation.invalid_argument("label_penalty", "None or a callable penalty(kernel, labels)", label_penalty)
+            raise validation.invalid_argument(
+                "label_penalty", "None or a callable penalty(kernel, labels)", label_penalty
+            )
         self.num_classes = num_classes
         self.loss_type = loss_type
         self.margin = margin

@@ -256,14 +256,14 @@ MULTIPLICATIVE_MARGINS = (1, 4)
 def check_margin(loss_type, margin, angular="cosine"):
     """The margin `margin` of `loss_type`, validated and normalised (the ranges of every loss type).
 
-    | loss type                                   | margin                       | why                                   |
-    |---------------------------------------------|------------------------------|---------------------------------------|
-    | lsoftmax, asoftmax, cosine ga-/ssoftmax     | int m in [1, 4]              | Caffe `type` SINGLE..QUADRUPLE        |
-    | linear/sigmoid gasoftmax, ssoftmax          | float m in [1, 4]            | the A-Softmax range (cosine GA = A)   |
-    | wsoftmax                                    | 1                            | W-Softmax has no margin [T-3.10]      |
-    | cosface                                     | float m in [0, 2)            | m >= 2 puts ψ(0) = 1 − m below −1     |
-    | arcface                                     | float m in [0, π)            | m >= π puts ψ(0) at or below −1      |
-    | combined                                    | (m1, m2, m3): m1 in [1, 4], m2 in [0, π), m3 in [0, 2) | the three above |
+    ```
+    lsoftmax, asoftmax, cosine ga-/ssoftmax  int m in [1, 4]    the Caffe layers' `type` SINGLE..QUADRUPLE
+    linear/sigmoid gasoftmax, ssoftmax       float m in [1, 4]  the same range (cosine GA-Softmax is A-Softmax)
+    wsoftmax                                 1                  W-Softmax has no margin [T-3.10]
+    cosface                                  float m in [0, 2)  m >= 2 puts ψ(0) = 1 − m below every cos θ_j
+    arcface                                  float m in [0, π)  m >= π puts ψ(0) at or below −1
+    combined       (m1, m2, m3): m1 in [1, 4], m2 in [0, π), m3 in [0, 2)   the three rows above
+    ```
 
     Args:
         loss_type: one of `LOSS_TYPES`.
@@ -291,7 +291,9 @@ def check_margin(loss_type, margin, angular="cosine"):
         return int(margin)
     if loss_type == "wsoftmax":
         if margin != 1:
-            raise validation.invalid_argument("margin", "1 (W-Softmax has no margin; use loss_type='gasoftmax')", margin)
+            raise validation.invalid_argument(
+                "margin", "1 (W-Softmax has no margin; use loss_type='gasoftmax')", margin
+            )
         return 1
     if loss_type in ("gasoftmax", "ssoftmax"):
         return validation.real(margin, "margin", low=low, high=high)

@@ -54,7 +54,10 @@ def test_asoftmax_m4_has_larger_min_interclass_angle_than_softmax():
     asoftmax_angle, asoftmax_acc, head = _train(
         dict(loss_type="asoftmax", margin=4, annealing=SHORT_ANNEALING), data
     )
-    print(f"softmax {softmax_angle:.2f} deg acc {softmax_acc:.3f}; A-Softmax {asoftmax_angle:.2f} deg acc {asoftmax_acc:.3f}")
+    print(
+        f"softmax {softmax_angle:.2f} deg acc {softmax_acc:.3f}; "
+        f"A-Softmax {asoftmax_angle:.2f} deg acc {asoftmax_acc:.3f}"
+    )
     assert int(head.iteration.numpy()) == 6 * 63
     assert softmax_acc > 0.6 and asoftmax_acc > 0.6  # both actually learned
     assert asoftmax_angle > softmax_angle
