@@ -665,38 +665,44 @@ def harness():
     return keras_testing.TestCase(methodName="run_layer_test")
 
 
+def _auto_jit_means_xla():
+    """Keras's `jit_compile='auto'` (what the harness compiles with) is XLA on a GPU and plain graphs on a
+    CPU-only machine; forced to XLA here so the harness's training check compiles as it would on a GPU."""
+    return mock.patch.object(keras_trainer.Trainer, "_resolve_auto_jit_compile", lambda self: True)
+
+
 @pytest.mark.parametrize("loss_type", ALL_TYPES)
 def test_keras_run_layer_test_with_labels_as_call_kwargs(rng, harness, loss_type):
-    """MarginHead itself: serialization, build, symbolic and eager calls with labels, mixed precision."""
-    x = _features(rng, 8, 4)
-    y = tf.constant(rng.integers(0, 5, size=8), "int32")
-    kwargs = {"num_classes": 5, "loss_type": loss_type, **HARNESS_KWARGS[loss_type]}
-    harness.run_layer_test(
-        MarginHead,
-        init_kwargs=kwargs,
-        input_data=x,
-        call_kwargs={"labels": y, "training": True},
-        expected_output_shape=(8, 5),
-        expected_output_dtype="float32",
-        expected_num_trainable_weights=2 if kwargs.get("use_bias") else 1,
-        expected_num_non_trainable_weights=1,
-        expected_num_losses=0,
-    )
+    """MarginHead itself: serialization, build, symbolic and eager calls with labels, mixed precision.
 
-
-@pytest.mark.parametrize("loss_type", ALL_TYPES)
-def test_keras_run_layer_test_training_check_with_labels_under_xla(rng, harness, loss_type):
-    """The harness's training check with the margin path, compiled with XLA.
-
-    Keras's `jit_compile='auto'` (what the harness compiles with) means XLA on a
-    GPU and plain graphs on a CPU-only machine; it is forced to XLA here so the
-    check compiles as it would on a GPU.
+    The harness's training check calls the layer without `call_kwargs`, so it fits
+    the plain-logit path here (compiled with XLA, see the next test).
     """
     x = _features(rng, 8, 4)
     y = tf.constant(rng.integers(0, 5, size=8), "int32")
     kwargs = {"num_classes": 5, "loss_type": loss_type, **HARNESS_KWARGS[loss_type]}
+    with _auto_jit_means_xla():
+        harness.run_layer_test(
+            MarginHead,
+            init_kwargs=kwargs,
+            input_data=x,
+            call_kwargs={"labels": y, "training": True},
+            expected_output_shape=(8, 5),
+            expected_output_dtype="float32",
+            expected_num_trainable_weights=2 if kwargs.get("use_bias") else 1,
+            expected_num_non_trainable_weights=1,
+            expected_num_losses=0,
+        )
+
+
+@pytest.mark.parametrize("loss_type", ALL_TYPES)
+def test_keras_run_layer_test_training_check_with_labels_under_xla(rng, harness, loss_type):
+    """The harness's training check with the margin path, compiled with XLA (through `PairInputMarginHead`)."""
+    x = _features(rng, 8, 4)
+    y = tf.constant(rng.integers(0, 5, size=8), "int32")
+    kwargs = {"num_classes": 5, "loss_type": loss_type, **HARNESS_KWARGS[loss_type]}
     PairInputMarginHead.traces.clear()
-    with mock.patch.object(keras_trainer.Trainer, "_resolve_auto_jit_compile", lambda self: True):
+    with _auto_jit_means_xla():
         harness.run_layer_test(
             PairInputMarginHead,
             init_kwargs=kwargs,
