@@ -11,15 +11,35 @@ logits for `keras.losses.SparseCategoricalCrossentropy(from_logits=True)`:
   layer exports with a features-only serving signature and evaluates like the
   Caffe layers' TEST phase (plain inner product, same weights).
 
-The maths is in `sphere_tf.ops.margin`; see docs/losses.md for the model patterns.
+The maths and the margin ranges are in `sphere_tf.ops.margin`; see docs/losses.md
+for the model patterns.
+
+Saving and loading: `MarginHead` is registered with Keras as
+`"sphere_tf>MarginHead"` when `sphere_tf` is imported, so `import sphere_tf`
+(or any sphere_tf submodule) before `keras.saving.load_model(path)`; without
+it Keras fails with "Could not locate class 'MarginHead'". A SavedModel from
+`model.export(path)` serves without the import.
+
+References: W. Liu, *Deep Representation Learning on Hypersphere* (PhD thesis,
+2020), ch. 2 and §3.3 (keys ``[T-2.6]`` = Eq. 2.6, ``[T §2.3]`` = section 2.3);
+Liu et al., *Large-Margin Softmax Loss for Convolutional Neural Networks* (ICML
+2016) and wy1iu/LargeMargin_Softmax_Loss `large_margin_inner_product_layer.cpp`;
+Liu et al., *SphereFace: Deep Hypersphere Embedding for Face Recognition* (CVPR
+2017) and wy1iu/sphereface `margin_inner_product_layer.cpp`; Wang et al.,
+*CosFace* (CVPR 2018); Deng et al., *ArcFace* (CVPR 2019) and
+deepinsight/insightface `CombinedMarginLoss`.
 """
 
 import math
 
 import keras
+import tensorflow as tf
 from keras import ops
 
+from sphere_tf import validation
+from sphere_tf.ops import angles
 from sphere_tf.ops import margin as margin_lib
+from sphere_tf.ops import xla_context
 
 DEFAULT_MARGINS = {
     "lsoftmax": 4,  # thesis Table 2.2 / MNIST prototxt (CIFAR prototxts use 2)
@@ -27,8 +47,8 @@ DEFAULT_MARGINS = {
     "wsoftmax": 1,  # no margin [T-3.10]
     "gasoftmax": 4,  # [T §3.4]: m = 4 in all GA-Softmax experiments
     "ssoftmax": 1,  # S-Softmax has no margin in the thesis; m > 1 makes it a GA form
-    "cosface": 0.35,  # CosFace paper / insightface
-    "arcface": 0.5,  # ArcFace paper / insightface
+    "cosface": 0.35,  # CosFace paper (Wang et al., CVPR 2018) / insightface
+    "arcface": 0.5,  # ArcFace paper (Deng et al., CVPR 2019) / insightface
     "combined": (1.0, 0.5, 0.0),  # insightface default (= ArcFace)
 }
 DEFAULT_ANGULAR = {"gasoftmax": "linear"}  # the thesis's proposed "linear GA-Softmax"; others cosine
@@ -37,72 +57,74 @@ SCALED_TYPES = frozenset(DEFAULT_SCALES)
 ANGULAR_TYPES = frozenset({"wsoftmax", "gasoftmax", "ssoftmax"})
 
 
-def _bad(name, expected, value):
-    return ValueError(f"Invalid value for argument `{name}`: expected {expected}. Received: {name}={value!r}")
-
-
-def _is_number(value):
-    return not isinstance(value, bool) and isinstance(value, (int, float))
-
-
 def _resolve_annealing(annealing):
     """Preset name / dict / None -> (identifier to store, dict or None)."""
     if annealing is None:
         return None, None
+    expected = f"None, a dict or one of {sorted(margin_lib.ANNEALING_PRESETS)}"
     if isinstance(annealing, str):
-        if annealing not in margin_lib.ANNEALING_PRESETS:
-            raise _bad("annealing", f"None, a dict or one of {sorted(margin_lib.ANNEALING_PRESETS)}", annealing)
+        validation.one_of(annealing, "annealing", margin_lib.ANNEALING_PRESETS)
         return annealing, dict(margin_lib.ANNEALING_PRESETS[annealing])
-    if isinstance(annealing, dict):
-        unknown = set(annealing) - set(margin_lib.ANNEALING_KEYS)
-        missing = {"base", "gamma", "power"} - set(annealing)
-        if unknown or missing:
-            raise _bad(
-                "annealing",
-                f"a dict with keys base, gamma, power and optionally lambda_min (unknown: "
-                f"{sorted(unknown)}, missing: {sorted(missing)})",
-                annealing,
-            )
-        resolved = {"lambda_min": 0.0, **annealing}
-        for key in margin_lib.ANNEALING_KEYS:
-            value = resolved[key]
-            if not _is_number(value) or not math.isfinite(value) or value < 0:
-                raise _bad("annealing", f"{key} to be a finite float >= 0", annealing)
-            resolved[key] = float(value)
-        return dict(resolved), resolved
-    raise _bad("annealing", f"None, a dict or one of {sorted(margin_lib.ANNEALING_PRESETS)}", annealing)
+    if not isinstance(annealing, dict):
+        raise validation.invalid_argument("annealing", expected, annealing)
+    unknown = set(annealing) - set(margin_lib.ANNEALING_KEYS)
+    missing = {"base", "gamma", "power"} - set(annealing)
+    if unknown or missing:
+        raise validation.invalid_argument(
+            "annealing",
+            f"a dict with keys base, gamma, power and optionally lambda_min (unknown: "
+            f"{sorted(unknown)}, missing: {sorted(missing)})",
+            annealing,
+        )
+    resolved = {"lambda_min": 0.0, **annealing}
+    for key in margin_lib.ANNEALING_KEYS:
+        value = resolved[key]
+        if not validation.is_real(value) or not math.isfinite(value) or value < 0:
+            raise validation.invalid_argument("annealing", f"{key} to be a finite float >= 0", annealing)
+        resolved[key] = float(value)
+    return dict(resolved), resolved
 
 
-def _check_margin(loss_type, margin, angular):
-    if loss_type in ("lsoftmax", "asoftmax") or (loss_type in ("gasoftmax", "ssoftmax") and angular == "cosine"):
-        if isinstance(margin, bool) or not isinstance(margin, int) or margin < 1:
-            raise _bad("margin", f"an int >= 1 for loss_type={loss_type!r} with cosine g", margin)
-        return margin
-    if loss_type == "wsoftmax":
-        if margin != 1:
-            raise _bad("margin", "1 (W-Softmax has no margin; use loss_type='gasoftmax')", margin)
-        return 1
-    if loss_type in ("gasoftmax", "ssoftmax"):
-        if not _is_number(margin) or not margin >= 1 or not math.isfinite(margin):
-            raise _bad("margin", f"a float >= 1 for loss_type={loss_type!r}", margin)
-        return margin
-    if loss_type == "cosface":
-        if not _is_number(margin) or not 0 <= margin < 2:
-            raise _bad("margin", "a float in [0, 2) (CosFace subtracts m from cos θ)", margin)
-        return float(margin)
-    if loss_type == "arcface":
-        if not _is_number(margin) or not 0 <= margin < math.pi:
-            raise _bad("margin", "a float in [0, π) (ArcFace adds m to θ)", margin)
-        return float(margin)
-    # combined
-    if (
-        not isinstance(margin, (tuple, list))
-        or len(margin) != 3
-        or not all(_is_number(v) and math.isfinite(v) for v in margin)
-        or not (margin[0] >= 1 and 0 <= margin[1] < math.pi and margin[2] >= 0)
+def _check_labels(labels, features_shape, num_classes):
+    """Static checks of `labels`: integer class ids of shape `(batch,)` or `(batch, 1)`."""
+    dtype = keras.backend.standardize_dtype(labels.dtype)
+    if "int" not in dtype:
+        raise ValueError(
+            f"MarginHead expects `labels` as integer class ids in [0, {num_classes}) (e.g. int32). "
+            f"Received: labels with dtype={dtype}"
+        )
+    shape = tuple(labels.shape)
+    batch = features_shape[0]
+    if not (len(shape) == 1 or (len(shape) == 2 and shape[1] == 1)) or (
+        batch is not None and shape[0] is not None and shape[0] != batch
     ):
-        raise _bad("margin", "a triple (m1, m2, m3) with m1 >= 1, 0 <= m2 < π, m3 >= 0", margin)
-    return tuple(float(v) for v in margin)
+        raise ValueError(
+            "MarginHead expects `labels` of shape (batch,) or (batch, 1) matching the features' batch. "
+            f"Received: labels.shape={shape}, features.shape={tuple(features_shape)}"
+        )
+
+
+def _checked_labels(labels, num_classes):
+    """`labels` as int32 `(batch,)`, with a run-time check that every id is in [0, num_classes).
+
+    An id out of range raises `ValueError` eagerly and `InvalidArgumentError` in a
+    `tf.function`, both naming the range. XLA compiles `Assert` to nothing, so
+    under `jit_compile=True` the check cannot stop the step; there the logits of
+    such a sample are NaN (its loss and the step's gradients become NaN) instead
+    of coming from a silently clamped gather.
+    """
+    labels = tf.reshape(tf.cast(labels, "int32"), (-1,))
+    valid = tf.logical_and(labels >= 0, labels < num_classes)
+    message = f"MarginHead: every label must be a class id in [0, {num_classes}) (num_classes={num_classes})"
+    if tf.executing_eagerly():
+        if not bool(tf.reduce_all(valid)):
+            bad = sorted(set(labels.numpy()[~valid.numpy()].tolist()))
+            raise ValueError(f"{message}. Received: labels out of range {bad}")
+    elif not xla_context.in_xla_context():
+        check = tf.debugging.Assert(tf.reduce_all(valid), [message + "; received labels", labels], summarize=16)
+        with tf.control_dependencies([check]):  # before any gather reads a label
+            labels = tf.identity(labels)
+    return labels, valid
 
 
 def _upstream_kernel_initializer():
@@ -127,7 +149,7 @@ class MarginHead(keras.layers.Layer):
     | 'asoftmax'  | normalised | ‖x‖        | (−1)^k cos mθ − 2k  [T-2.20]   | m = 4             |
     | 'wsoftmax'  | normalised | ‖x‖        | g(θ)                [T-3.10]   | g = cosine        |
     | 'gasoftmax' | normalised | ‖x‖        | g(mθ)               [T-3.11]   | g = linear, m = 4 |
-    | 'ssoftmax'  | normalised | s (x norm.)| g(mθ)               [T-ch1]    | s = 30, m = 1     |
+    | 'ssoftmax'  | normalised | s (x norm.)| g(mθ)               [T ch. 1]  | s = 30, m = 1     |
     | 'cosface'   | normalised | s (x norm.)| cos θ − m                      | s = 64, m = 0.35  |
     | 'arcface'   | normalised | s (x norm.)| cos(θ + m)                     | s = 64, m = 0.5   |
     | 'combined'  | normalised | s (x norm.)| cos(m1·θ + m2) − m3            | s = 64, (1, .5, 0)|
@@ -147,16 +169,22 @@ class MarginHead(keras.layers.Layer):
     features, and the Keras mixed-precision guide asks for float32 softmax inputs.
 
     Note: the Caffe A-Softmax layer renormalises W in place and back-propagates
-    normalised pseudo-gradients (README "Note 1"); this layer uses exact gradients,
+    normalised pseudo-gradients (wy1iu/sphereface README, "Note 1"); this layer uses exact gradients,
     so learning rates and λ schedules may need retuning, as the upstream README says.
+
+    Margin ranges (`sphere_tf.ops.margin.check_margin`): an int m in [1, 4] for
+    L-/A-Softmax and cosine GA-/S-Softmax (the Caffe layers' margin types
+    SINGLE..QUADRUPLE), a float in [1, 4] for linear/sigmoid GA-/S-Softmax,
+    1 for W-Softmax, [0, 2) for CosFace, [0, π) for ArcFace, and
+    m1 in [1, 4], m2 in [0, π), m3 in [0, 2) for 'combined'.
 
     Args:
         num_classes: int > 0, the number of classes C.
         loss_type: str, one of 'lsoftmax', 'asoftmax', 'wsoftmax', 'gasoftmax',
             'ssoftmax', 'cosface', 'arcface', 'combined'.
         margin: the margin m (int for Chebyshev forms, float for linear/sigmoid
-            GA-Softmax, CosFace and ArcFace; `(m1, m2, m3)` for 'combined');
-            None takes the default of the table.
+            GA-Softmax, CosFace and ArcFace; `(m1, m2, m3)` for 'combined'),
+            inside the ranges above; None takes the default of the table.
         angular: None or one of 'linear', 'cosine', 'sigmoid': g for 'wsoftmax',
             'gasoftmax', 'ssoftmax' (the other types need 'cosine').
         k: float > 0, the sigmoid parameter (thesis recommends 0.3).
@@ -178,19 +206,31 @@ class MarginHead(keras.layers.Layer):
             default is the Caffe "msra" filler N(0, 2/fan_in) of the L-Softmax layer.
 
     Input shape:
-        `(batch, feature_dim)` features; `labels`: `(batch,)` or `(batch, 1)` ints.
+        `(batch, feature_dim)` features (2-D: flatten or pool conv features
+        first); `labels`: integer class ids in [0, num_classes), shape `(batch,)`
+        or `(batch, 1)`.
 
     Output shape:
-        `(batch, num_classes)` float32 logits.
+        `(batch, num_classes)` float32 logits under every dtype policy
+        (`compute_output_spec` says so too).
 
     Raises:
-        ValueError: invalid hyperparameters, naming the argument.
+        ValueError: invalid hyperparameters (naming the argument), features that
+            are not 2-D, labels that are not integers of shape `(batch,)` or
+            `(batch, 1)`.
+        ValueError: eagerly, a label outside [0, num_classes) (naming the range).
+        tf.errors.InvalidArgumentError: the same in a `tf.function` (e.g.
+            `model.fit`). Under XLA (`jit_compile=True`) run-time asserts compile
+            to nothing; there the logits of such a sample are NaN instead (so
+            the loss is NaN rather than silently wrong).
 
     Reference:
         W. Liu, Deep Representation Learning on Hypersphere, PhD thesis 2020,
-        ch. 2 and §3.3; Liu et al., Large-Margin Softmax Loss (ICML 2016),
-        https://arxiv.org/abs/1612.02295; SphereFace (CVPR 2017),
-        https://arxiv.org/abs/1704.08063.
+        ch. 2 and §3.3; Liu et al., Large-Margin Softmax Loss for Convolutional
+        Neural Networks (ICML 2016), https://arxiv.org/abs/1612.02295; Liu et
+        al., SphereFace (CVPR 2017), https://arxiv.org/abs/1704.08063; Wang et
+        al., CosFace (CVPR 2018), https://arxiv.org/abs/1801.09414; Deng et al.,
+        ArcFace (CVPR 2019), https://arxiv.org/abs/1801.07698.
 
     Example:
 
@@ -222,58 +262,57 @@ class MarginHead(keras.layers.Layer):
     ):
         kwargs["autocast"] = False  # inputs are not cast down; the maths is float32
         super().__init__(**kwargs)
-        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
-            raise _bad("num_classes", "a positive int", num_classes)
-        if loss_type not in margin_lib.LOSS_TYPES:
-            raise _bad("loss_type", f"one of {margin_lib.LOSS_TYPES}", loss_type)
+        num_classes = validation.positive_int(num_classes, "num_classes")
+        validation.one_of(loss_type, "loss_type", margin_lib.LOSS_TYPES)
         if angular is None:
             angular = DEFAULT_ANGULAR.get(loss_type, "cosine")
         if loss_type in ANGULAR_TYPES:
             if angular not in margin_lib.GA_ANGULAR:
-                raise _bad("angular", f"one of {margin_lib.GA_ANGULAR} for loss_type={loss_type!r}", angular)
+                raise validation.invalid_argument(
+                    "angular", f"one of {margin_lib.GA_ANGULAR} for loss_type={loss_type!r}", angular
+                )
         elif angular != "cosine":
-            raise _bad("angular", f"'cosine' (or None) for loss_type={loss_type!r}", angular)
-        if not _is_number(k) or not k > 0:
-            raise _bad("k", "a float > 0", k)
-        if margin is None:
-            margin = DEFAULT_MARGINS[loss_type]
-        margin = _check_margin(loss_type, margin, angular)
+            raise validation.invalid_argument("angular", f"'cosine' (or None) for loss_type={loss_type!r}", angular)
+        k = validation.positive_float(k, "k")
+        margin = margin_lib.check_margin(loss_type, DEFAULT_MARGINS[loss_type] if margin is None else margin, angular)
         if loss_type in SCALED_TYPES:
-            if scale is None:
-                scale = DEFAULT_SCALES[loss_type]
-            if not _is_number(scale) or not scale > 0 or not math.isfinite(scale):
-                raise _bad("scale", "a float > 0", scale)
-            scale = float(scale)
+            scale = validation.positive_float(DEFAULT_SCALES[loss_type] if scale is None else scale, "scale")
         elif scale is not None:
-            raise _bad("scale", f"None for loss_type={loss_type!r} (its radius is the feature norm)", scale)
+            raise validation.invalid_argument(
+                "scale", f"None for loss_type={loss_type!r} (its radius is the feature norm)", scale
+            )
         if epsilon is None:
             epsilon = margin_lib.default_epsilon(loss_type)
-        if not _is_number(epsilon) or epsilon < 0:
-            raise _bad("epsilon", "a float >= 0", epsilon)
+        epsilon = validation.non_negative_float(epsilon, "epsilon")
         if label_penalty is not None and not callable(label_penalty):
-            raise _bad("label_penalty", "None or a callable penalty(kernel, labels)", label_penalty)
+            raise validation.invalid_argument(
+                "label_penalty", "None or a callable penalty(kernel, labels)", label_penalty
+            )
         self.num_classes = num_classes
         self.loss_type = loss_type
         self.margin = margin
         self.angular = angular
-        self.k = float(k)
+        self.k = k
         self.scale = scale
         self.annealing, self._annealing = _resolve_annealing(annealing)
         self.use_bias = bool(use_bias)
         self.label_penalty = label_penalty
-        self.epsilon = float(epsilon)
+        self.epsilon = epsilon
         self.kernel_initializer = keras.initializers.get(kernel_initializer or _upstream_kernel_initializer())
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
         self.bias_regularizer = keras.regularizers.get(bias_regularizer)
         self.kernel_constraint = keras.constraints.get(kernel_constraint)
         self.bias_constraint = keras.constraints.get(bias_constraint)
-        self.input_spec = keras.layers.InputSpec(min_ndim=2)
+        self.input_spec = keras.layers.InputSpec(ndim=2)
 
     def build(self, input_shape):
+        if len(input_shape) != 2 or input_shape[-1] is None:
+            raise ValueError(
+                "MarginHead expects features of shape (batch, feature_dim) with a known feature_dim "
+                f"(flatten or pool conv features first). Received: input_shape={tuple(input_shape)}"
+            )
         feature_dim = input_shape[-1]
-        if feature_dim is None:
-            raise ValueError(f"MarginHead needs a known feature dimension. Received: input_shape={input_shape}")
         self.kernel = self.add_weight(
             name="kernel",
             shape=(feature_dim, self.num_classes),
@@ -296,7 +335,7 @@ class MarginHead(keras.layers.Layer):
         self.iteration = self.add_weight(
             name="iteration", shape=(), dtype="int64", initializer="zeros", trainable=False
         )
-        self.input_spec = keras.layers.InputSpec(min_ndim=2, axes={-1: feature_dim})
+        self.input_spec = keras.layers.InputSpec(ndim=2, axes={-1: feature_dim})
 
     # -- helpers ----------------------------------------------------------------------
 
@@ -317,8 +356,7 @@ class MarginHead(keras.layers.Layer):
 
     def normalized_kernel(self):
         """Unit-norm class weights Ŵ_j = W_j / sqrt(‖W_j‖² + ε), float32 `(d, C)`."""
-        w = ops.cast(self.kernel, "float32")
-        return w / ops.sqrt(ops.sum(ops.square(w), axis=0, keepdims=True) + self.epsilon)
+        return angles.normalize(self.kernel, axis=0, epsilon=self.epsilon)[0]
 
     def _logits(self, features, labels, lam):
         return margin_lib.margin_logits(
@@ -338,16 +376,27 @@ class MarginHead(keras.layers.Layer):
     # -- Keras API --------------------------------------------------------------------
 
     def call(self, inputs, labels=None, training=None):
+        if labels is not None:
+            labels = ops.convert_to_tensor(labels)  # lists and NumPy arrays keep their integer dtype
+            _check_labels(labels, inputs.shape, self.num_classes)
         if labels is None or not training:
             return self._logits(inputs, None, 0.0)
+        labels, valid = _checked_labels(labels, self.num_classes)
         step = self.iteration + 1
         self.iteration.assign(step)
         if self.label_penalty is not None:
             self.add_loss(self.label_penalty(self.kernel, labels))
-        return self._logits(inputs, labels, self.lambda_at(step))
+        logits = self._logits(inputs, labels, self.lambda_at(step))
+        return ops.where(valid[:, None], logits, float("nan"))
 
     def compute_output_shape(self, input_shape):
         return (*input_shape[:-1], self.num_classes)
+
+    def compute_output_spec(self, inputs, labels=None, training=None):
+        # float32 under every dtype policy (see the class docstring), not the compute dtype.
+        if labels is not None:
+            _check_labels(labels, inputs.shape, self.num_classes)
+        return keras.KerasTensor(self.compute_output_shape(inputs.shape), dtype="float32")
 
     def get_config(self):
         config = super().get_config()

@@ -2,7 +2,8 @@
 
 `keras.losses.SparseCategoricalCrossentropy(from_logits=True)` is all a
 `MarginHead` needs; it has no `label_smoothing`, though, and the authors' TF code
-trains with a smoothed cross-entropy (ε = 0.01). `SparseCrossentropy` adds that:
+(`loss2` in `loss.py` of wy1iu/SphereNet, wy1iu/DCNets and wy1iu/MHE) trains with a
+smoothed cross-entropy (ε = 0.01). `SparseCrossentropy` adds that:
 
 ```
 q = (1 − ε)·onehot(y) + ε / C
@@ -19,6 +20,8 @@ Note: upstream computes −Σ q·log(softmax + 1e-4); the 1e-4 floor caps the lo
 
 import keras
 from keras import ops
+
+from sphere_tf import validation
 
 
 def sparse_crossentropy(y_true, logits, label_smoothing=0.0):
@@ -51,7 +54,7 @@ class SparseCrossentropy(keras.losses.Loss):
     `label_smoothing=0`; see `sparse_crossentropy` for the formula.
 
     Args:
-        label_smoothing: float in [0, 1), ε (upstream TF code: 0.01).
+        label_smoothing: float in [0, 1), ε (wy1iu TF code: 0.01).
         reduction, name, dtype: as for `keras.losses.Loss`.
 
     Example:
@@ -63,14 +66,7 @@ class SparseCrossentropy(keras.losses.Loss):
 
     def __init__(self, label_smoothing=0.0, reduction="sum_over_batch_size", name="sparse_crossentropy", dtype=None):
         super().__init__(reduction=reduction, name=name, dtype=dtype)
-        if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) or not (
-            0 <= label_smoothing < 1
-        ):
-            raise ValueError(
-                "Invalid value for argument `label_smoothing`: expected a float in [0, 1). "
-                f"Received: label_smoothing={label_smoothing!r}"
-            )
-        self.label_smoothing = float(label_smoothing)
+        self.label_smoothing = validation.real(label_smoothing, "label_smoothing", low=0.0, high=1.0, high_open=True)
 
     def call(self, y_true, y_pred):
         return sparse_crossentropy(y_true, y_pred, self.label_smoothing)

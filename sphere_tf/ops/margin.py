@@ -1,24 +1,42 @@
-"""Angular-margin target logits and the λ annealing schedule (pure maths, no state).
+"""Angular-margin target logits, the λ annealing schedule and the margin ranges.
 
-The margin losses of the thesis [T-ch2, T-3.3] differ from softmax only in the
-target logit.  With ``c = cos θ_{y}`` the angle between a feature and its class
-weight, the target "angular score" ψ is:
+The margin losses of W. Liu's thesis *Deep Representation Learning on Hypersphere*
+(2020; ch. 2 and §3.3) differ from softmax only in the target logit. With
+``c = cos θ_y`` the angle between a feature and its class weight, the target
+"angular score" ψ is:
 
 ```
 L-/A-Softmax, GA-Softmax (cosine)  ψ(θ) = (−1)^k cos(mθ) − 2k,  θ ∈ [kπ/m, (k+1)π/m]   [T-2.6]
 GA-Softmax (linear)                ψ(θ) = 1 − 2mθ/π                                      [T-3.11]
 GA-Softmax (sigmoid)               ψ(θ) = g_sigmoid(mθ)                                  [T-3.11]
-CosFace                            ψ(θ) = cos θ − m
-ArcFace                            ψ(θ) = cos(θ + m)
-combined (insightface)             ψ(θ) = cos(m1·θ + m2) − m3
+CosFace                            ψ(θ) = cos θ − m                                      [CosFace]
+ArcFace                            ψ(θ) = cos(θ + m)                                     [ArcFace]
+combined (insightface)             ψ(θ) = cos(m1·θ + m2) − m3                            [ArcFace]
 ```
+
+Citation keys: ``[T-2.6]`` is Eq. 2.6 of the thesis, ``[T §2.2.7]`` its section;
+``[S-11]`` Eq. 11 of SphereNet (Liu et al., *Deep Hyperspherical Learning*, NIPS
+2017); ``[CosFace]`` Wang et al., *CosFace: Large Margin Cosine Loss for Deep Face
+Recognition* (CVPR 2018, arXiv:1801.09414); ``[ArcFace]`` Deng et al., *ArcFace:
+Additive Angular Margin Loss for Deep Face Recognition* (CVPR 2019,
+arXiv:1801.07698), whose combined margin is deepinsight/insightface
+`CombinedMarginLoss` (recognition/arcface_torch `losses.py`). Chapter 2 of the
+thesis is Liu et al., *Large-Margin Softmax Loss for Convolutional Neural
+Networks* (ICML 2016, L-Softmax) and
+*SphereFace: Deep Hypersphere Embedding for Face Recognition* (CVPR 2017,
+A-Softmax); their Caffe layers are wy1iu/LargeMargin_Softmax_Loss
+`large_margin_inner_product_layer.cpp` and wy1iu/sphereface
+`margin_inner_product_layer.cpp`.
 
 The multiplicative ψ is evaluated without arccos: cos(mθ) = T_m(c), the
 Chebyshev polynomial of Eq. 2.7, and the interval index k comes from comparisons
-of c with the thresholds cos(jπ/m) (the Caffe layer's sign tests, generalised to
+of c with the thresholds cos(jπ/m) (the Caffe layers' sign tests, generalised to
 any m), so ψ is a piecewise polynomial in c with finite derivative everywhere.
 Angles that are truly needed (linear/sigmoid g, ArcFace) go through
 `angles.safe_acos`; g itself comes from `sphere_tf.ops.angular`, never re-derived.
+
+`check_margin` holds the margin ranges of every loss type (the one place they
+are written down; `MarginHead` validates through it).
 
 Every function computes in float32 whatever its input dtype.
 """
@@ -27,6 +45,7 @@ import math
 
 from keras import ops
 
+from sphere_tf import validation
 from sphere_tf.ops import angles
 from sphere_tf.ops import angular as angular_lib
 
@@ -138,7 +157,7 @@ def ga_target(cos_theta, m, angular="linear", k=0.3):
 
 
 def additive_target(cos_theta, m1=1.0, m2=0.0, m3=0.0):
-    """Combined-margin score cos(m1·θ + m2) − m3 (insightface; CosFace, ArcFace).
+    """Combined-margin score cos(m1·θ + m2) − m3   [ArcFace] (CosFace, ArcFace as special cases).
 
     ```
     φ = m1·θ + m2,  κ = ⌊φ/π⌋ (no gradient)
@@ -189,7 +208,7 @@ def annealing_lambda(step, base, gamma, power, lambda_min=0.0):
 
 
 def anneal(plain, target, lam):
-    """Annealed target logit (λ·plain + target) / (1 + λ)   [T §2.2.7, T-A.7].
+    """Annealed target logit (λ·plain + target) / (1 + λ)   [T §2.2.7], [T §A.7].
 
     λ = 0 gives the margin logit, λ → ∞ the plain one.
     """
@@ -226,6 +245,73 @@ NORM_EPSILON = 1e-12
 # With normalised features the gradient at x = 0 is s/√ε: ε = 1e-4 (the project-wide
 # upstream SphereNet/DCNet epsilon) bounds it by 100·s, inside float16 range for s <= 650.
 NORMALIZED_FEATURE_EPSILON = 1e-4
+
+
+# The multiplicative margin m of the Caffe layers: LargeMarginInnerProduct and MarginInnerProduct take
+# `type: SINGLE | DOUBLE | TRIPLE | QUADRUPLE`, i.e. m = 1..4, and hard-code ψ for each (Chebyshev T_1..T_4
+# with sign tests for k). The thesis's experiments use m <= 4 too [T Table 2.1, Table 3.1].
+MULTIPLICATIVE_MARGINS = (1, 4)
+
+
+def check_margin(loss_type, margin, angular="cosine"):
+    """The margin `margin` of `loss_type`, validated and normalised (the ranges of every loss type).
+
+    ```
+    lsoftmax, asoftmax, cosine ga-/ssoftmax  int m in [1, 4]    the Caffe layers' `type` SINGLE..QUADRUPLE
+    linear/sigmoid gasoftmax, ssoftmax       float m in [1, 4]  the same range (cosine GA-Softmax is A-Softmax)
+    wsoftmax                                 1                  W-Softmax has no margin [T-3.10]
+    cosface                                  float m in [0, 2)  m >= 2 puts ψ(0) = 1 − m below every cos θ_j
+    arcface                                  float m in [0, π)  m >= π puts ψ(0) at or below −1
+    combined       (m1, m2, m3): m1 in [1, 4], m2 in [0, π), m3 in [0, 2)   the three rows above
+    ```
+
+    Args:
+        loss_type: one of `LOSS_TYPES`.
+        margin: the margin (a triple for 'combined').
+        angular: the g of GA-/S-Softmax ('linear', 'cosine', 'sigmoid').
+
+    Returns:
+        int for the Chebyshev forms, float for the others, a tuple of three floats for 'combined'.
+
+    Raises:
+        ValueError: the margin is outside its range, naming `margin` and the range.
+    """
+    low, high = MULTIPLICATIVE_MARGINS
+    chebyshev = loss_type in ("lsoftmax", "asoftmax") or (
+        loss_type in ("gasoftmax", "ssoftmax") and angular == "cosine"
+    )
+    if chebyshev:
+        if not validation.is_int(margin) or not low <= margin <= high:
+            raise validation.invalid_argument(
+                "margin",
+                f"an int in [{low}, {high}] for loss_type={loss_type!r} with cosine g (the Caffe layers' "
+                "margin types SINGLE..QUADRUPLE)",
+                margin,
+            )
+        return int(margin)
+    if loss_type == "wsoftmax":
+        if margin != 1:
+            raise validation.invalid_argument(
+                "margin", "1 (W-Softmax has no margin; use loss_type='gasoftmax')", margin
+            )
+        return 1
+    if loss_type in ("gasoftmax", "ssoftmax"):
+        return validation.real(margin, "margin", low=low, high=high)
+    if loss_type == "cosface":
+        return validation.real(margin, "margin", low=0.0, high=2.0, high_open=True)
+    if loss_type == "arcface":
+        return validation.real(margin, "margin", low=0.0, high=math.pi, high_open=True)
+    if loss_type == "combined":
+        ok = isinstance(margin, (tuple, list)) and len(margin) == 3 and all(validation.is_real(v) for v in margin)
+        if ok:
+            m1, m2, m3 = (float(v) for v in margin)
+            ok = low <= m1 <= high and 0.0 <= m2 < math.pi and 0.0 <= m3 < 2.0
+        if not ok:
+            raise validation.invalid_argument(
+                "margin", f"a triple (m1, m2, m3) with m1 in [{low}, {high}], m2 in [0, π), m3 in [0, 2)", margin
+            )
+        return (m1, m2, m3)
+    raise validation.invalid_argument("loss_type", f"one of {LOSS_TYPES}", loss_type)
 
 
 def default_epsilon(loss_type):
@@ -274,7 +360,8 @@ def margin_logits(
     ```
 
     [T-2.4, T-2.8] (L-Softmax), [T-2.20] (A-Softmax), [T-3.10, T-3.11]
-    (W-/GA-Softmax), T-ch1 (S-Softmax), CosFace/ArcFace/combined (insightface).
+    (W-/GA-Softmax), [T ch. 1] (S-Softmax), [CosFace], [ArcFace] (CosFace,
+    ArcFace and the combined margin).
 
     Args:
         features: `(N, d)` tensor, any float dtype.
@@ -294,15 +381,12 @@ def margin_logits(
     """
     if epsilon is None:
         epsilon = default_epsilon(loss_type)
-    x = ops.cast(features, "float32")
-    w = ops.cast(kernel, "float32")
-    dot = ops.matmul(x, w)
-    x_norm = ops.sqrt(ops.sum(ops.square(x), axis=-1, keepdims=True) + epsilon)
-    w_norm = ops.sqrt(ops.sum(ops.square(w), axis=0) + epsilon)
-    cos = dot / (x_norm * w_norm)
+    x_unit, x_norm = angles.normalize(features, axis=-1, epsilon=epsilon)  # (N, 1) norms
+    w_unit, w_norm = angles.normalize(kernel, axis=0, epsilon=epsilon)  # (1, C) norms
+    cos = ops.matmul(x_unit, w_unit)
     if loss_type == "lsoftmax":
         radius = x_norm * w_norm
-        plain = dot
+        plain = ops.matmul(ops.cast(features, "float32"), ops.cast(kernel, "float32"))  # x·W_j exactly
     elif loss_type in NORMALIZED_FEATURES:
         radius = ops.cast(scale, "float32")
         plain = radius * angular_lib.get_angular_fn(angular)(cos, k)

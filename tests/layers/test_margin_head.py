@@ -1,16 +1,28 @@
-"""Tests for sphere_tf.layers.MarginHead: formulas, annealing state, numerics, model patterns, export."""
+"""Tests for sphere_tf.layers.MarginHead: formulas, annealing state, numerics, inputs, model patterns, export."""
 
 import math
 import os
+import re
+import subprocess
+import sys
+import textwrap
+import warnings
+from unittest import mock
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from keras.src import testing as keras_testing
+from keras.src.trainers import trainer as keras_trainer
 
 from sphere_tf import testing
 from sphere_tf.layers import MarginHead
 from sphere_tf.ops import margin as margin_lib
+from sphere_tf.ops import xla_context
+from sphere_tf.regularizers import DataDependentMHE
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 # ---------------------------------------------------------------------------------------
@@ -118,6 +130,14 @@ def test_sequential_inference_and_keras_roundtrip(rng, tmp_path):
         (dict(loss_type="focal"), "loss_type"),
         (dict(loss_type="asoftmax", margin=0), "margin"),
         (dict(loss_type="asoftmax", margin=2.5), "margin"),
+        (dict(loss_type="asoftmax", margin=100), "margin"),
+        (dict(loss_type="asoftmax", margin=5), "margin"),
+        (dict(loss_type="lsoftmax", margin=5), "margin"),
+        (dict(loss_type="gasoftmax", angular="cosine", margin=5), "margin"),
+        (dict(loss_type="gasoftmax", angular="linear", margin=4.5), "margin"),
+        (dict(loss_type="ssoftmax", angular="sigmoid", margin=float("nan")), "margin"),
+        (dict(loss_type="combined", margin=(5.0, 0.0, 0.0)), "margin"),
+        (dict(loss_type="combined", margin=(1.0, 0.0, 2.0)), "margin"),
         (dict(loss_type="lsoftmax", margin=True), "margin"),
         (dict(loss_type="wsoftmax", margin=2), "margin"),
         (dict(loss_type="gasoftmax", angular="linear", margin=0.5), "margin"),
@@ -228,12 +248,19 @@ def test_label_penalty_added_only_in_training_with_labels(rng):
 
 
 def test_sphereface_plus_data_dependent_mhe_plugs_in(rng):
-    regularizers = pytest.importorskip("sphere_tf.regularizers")
-    if not hasattr(regularizers, "DataDependentMHE"):
-        pytest.skip("sphere_tf.regularizers.DataDependentMHE not available")
-    head = MarginHead(4, label_penalty=regularizers.DataDependentMHE(factor=1.0))
-    head(_features(rng), labels=rng.integers(0, 4, size=8), training=True)
-    assert len(head.losses) == 1 and np.isfinite(float(head.losses[0]))
+    """The penalty added is SphereFace+ Eq. 5.8 (s = 2, Euclidean) on the head's kernel, by explicit loops."""
+    head = MarginHead(4, label_penalty=DataDependentMHE(factor=0.5))
+    y = rng.integers(0, 4, size=8)
+    head(_features(rng), labels=y, training=True)
+    w = keras.ops.convert_to_numpy(head.kernel).astype(np.float64)
+    w_hat = w / np.sqrt(np.sum(w**2, axis=0) + 1e-4)
+    total = 0.0
+    for label in y:
+        for j in range(4):
+            if j != label:
+                total += 1.0 / np.sum((w_hat[:, label] - w_hat[:, j]) ** 2)
+    assert len(head.losses) == 1
+    assert float(head.losses[0]) == pytest.approx(0.5 * total / (len(y) * 3), rel=1e-3)
 
 
 # ---------------------------------------------------------------------------------------
@@ -346,31 +373,93 @@ def test_save_load_resumes_annealing_step(rng, tmp_path):
     assert int(new_head.iteration.numpy()) == 8
 
 
-class MarginClassifier(keras.Model):
-    """Subclass pattern: `model((features, labels))` in training, `model(features)` at inference."""
-
-    def __init__(self, head, **kwargs):
-        super().__init__(**kwargs)
-        self.embed = keras.layers.Dense(3)
-        self.head = head
-
-    def call(self, inputs, training=None):
-        labels = None
-        if isinstance(inputs, (tuple, list)):
-            inputs, labels = inputs
-        return self.head(self.embed(inputs), labels=labels, training=training)
+def _documented_block(marker):
+    """The ```python block of docs/losses.md that contains `marker`."""
+    with open(os.path.join(REPO, "docs", "losses.md"), encoding="utf-8") as f:
+        blocks = re.findall(r"```python\n(.*?)```", f.read(), flags=re.S)
+    (block,) = [b for b in blocks if marker in b]
+    return block
 
 
-def test_subclassed_model_fit_and_predict(rng):
+def test_documented_subclassed_model_fits_saves_and_loads(rng, tmp_path, monkeypatch):
+    """Runs docs/losses.md's `MarginClassifier` block as written: fit, predict, save, load."""
+    x, y = _toy_data(rng, n=64, d=6, classes=10)
+    monkeypatch.chdir(tmp_path)
+    namespace = {
+        "backbone": keras.Sequential([keras.layers.Dense(8, activation="relu"), keras.layers.Dense(3)]),
+        "x_train": x,
+        "y_train": y,
+        "x_test": x[:16],
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # e.g. Keras's "cannot be built automatically" on load
+        exec(compile(_documented_block("class MarginClassifier"), "docs/losses.md", "exec"), namespace)
+    model, restored = namespace["model"], namespace["restored"]
+    assert type(restored).__name__ == "MarginClassifier"
+    assert int(model.head.iteration.numpy()) == 2  # one epoch of 64 samples, batch 32
+    assert int(restored.head.iteration.numpy()) == 2
+    assert restored.head.get_config() == model.head.get_config()
+    np.testing.assert_allclose(namespace["logits"], model.predict(x[:16], verbose=0), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(restored.predict(x[:16], verbose=0), namespace["logits"], rtol=1e-6, atol=1e-6)
+    # The restored model trains on: the margin path and the step counter resume.
+    restored.fit((x, y), y, batch_size=32, epochs=1, verbose=0)
+    assert int(restored.head.iteration.numpy()) == 4
+
+
+_LOAD_SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    import keras
+    if sys.argv[1] == "savedmodel":
+        import tensorflow as tf
+        loaded = tf.saved_model.load(sys.argv[2])  # keep a reference: serve() reads its variables
+        out = loaded.serve(tf.constant(np.load(sys.argv[4]))).numpy()
+        assert "sphere_tf" not in sys.modules
+    else:
+        if sys.argv[1] == "import":
+            import sphere_tf  # noqa: F401  (the documented requirement)
+        out = keras.saving.load_model(sys.argv[2]).predict(np.load(sys.argv[4]), verbose=0)
+    np.save(sys.argv[3], out)
+    """
+)
+
+
+def _load_in_fresh_process(mode, model_path, tmp_path):
+    x_path, out_path = os.path.join(tmp_path, "x.npy"), os.path.join(tmp_path, f"out_{mode}.npy")
+    env = {**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": ""}
+    result = subprocess.run(
+        [sys.executable, "-c", _LOAD_SCRIPT, mode, model_path, out_path, x_path],
+        capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=300,
+    )
+    return result, out_path
+
+
+def test_keras_file_loads_in_a_fresh_process_after_import_sphere_tf(rng, tmp_path):
+    """README "Saving and loading": `import sphere_tf` before `load_model` (without it Keras cannot find the
+    class); the exported SavedModel serves without sphere_tf."""
     x, y = _toy_data(rng)
-    head = MarginHead(3, loss_type="gasoftmax", angular="linear", margin=2)
-    model = MarginClassifier(head)
-    model.compile(keras.optimizers.Adam(1e-2), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    history = model.fit((x, y), y, batch_size=16, epochs=3, verbose=0)
-    assert int(head.iteration.numpy()) == 12
-    assert np.all(np.isfinite(history.history["loss"]))
-    assert model.predict(x, verbose=0).shape == (64, 3)
-    assert int(head.iteration.numpy()) == 12
+    head = MarginHead(3, loss_type="arcface", scale=16.0)
+    train_model, inference_model = _two_input_model(head)
+    train_model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    train_model.fit([x, y], y, batch_size=16, epochs=1, verbose=0)
+    model_path = os.path.join(tmp_path, "inference.keras")
+    inference_model.save(model_path)
+    np.save(os.path.join(tmp_path, "x.npy"), x)
+
+    result, out_path = _load_in_fresh_process("import", model_path, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    np.testing.assert_allclose(np.load(out_path), inference_model.predict(x, verbose=0), rtol=1e-6, atol=1e-6)
+
+    result, _ = _load_in_fresh_process("no-import", model_path, tmp_path)
+    assert result.returncode != 0
+    assert "Could not locate class 'MarginHead'" in result.stderr, result.stderr[-3000:]
+
+    export_path = os.path.join(tmp_path, "export")
+    inference_model.export(export_path, verbose=False)
+    result, out_path = _load_in_fresh_process("savedmodel", export_path, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    np.testing.assert_allclose(np.load(out_path), inference_model.predict(x, verbose=0), rtol=1e-5, atol=1e-5)
 
 
 def test_label_smoothing_loss_with_fit(rng):
@@ -378,10 +467,19 @@ def test_label_smoothing_loss_with_fit(rng):
 
     x, y = _toy_data(rng)
     head = MarginHead(3, loss_type="cosface", scale=16.0)
-    train_model, _ = _two_input_model(head)
-    train_model.compile(keras.optimizers.Adam(1e-2), losses.SparseCrossentropy(label_smoothing=0.01))
+    train_model, inference_model = _two_input_model(head)
+    train_model.compile(keras.optimizers.Adam(1e-2), losses.SparseCrossentropy(label_smoothing=0.1))
     history = train_model.fit([x, y], y, batch_size=16, epochs=2, verbose=0)
     assert np.all(np.isfinite(history.history["loss"]))
+    # Evaluation uses plain logits: the smoothed cross-entropy of the inference model's logits, by loops.
+    logits = inference_model.predict(x, verbose=0).astype(np.float64)
+    expected = []
+    for row, label in zip(logits, y):
+        log_p = row - (row.max() + np.log(np.sum(np.exp(row - row.max()))))
+        q = np.full(3, 0.1 / 3)
+        q[label] += 0.9
+        expected.append(-np.sum(q * log_p))
+    assert train_model.evaluate([x, y], y, verbose=0) == pytest.approx(np.mean(expected), rel=1e-4)
 
 
 def test_export_has_features_only_serving_signature(rng, tmp_path):
@@ -398,7 +496,7 @@ def test_export_has_features_only_serving_signature(rng, tmp_path):
     assert spec.shape.as_list() == [None, 6] and spec.dtype == tf.float32
 
 
-def test_mixed_precision_fit_is_finite(rng):
+def test_mixed_precision_fit_is_finite_and_logits_are_float32_maths(rng):
     keras.mixed_precision.set_global_policy("mixed_float16")
     x, y = _toy_data(rng)
     head = MarginHead(3, loss_type="asoftmax", margin=4)
@@ -408,6 +506,12 @@ def test_mixed_precision_fit_is_finite(rng):
     history = train_model.fit([x, y], y, batch_size=16, epochs=2, verbose=0)
     assert np.all(np.isfinite(history.history["loss"]))
     assert inference_model.predict(x, verbose=0).dtype == np.float32
+    # float16 features in, float32 maths: equal to the float64 reference on the same (rounded) features.
+    features = rng.normal(size=(8, 3)).astype(np.float16) * 40
+    w = keras.ops.convert_to_numpy(head.kernel)
+    got = keras.ops.convert_to_numpy(head(tf.constant(features), labels=y[:8], training=True))
+    expected = np_asoftmax_logits(features.astype(np.float64), w, y[:8], 4)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-3)
 
 
 def test_jit_compiled_matches_eager(rng):
@@ -419,3 +523,193 @@ def test_jit_compiled_matches_eager(rng):
     compiled = tf.function(lambda a, b: head(a, labels=b, training=True), jit_compile=True)(x, y).numpy()
     np.testing.assert_allclose(compiled, eager, rtol=1e-5, atol=1e-5)
     assert int(head.iteration.numpy()) == 1
+
+
+# ---------------------------------------------------------------------------------------
+# Inputs: 2-D features, integer labels in range.
+
+
+def test_features_must_be_two_dimensional(rng):
+    head = MarginHead(3)
+    with pytest.raises(ValueError, match=r"expected ndim=2, found ndim=4"):
+        head(np.zeros((2, 4, 4, 3), np.float32))
+    with pytest.raises(ValueError, match=r"expected ndim=2, found ndim=4"):
+        head(keras.Input((4, 4, 3)))
+    with pytest.raises(ValueError, match=r"features of shape \(batch, feature_dim\)"):
+        MarginHead(3).build((None, 4, 4, 3))
+    with pytest.raises(ValueError, match=r"features of shape \(batch, feature_dim\)"):
+        MarginHead(3).build((None, None))
+
+
+@pytest.mark.parametrize("symbolic", (False, True))
+def test_labels_must_be_integer_ids_of_shape_batch(rng, symbolic):
+    head = MarginHead(3)
+    if symbolic:
+        x = keras.Input((4,))
+        as_labels = lambda shape, dtype: keras.Input(shape[1:], dtype=dtype)  # noqa: E731
+    else:
+        x = _features(rng, 8, 4)
+        as_labels = lambda shape, dtype: np.zeros(shape, dtype)  # noqa: E731
+    with pytest.raises(ValueError, match=r"integer class ids in \[0, 3\).*dtype=float32"):
+        head(x, labels=as_labels((8,), "float32"), training=True)
+    with pytest.raises(ValueError, match=r"shape \(batch,\) or \(batch, 1\).*labels.shape=\((8|None), 2\)"):
+        head(x, labels=as_labels((8, 2), "int32"), training=True)
+    # Both accepted shapes (and a Python list of ids) give the same logits.
+    if not symbolic:
+        y = rng.integers(0, 3, size=8)
+        first = head(x, labels=y, training=True)
+        head.iteration.assign(0)
+        np.testing.assert_array_equal(head(x, labels=y[:, None].astype(np.int64), training=True), first)
+        head.iteration.assign(0)
+        np.testing.assert_array_equal(head(x, labels=[int(v) for v in y], training=True), first)
+        with pytest.raises(ValueError, match=r"labels.shape=\(5,\), features.shape=\(8, 4\)"):
+            head(x, labels=y[:5], training=True)
+
+
+@pytest.mark.parametrize("bad", (-1, 3, 7))
+def test_out_of_range_label_names_the_range_eagerly_and_in_tf_function(rng, bad):
+    head = MarginHead(3, loss_type="cosface")
+    x = _features(rng, 4, 4)
+    y = np.array([0, 1, bad, 2], np.int32)
+    with pytest.raises(ValueError, match=rf"class id in \[0, 3\).*out of range \[{bad}\]"):
+        head(x, labels=y, training=True)
+    step = tf.function(lambda a, b: head(a, labels=b, training=True))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"class id in \[0, 3\)"):
+        step(x, y)
+    # In-range labels still work through the same traced function.
+    assert np.all(np.isfinite(step(x, np.array([0, 1, 2, 2], np.int32)).numpy()))
+
+
+def test_out_of_range_label_under_xla_gives_nan_logits_for_that_sample(rng):
+    """XLA compiles Assert away; the sample's logits are NaN (not a clamped gather), the others are exact."""
+    head = MarginHead(3, loss_type="asoftmax", margin=4)
+    x = _features(rng, 4, 4)
+    step = tf.function(lambda a, b: head(a, labels=b, training=True), jit_compile=True)
+    good = step(x, np.array([0, 1, 2, 2], np.int32)).numpy()
+    bad = step(x, np.array([0, 1, 5, 2], np.int32)).numpy()
+    assert np.all(np.isnan(bad[2])) and np.all(np.isfinite(good))
+    np.testing.assert_allclose(np.delete(bad, 2, axis=0), np.delete(good, 2, axis=0), rtol=1e-6, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------
+# Mixed precision: float32 logits, and the declared spec says so.
+
+
+@pytest.mark.parametrize("loss_type", ALL_TYPES)
+@pytest.mark.parametrize("policy", ("mixed_float16", "mixed_bfloat16"))
+def test_output_spec_is_float32_under_mixed_policies(rng, loss_type, policy):
+    keras.mixed_precision.set_global_policy(policy)
+    head = MarginHead(3, loss_type=loss_type)
+    features, labels = keras.Input((4,)), keras.Input((), dtype="int32")
+    assert head(features, labels=labels).dtype == "float32"  # symbolic, training path
+    assert head(features).dtype == "float32"  # symbolic, inference path
+    compute_dtype = keras.mixed_precision.global_policy().compute_dtype
+    assert head.compute_output_spec(keras.KerasTensor((None, 4), dtype=compute_dtype)).dtype == "float32"
+    x = tf.cast(_features(rng, 6, 4), compute_dtype)
+    y = rng.integers(0, 3, size=6)
+    assert head(x, labels=y, training=True).dtype == "float32"  # eager, margin logits
+    assert head(x).dtype == "float32"
+    train_model = keras.Model([features, labels], head(features, labels=labels))
+    assert train_model.outputs[0].dtype == "float32"
+    assert train_model.predict([x, y], verbose=0).dtype == np.float32
+
+
+# ---------------------------------------------------------------------------------------
+# Keras's own layer harness.
+
+
+@keras.saving.register_keras_serializable(package="sphere_tf_tests")
+class PairInputMarginHead(MarginHead):
+    """Minimal wrapper for `run_layer_test`: one input `(features, labels)`.
+
+    The harness's training check calls `layer(x, training=True)` with `x` the
+    input data only (its `call_kwargs` are not passed there), so a head fed its
+    labels through `call_kwargs` would train on plain logits. This subclass takes
+    the pair as its single input, so the harness's fit runs the margin path.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.input_spec = None
+
+    def build(self, input_shape):
+        super().build(input_shape[0])
+        self.input_spec = None
+
+    traces = []  # (training, traced for XLA) of every call, to check what the harness ran
+
+    def call(self, inputs, training=None):
+        features, labels = inputs
+        PairInputMarginHead.traces.append((bool(training), xla_context.in_xla_context()))
+        return super().call(features, labels=labels, training=training)
+
+    def compute_output_spec(self, inputs, training=None):
+        features, labels = inputs
+        return super().compute_output_spec(features, labels=labels, training=training)
+
+
+HARNESS_KWARGS = {
+    "lsoftmax": dict(margin=3, annealing="mnist"),
+    "asoftmax": dict(annealing="sphereface", use_bias=True),
+    "wsoftmax": dict(angular="sigmoid"),
+    "gasoftmax": dict(angular="linear", margin=2.5),
+    "ssoftmax": dict(angular="cosine", margin=2),
+    "cosface": dict(scale=16.0),
+    "arcface": dict(),
+    "combined": dict(margin=(1.2, 0.3, 0.1)),
+}
+
+
+@pytest.fixture
+def harness():
+    return keras_testing.TestCase(methodName="run_layer_test")
+
+
+def _auto_jit_means_xla():
+    """Keras's `jit_compile='auto'` (what the harness compiles with) is XLA on a GPU and plain graphs on a
+    CPU-only machine; forced to XLA here so the harness's training check compiles as it would on a GPU."""
+    return mock.patch.object(keras_trainer.Trainer, "_resolve_auto_jit_compile", lambda self: True)
+
+
+@pytest.mark.parametrize("loss_type", ALL_TYPES)
+def test_keras_run_layer_test_with_labels_as_call_kwargs(rng, harness, loss_type):
+    """MarginHead itself: serialization, build, symbolic and eager calls with labels, mixed precision.
+
+    The harness's training check calls the layer without `call_kwargs`, so it fits
+    the plain-logit path here (compiled with XLA, see the next test).
+    """
+    x = _features(rng, 8, 4)
+    y = tf.constant(rng.integers(0, 5, size=8), "int32")
+    kwargs = {"num_classes": 5, "loss_type": loss_type, **HARNESS_KWARGS[loss_type]}
+    with _auto_jit_means_xla():
+        harness.run_layer_test(
+            MarginHead,
+            init_kwargs=kwargs,
+            input_data=x,
+            call_kwargs={"labels": y, "training": True},
+            expected_output_shape=(8, 5),
+            expected_output_dtype="float32",
+            expected_num_trainable_weights=2 if kwargs.get("use_bias") else 1,
+            expected_num_non_trainable_weights=1,
+            expected_num_losses=0,
+        )
+
+
+@pytest.mark.parametrize("loss_type", ALL_TYPES)
+def test_keras_run_layer_test_training_check_with_labels_under_xla(rng, harness, loss_type):
+    """The harness's training check with the margin path, compiled with XLA (through `PairInputMarginHead`)."""
+    x = _features(rng, 8, 4)
+    y = tf.constant(rng.integers(0, 5, size=8), "int32")
+    kwargs = {"num_classes": 5, "loss_type": loss_type, **HARNESS_KWARGS[loss_type]}
+    PairInputMarginHead.traces.clear()
+    with _auto_jit_means_xla():
+        harness.run_layer_test(
+            PairInputMarginHead,
+            init_kwargs=kwargs,
+            input_data=(x, y),
+            expected_output_shape=(8, 5),
+            expected_output_dtype="float32",
+            expected_num_non_trainable_weights=1,
+        )
+    # The harness's fit traced the margin path (labels, training=True) inside an XLA cluster.
+    assert (True, True) in PairInputMarginHead.traces, PairInputMarginHead.traces

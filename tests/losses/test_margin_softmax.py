@@ -3,6 +3,7 @@
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from sphere_tf import losses
 
@@ -44,3 +45,20 @@ def test_config_and_bad_argument():
     assert isinstance(rebuilt, losses.SparseCrossentropy) and rebuilt.label_smoothing == 0.01
     with pytest.raises(ValueError, match=r"Invalid value for argument `label_smoothing`.*Received: label_smoothing=1"):
         losses.SparseCrossentropy(label_smoothing=1)
+
+
+@pytest.mark.parametrize("eps", (0.0, 0.01, 0.3))
+def test_gradient_is_softmax_minus_smoothed_target(rng, eps):
+    """d L_i / d f_ij = softmax(f_i)_j − q_ij, q = (1 − ε)·onehot + ε/C (closed form, float64)."""
+    logits = (rng.normal(size=(6, 5)) * 4).astype(np.float32)
+    y = rng.integers(0, 5, size=6)
+    f = tf.constant(logits)
+    with tf.GradientTape() as tape:
+        tape.watch(f)
+        total = tf.reduce_sum(losses.sparse_crossentropy(y, f, eps))
+    z = logits.astype(np.float64)
+    softmax = np.exp(z - z.max(axis=1, keepdims=True))
+    softmax /= softmax.sum(axis=1, keepdims=True)
+    q = np.full((6, 5), eps / 5)
+    q[np.arange(6), y] += 1.0 - eps
+    np.testing.assert_allclose(tape.gradient(total, f).numpy(), softmax - q, atol=1e-6)

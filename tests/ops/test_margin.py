@@ -9,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from keras import ops
 
+from sphere_tf import testing
 from sphere_tf.ops import margin
 
 MARGINS = (1, 2, 3, 4)
@@ -152,7 +153,8 @@ def test_psi_matches_reference_at_random_and_edge_angles(rng, m):
 
 @pytest.mark.parametrize("m", MARGINS)
 def test_psi_matches_caffe_sign_formulas(rng, m):
-    """The Caffe layer's branch-free sign tests (spec §1.2), an independent route to ψ."""
+    """The Caffe layer's branch-free sign tests (wy1iu/LargeMargin_Softmax_Loss
+    `large_margin_inner_product_layer.cpp`), an independent route to ψ."""
     c = rng.uniform(-1, 1, 500)
     s0 = np.sign(c)
     if m == 1:
@@ -289,7 +291,7 @@ def test_annealing_lambda_matches_formula(preset):
 
 
 def test_annealing_lambda_table_from_spec():
-    """λ values tabulated in losses_mhe_comhe.md §1.2."""
+    """λ at a few steps of the released prototxts' schedules, worked out by hand (rounded)."""
     table = {
         "mnist": {1000: 421, 2000: 181, 5000: 16.2, 8000: 1.69, 10000: 0.41},
         "cifar10": {1000: 410, 2000: 171, 5000: 13.7, 8000: 1.26},
@@ -355,3 +357,76 @@ def test_margin_logits_at_edge_angles(m):
     got = _np(margin.margin_logits(x, w, y, loss_type="asoftmax", margin=m))
     np.testing.assert_allclose(got[:, 0], 2.0 * np_psi(theta, m), atol=1e-4 * m)
     np.testing.assert_allclose(got[:, 1], x[:, 1], atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "loss_type,m,angular,s",
+    [("lsoftmax", 3, "cosine", None), ("asoftmax", 4, "cosine", None), ("gasoftmax", 2.5, "linear", None),
+     ("ssoftmax", 2, "sigmoid", 30.0), ("arcface", 0.5, "cosine", 16.0), ("combined", (1.35, 0.2, 0.1), "cosine", 8.0)],
+)
+def test_margin_logits_gradient_matches_finite_differences_of_reference(rng, loss_type, m, angular, s):
+    """d(Σ r ⊙ logits)/d(x, W) by autodiff vs central differences of the float64 loop reference."""
+    x = rng.normal(size=(5, 3)) * 2.0
+    w = rng.normal(size=(3, 4))
+    y = rng.integers(0, 4, size=5)
+    r = rng.normal(size=(5, 4))
+    kwargs = dict(loss_type=loss_type, margin=m, angular=angular, k=0.3, scale=s, lam=0.5)
+    xt, wt = tf.constant(x, tf.float32), tf.constant(w, tf.float32)
+    with tf.GradientTape() as tape:
+        tape.watch([xt, wt])
+        total = tf.reduce_sum(margin.margin_logits(xt, wt, y, **kwargs) * r)
+    gx, gw = (g.numpy() for g in tape.gradient(total, [xt, wt]))
+
+    def ref(xv, wv):
+        return np.sum(np_margin_logits(xv, wv, y, loss_type, m, angular, 0.3, s, None, 0.5) * r)
+
+    scale = 1.0 if s is None else s / 4.0
+    np.testing.assert_allclose(gx, testing.numeric_gradient(lambda v: ref(v, w), x), rtol=2e-3, atol=2e-3 * scale)
+    np.testing.assert_allclose(gw, testing.numeric_gradient(lambda v: ref(x, v), w), rtol=2e-3, atol=2e-3 * scale)
+
+
+# ---------------------------------------------------------------------------------------
+# Margin ranges.
+
+
+@pytest.mark.parametrize(
+    "loss_type,angular,margin_value,expected",
+    [
+        ("lsoftmax", "cosine", 1, 1), ("lsoftmax", "cosine", np.int64(4), 4), ("asoftmax", "cosine", 4, 4),
+        ("gasoftmax", "cosine", 2, 2), ("ssoftmax", "cosine", 3, 3),
+        ("gasoftmax", "linear", 4, 4.0), ("gasoftmax", "sigmoid", 1.5, 1.5), ("ssoftmax", "linear", 1, 1.0),
+        ("wsoftmax", "cosine", 1, 1), ("cosface", "cosine", 0, 0.0), ("cosface", "cosine", 1.99, 1.99),
+        ("arcface", "cosine", 3.14, 3.14), ("combined", "cosine", [4, 0.0, 1.5], (4.0, 0.0, 1.5)),
+    ],
+)
+def test_check_margin_accepts_the_documented_ranges(loss_type, angular, margin_value, expected):
+    got = margin.check_margin(loss_type, margin_value, angular)
+    assert got == expected and type(got) is type(expected)
+
+
+@pytest.mark.parametrize(
+    "loss_type,angular,margin_value,expected_message",
+    [
+        ("asoftmax", "cosine", 100, r"an int in \[1, 4\].*SINGLE..QUADRUPLE"),
+        ("lsoftmax", "cosine", 0, r"an int in \[1, 4\]"),
+        ("lsoftmax", "cosine", 5, r"an int in \[1, 4\]"),
+        ("asoftmax", "cosine", 2.0, r"an int in \[1, 4\]"),
+        ("gasoftmax", "cosine", 5, r"an int in \[1, 4\]"),
+        ("gasoftmax", "linear", 4.01, r"a float in \[1, 4\]"),
+        ("ssoftmax", "sigmoid", 0.5, r"a float in \[1, 4\]"),
+        ("wsoftmax", "cosine", 2, r"1 \(W-Softmax has no margin"),
+        ("cosface", "cosine", 2.0, r"a float in \[0, 2\)"),
+        ("cosface", "cosine", -0.1, r"a float in \[0, 2\)"),
+        ("arcface", "cosine", math.pi, r"a float in \[0, 3.14159\)"),
+        ("combined", "cosine", (4.5, 0.0, 0.0), r"m1 in \[1, 4\]"),
+        ("combined", "cosine", (1.0, 3.2, 0.0), r"m2 in \[0, π\)"),
+        ("combined", "cosine", (1.0, 0.0, 2.0), r"m3 in \[0, 2\)"),
+        ("combined", "cosine", (1.0, 0.5), r"a triple"),
+        ("combined", "cosine", True, r"a triple"),
+        ("asoftmax", "cosine", True, r"an int in \[1, 4\]"),
+    ],
+)
+def test_check_margin_rejects_outside_the_ranges(loss_type, angular, margin_value, expected_message):
+    pattern = rf"Invalid value for argument `margin`: expected .*{expected_message}.*Received: margin="
+    with pytest.raises(ValueError, match=pattern):
+        margin.check_margin(loss_type, margin_value, angular)
