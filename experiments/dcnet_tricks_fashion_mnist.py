@@ -1,6 +1,6 @@
 """DCNet optimisation tricks on real Fashion-MNIST: a short sanity run [D §4, Table 1 in miniature].
 
-Trains the main job's `small_cnn` (two stages of two 3×3 convs, 32/64, FC 128, BN)
+Trains the README job's `small_cnn` (two stages of two 3×3 convs, 32/64, FC 128, BN)
 five ways from the same seed and reports test accuracy and the mean operator
 kernel norm at the end:
 

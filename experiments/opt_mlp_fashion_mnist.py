@@ -3,7 +3,7 @@
 The thesis's Table 7.3 setting (MNIST MLP 784-256-256-10, ReLU, momentum SGD lr
 0.01 / momentum 0.9 / batch 100, OPT on the two hidden layers, not on the
 classifier), scaled down: a subset of the training set and a few epochs, on
-Fashion-MNIST (the real data on these machines).  Every variant shares the data
+Fashion-MNIST (Debian's `dataset-fashion-mnist`).  Every variant shares the data
 order and the V / classifier seeds; the plain MLP's hidden kernels start from the
 same N(0, 2/fan_in) distribution as OPT's fixed V.
 

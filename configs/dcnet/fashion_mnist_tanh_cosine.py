@@ -1,15 +1,12 @@
-r"""DCNet (TanhConv + cosine) small CNN on Fashion-MNIST: the main job.
+r"""DCNet (TanhConv + cosine) small CNN on Fashion-MNIST (the README's first command).
 
 Decoupled Networks (CVPR 2018, https://arxiv.org/abs/1804.08071): TanhConv
 h = tanh(‖x‖/(ρ·E‖x‖)) with learnable ρ, cosine g, BN + ReLU, Adam 1e-3 as in
-the paper's CIFAR recipe, on the real data set of these machines. Two stages of
+the paper's CIFAR recipe, on Fashion-MNIST from Debian's `dataset-fashion-mnist`. Two stages of
 two 3×3 convs (32, 64), FC 128; 2 epochs of the 60k training images.
 
-Measured (2 CPU cores shared with one other training job): 3 epochs reached
-91.8% test accuracy in 9 min (330-450 ms per step of 128); the default 2 epochs
-take about two thirds of that. On an idle AVX-512 2-core machine with the
-compiled training kernels (sphere_tf/ops/kernels): the default 2 epochs reach
-91.6% in 1 min 23 s (~78 ms per step), SavedModel included.
+Expected: about 91.6% test accuracy after the default 2 epochs, a minute or two on 2
+CPU cores with the compiled training kernels (measured runs: docs/performance.md).
 
 Run:
   python -m trainers.train_classifier \
