@@ -28,7 +28,7 @@ flags actually used, in `kernels/_build/` (or `~/.cache/sphere_tf/` when the
 package directory is not writable). When every flag set fails, the failure is
 recorded next to the libraries (keyed by the whole policy) and later processes
 read it instead of compiling again; `main()` (`scripts/setup.sh`,
-``python -m sphere_tf.kernels.build``) and ``build(retry=True)`` try again. A
+``python -m sphere_tf.kernels``) and ``build(retry=True)`` try again. A
 file lock lets one process (e.g. one pytest-xdist worker) compile while the
 others wait.
 """
@@ -265,7 +265,7 @@ def build(sets=None, directory=None, retry=False):
             with open(record) as f:
                 raise BuildError(
                     f"{f.read()}\n(failure recorded in {record}; retry with "
-                    "`python -m sphere_tf.kernels.build` or build(retry=True))"
+                    "`python -m sphere_tf.kernels` or build(retry=True))"
                 )
         failures = []
         for flags, path in zip(sets, paths):
