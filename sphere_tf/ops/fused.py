@@ -675,18 +675,9 @@ def decoupled_response_from_dot(
 ):
     """``f = h(‖w‖, ‖x‖)·g(θ)`` from ``dot = x·ŵ`` and the patch norm, float32   [D-3].
 
-    The one implementation of the decoupled operator (SphereNet, DCNet);
-    `operator.decoupled_response` is its cosine-form wrapper. With c = cos θ =
-    dot·(1/‖x‖):
-
-    ```
-    standard             f = h(‖x‖)·g(θ)                                  [D-3]
-    weighted='linear'    f = ‖w‖·h(‖x‖)·g(θ)                              [D §3.5]
-    'nonlinear'          f = α·tanh(‖w‖‖x‖ / r)·g(θ)                       [D-15]
-    'nonlinear_separate' f = α·tanh(‖w‖ / ρ_w)·tanh(‖x‖ / r)·g(θ)         [D-16]
-    ```
-
-    The cosine is never formed as a full tensor when g is the cosine, and
+    The one implementation of the decoupled operator (SphereNet, DCNet), with
+    cos θ = dot·(1/‖x‖); `operator.decoupled_response` is its cosine-form
+    wrapper and lists the four kernel weightings [D-3, D §3.5, D-15, D-16]. The cosine is never formed as a full tensor when g is the cosine, and
     linear/sigmoid g use the custom gradient of `_angular_of_dot`.
 
     Args:
