@@ -23,8 +23,8 @@ Flag policy (`flag_sets`), tried in order:
    lies, and no AVX-512 header of Eigen involved), or the compiler's default
    target where that level is unknown (other architectures, old compilers).
 
-Every library is cached per source, TensorFlow version, compiler, CPU and the
-flags actually used, in `kernels/_build/` (or `~/.cache/sphere_tf/` when the
+Every library is cached per source, TensorFlow version, compiler (and its
+version), CPU and the flags actually used, in `kernels/_build/` (or `~/.cache/sphere_tf/` when the
 package directory is not writable). When every flag set fails, the failure is
 recorded next to the libraries (keyed by the whole policy) and later processes
 read it instead of compiling again; `main()` (`scripts/setup.sh`,
@@ -104,6 +104,16 @@ def _accepts(cxx, flag):
     return proc.returncode == 0
 
 
+@functools.lru_cache(maxsize=None)
+def _compiler_version(cxx):
+    """The first line of ``cxx --version`` (part of the cache key: a new compiler may build what an old one did not)."""
+    try:
+        proc = subprocess.run([cxx, "--version"], capture_output=True, text=True)
+    except OSError:
+        return "missing"
+    return (proc.stdout.splitlines() or [""])[0]
+
+
 # x86-64 micro-architecture levels (the psABI's), with the /proc/cpuinfo flags each adds.
 _X86_LEVELS = (
     ("x86-64-v2", {"cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3"}),
@@ -173,7 +183,7 @@ def library_path(flags=None, directory=None, cxx=None):
     """Where the library built with `flags` (default: the first of `flag_sets()`) lives, built or not."""
     cxx = cxx or compiler()
     flags = tuple(flag_sets(cxx=cxx)[0] if flags is None else flags)
-    name = f"fused_kernels_{_digest(cxx, 'flags', *flags)}.so"
+    name = f"fused_kernels_{_digest(cxx, _compiler_version(cxx), 'flags', *flags)}.so"
     return os.path.join(directory or cache_directory(), name)
 
 
@@ -181,7 +191,7 @@ def failure_path(sets=None, directory=None, cxx=None):
     """Where a failed build with the flag sets `sets` (default `flag_sets()`) is recorded."""
     cxx = cxx or compiler()
     sets = flag_sets(cxx=cxx) if sets is None else sets
-    key = _digest(cxx, "policy", *(" ".join(flags) + ";" for flags in sets))
+    key = _digest(cxx, _compiler_version(cxx), "policy", *(" ".join(flags) + ";" for flags in sets))
     return os.path.join(directory or cache_directory(), f"fused_kernels_{key}.failed")
 
 
