@@ -63,9 +63,9 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
-from sphere_tf.ops import angles
 from sphere_tf import validation
 from sphere_tf.kernels import build as kernel_build
+from sphere_tf.ops import angles
 from sphere_tf.ops import angular as angular_lib
 from sphere_tf.ops import conv_geometry
 from sphere_tf.ops import magnitude as magnitude_lib
