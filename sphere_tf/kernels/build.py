@@ -241,7 +241,8 @@ def compile_source(flags, output, cxx=None, extra=()):
     except OSError as e:
         raise BuildError(f"C++ compiler {cxx!r} not found (set CXX or install g++): {e}") from e
     if proc.returncode != 0:
-        raise BuildError(f"{' '.join(cmd)}\n{first_errors(proc.stderr + proc.stdout)}")
+        output = first_errors(proc.stderr + proc.stdout) or "(no output)"
+        raise BuildError(f"{' '.join(cmd)}\nexit status {proc.returncode}:\n{output}")
 
 
 def build(sets=None, directory=None, retry=False):
@@ -302,7 +303,8 @@ def load():
         try:
             path = build()
             _STATE["module"] = tf.load_op_library(path)
-            _STATE["path"] = path
+            flags = next((f for f in flag_sets() if library_path(f) == path), ())
+            _STATE["path"] = f"{path} (flags: {' '.join(flags) or 'compiler default'})"
         except (BuildError, OSError, tf.errors.NotFoundError) as e:
             _STATE["error"] = str(e)
             logging.warning("sphere_tf: compiled kernels unavailable, using XLA clusters instead: %s", e)
