@@ -20,11 +20,20 @@ for the backward pass, gradients, workspace), plus the absolute peak.
 
 Cases (`--layers`): conv2d, tanh_cosine (DecoupledConv2D tanh + cosine),
 sphere_linear (SphereConv2D linear), sphere_cosine, linear_cosine, tanh_sqcosine,
-linear_sqcosine, sphere_sigmoid; a `:noxla` suffix runs the fused path without its training fusions (compiled kernels and XLA clusters)
-(`sphere_tf.ops.fused.set_training_fusion`), a `:composed` suffix runs the layer through the plain
-composition `operator.decoupled_response` instead of `sphere_tf.ops.fused`.
+linear_sqcosine, sphere_sigmoid. A suffix picks the operator layers' training
+path while the step is traced (`sphere_tf.ops.fused.Path`): `:plain` (TensorFlow
+ops, `set_training_fusion(False)`), `:xla` (XLA clusters, compiled kernels off),
+none: whatever this process gets (the compiled kernels where they build).
+
+Every row says which path ran (`path`: 'kernels', 'xla' or 'plain', read from the
+traced step's graph: a compiled `SphereTf*` op, an XLA cluster, or neither;
+'whole-step XLA' with `--jit_compile=true`), and the environment holds the CPU
+model, whether it has AVX-512 FP16, the kernels' build status and flags, and
+the load average before and after the run (the ratios are robust to load,
+absolute times are not).
 """
 
+import contextlib
 import json
 import resource
 import statistics
@@ -40,6 +49,8 @@ import tensorflow as tf
 
 from bench import common
 from sphere_tf import layers as sphere_layers
+from sphere_tf.kernels import build as kernel_build
+from sphere_tf.ops import fused
 from sphere_tf.training import runtime
 
 FLAGS = flags.FLAGS
@@ -83,27 +94,53 @@ _CASES = {
 }
 
 
+_VARIANTS = ("", "plain", "xla")
+_KERNELS_ENABLED = kernel_build.enabled()  # SPHERE_TF_CUSTOM_OPS=0 turns them off for every case
+
+
 def conv_factory(case):
-    """`(filters) -> layer` for a case name; `name:composed` for the plain composition,
-    `name:noxla` for the fused path with plain ops (no compiled kernels, no XLA clusters)."""
+    """`(filters) -> layer` for a case name (the `:plain` / `:xla` suffix is read by `path_switches`)."""
     name, _, variant = case.partition(":")
     if name not in _CASES:
-        raise ValueError(
-            f"Unknown case {case!r}; expected one of {sorted(_CASES)} (+ ':composed' or ':noxla')."
-        )
-    if variant not in ("", "composed", "noxla"):
-        raise ValueError(f"Unknown variant in {case!r}; only ':composed' and ':noxla' exist.")
+        raise ValueError(f"Unknown case {case!r}; expected one of {sorted(_CASES)} (+ ':plain' or ':xla').")
+    if variant not in _VARIANTS:
+        raise ValueError(f"Unknown variant in {case!r}; only ':plain' and ':xla' exist.")
+    return _CASES[name]
 
-    def make(filters):
-        layer = _CASES[name](filters)
-        # Benchmark-only switches: the reference composition, or no XLA clusters.
-        if variant == "composed":
-            layer._use_fused_path = False
-        elif variant == "noxla":
-            layer._use_training_fusion = False
-        return layer
 
-    return make
+@contextlib.contextmanager
+def path_switches(case):
+    """The process-wide switches a case's step is traced under (the layers read them while tracing)."""
+    variant = case.partition(":")[2]
+    fused.set_training_fusion(variant != "plain")
+    kernel_build.set_enabled(variant != "xla" and _KERNELS_ENABLED)
+    try:
+        yield
+    finally:
+        fused.set_training_fusion(True)
+        kernel_build.set_enabled(_KERNELS_ENABLED)
+
+
+
+def path_of(concrete, jit):
+    """Which training path a traced step runs: 'kernels', 'xla', 'plain' or 'whole-step XLA'."""
+    if jit:
+        return "whole-step XLA"
+    graph_def = concrete.graph.as_graph_def()
+    functions = list(graph_def.library.function)
+    op_types = {node.op for node in graph_def.node} | {n.op for f in functions for n in f.node_def}
+    if any(op.startswith("SphereTf") for op in op_types):
+        return "kernels"
+    if any("_XlaMustCompile" in f.attr and f.attr["_XlaMustCompile"].b for f in functions):
+        return "xla"
+    return "plain"
+
+
+def trace(fn, case, args, jit):
+    """Traces `fn` under the case's path switches; returns the path that ran."""
+    with path_switches(case):
+        concrete = fn.get_concrete_function(*args)
+    return path_of(concrete, jit)
 
 
 def _build(case, seed=0):
@@ -151,7 +188,7 @@ def _memory_of_case(case, jit):
     x, y = common.random_batch(FLAGS.batch_size, (FLAGS.image_size, FLAGS.image_size, 3))
     model = _build(case)
     step = common.make_train_step(model, jit_compile=jit)
-    step.get_concrete_function(x, y)  # trace (and build the optimizer) before the baseline
+    path = trace(step, case, (x, y), jit)  # trace (and build the optimizer) before the baseline
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     bfc = runtime.bfc_cpu_allocator_active()
     if bfc:
@@ -160,7 +197,8 @@ def _memory_of_case(case, jit):
     for _ in range(FLAGS.memory_steps):
         step(x, y).numpy()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    out = {"peak_rss_mib": peak, "rss_before_steps_mib": before, "step_rss_growth_mib": peak - before}
+    out = {"peak_rss_mib": peak, "rss_before_steps_mib": before, "step_rss_growth_mib": peak - before,
+           "path": path}
     if bfc:
         info = tf.config.experimental.get_memory_info("CPU:0")
         out["step_tensor_peak_mib"] = (info["peak"] - resident) / 2**20
@@ -185,13 +223,15 @@ def _ratio_rows(kind, results, extra, keys):
         row = {"bench": "train_step", "mode": kind, "layer": name, **extra, **stats}
         for key in keys:
             row[f"{key}_ratio"] = stats[key] / base[key] if base[key] > 0 else None
+        if name == BASELINE and not extra["jit_compile"]:
+            row["path"] = "n/a (keras.layers.Conv2D)"
         rows.append(row)
     return rows
 
 
 def print_table(rows):
-    print("\n| mode | jit | layer | median s | ratio (wall) | ratio (CPU) |")
-    print("|---|---|---|---|---|---|")
+    print("\n| mode | jit | layer | path | median s | ratio (wall) | ratio (CPU) |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         if r["mode"] == "memory":
             growth = r["step_rss_growth_mib_ratio"]
@@ -200,10 +240,10 @@ def print_table(rows):
             if "step_tensor_peak_mib" in r:
                 tensors = (f", tensors {r['step_tensor_peak_mib']:.0f} MiB "
                            f"({r['step_tensor_peak_mib_ratio']:.2f})")
-            print(f"| memory | {r['jit_compile']} | {r['layer']} | growth {r['step_rss_growth_mib']:.0f} MiB, "
+            print(f"| memory | {r['jit_compile']} | {r['layer']} | {r['path']} | growth {r['step_rss_growth_mib']:.0f} MiB, "
                   f"peak {r['peak_rss_mib']:.0f} MiB{tensors} | {growth} | peak {r['peak_rss_mib_ratio']:.2f} |")
         else:
-            print(f"| {r['mode']} | {r['jit_compile']} | {r['layer']} | {r['median_s']:.3f} | "
+            print(f"| {r['mode']} | {r['jit_compile']} | {r['layer']} | {r['path']} | {r['median_s']:.3f} | "
                   f"{r['median_s_ratio']:.3f} | {r['cpu_median_s_ratio']:.3f} |")
 
 
@@ -219,7 +259,8 @@ def main(argv):
     for case in cases:
         conv_factory(case)  # fail early on typos
     x, y = common.random_batch(FLAGS.batch_size, (FLAGS.image_size, FLAGS.image_size, 3))
-    env = common.environment()
+    kernel_build.compiled_kernels()  # build or load now, so the status below is final
+    env = {**common.environment(), "kernels": kernel_build.status()}
     rows = []
     for jit in jit_values:
         extra = {
@@ -238,13 +279,22 @@ def main(argv):
         models = {case: _build(case) for case in cases}
         if "train" in FLAGS.modes:
             steps = {c: common.make_train_step(m, jit_compile=jit) for c, m in models.items()}
+            paths = {c: trace(step, c, (x, y), jit) for c, step in steps.items()}
             results = time_round_robin(steps, (x, y), FLAGS.num_warmup, FLAGS.num_iters)
+            for c in results:
+                results[c]["path"] = paths[c]
             rows += _ratio_rows("train", results, extra, ("median_s", "cpu_median_s"))
         if "forward" in FLAGS.modes:
             fwds = {c: common.make_forward(m, jit_compile=jit) for c, m in models.items()}
+            paths = {c: trace(fwd, c, (x,), jit) for c, fwd in fwds.items()}
             results = time_round_robin(fwds, (x,), FLAGS.num_warmup, FLAGS.num_iters)
+            for c in results:
+                results[c]["path"] = paths[c]
             rows += _ratio_rows("forward", results, extra, ("median_s", "cpu_median_s"))
         del models
+    end_load = common.load_average()
+    for row in rows:
+        row["load_average_end"] = end_load
     common.write_results(rows, FLAGS.results_file)
     print_table(rows)
 

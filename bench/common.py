@@ -5,6 +5,7 @@ to a baseline measured in the same run, never absolute targets.
 """
 
 import json
+import os
 import platform
 import statistics
 import time
@@ -86,13 +87,46 @@ def random_batch(batch_size, image_shape=(32, 32, 3), num_classes=10, seed=0):
     return x, y
 
 
+def _cpu_info():
+    """(model name, set of feature flags) from /proc/cpuinfo; empty where it does not exist."""
+    model, flags = platform.processor(), set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    model = value.strip()
+                elif key.strip() == "flags":
+                    flags = set(value.split())
+                    break
+    except OSError:
+        pass
+    return model, flags
+
+
+def load_average():
+    """The 1-minute load average (other processes sharing the CPU), or None."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
 def environment():
+    """Where a benchmark ran: CPU model and vector extensions, versions, threads, load at the start."""
+    model, flags = _cpu_info()
     return {
         "device": "cpu",
         "machine": platform.machine(),
+        "cpu_model": model,
+        "cpu_count": os.cpu_count(),
+        "avx2": "avx2" in flags,
+        "avx512f": "avx512f" in flags,
+        "avx512_fp16": "avx512_fp16" in flags,
         "tf": tf.__version__,
         "keras": keras.__version__,
         "threads": tf.config.threading.get_intra_op_parallelism_threads(),
+        "load_average_start": load_average(),
     }
 
 

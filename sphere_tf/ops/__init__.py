@@ -1,7 +1,11 @@
-"""Pure maths shared by every layer, loss and regularizer.
+"""The maths shared by every layer, loss and regularizer, written with `keras.ops` and TensorFlow.
 
-`fused` is the layers' hot path; `set_training_fusion(False)` turns its compiled
-kernels and XLA clusters off (the only process-wide switch here).
+`angles`, `angular`, `magnitude`, `margin`, `orthogonal`, `fourier` and
+`conv_geometry` are formulas; `operator.decoupled_response` is the decoupled
+operator in cosine form. `fused` is the layers' hot path: per layer call it
+picks one `fused.Path` (plain TensorFlow ops, XLA clusters, or the compiled C++
+kernels that `sphere_tf.kernels` builds and loads); `set_training_fusion(False)`
+turns the clusters and kernels off (the only process-wide switch here).
 """
 
 from sphere_tf.ops import angles

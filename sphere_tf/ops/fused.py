@@ -1,4 +1,4 @@
-"""The operator layers' hot path: the same maths as `operator.decoupled_response`, fewer passes.
+"""The decoupled operator f = h(‖w‖, ‖x‖)·g(θ) [D-3] as the layers compute it: few memory passes.
 
 A hyperspherical conv layer spends almost all of its time in the main
 convolution; what it adds on top is memory-bound elementwise work over the
@@ -33,31 +33,41 @@ docs/performance.md):
   TanhGrad kernel and two matrix-vector products for the one-channel and
   per-filter gradients.
 
-* **XLA clusters on the training path** (`use_training_fusion`): while training,
-  outside functions that XLA compiles as a whole, the TanhConv tail and its
-  backward terms, the θ backward and clipped cosine, the box sums and the conv +
-  patch-energy input gradient (`conv_and_patch_energy`) run as small
-  `jit_compile=True` functions: fewer full-size passes, a third less activation
-  memory. Where the compiled kernels (`kernels/fused_kernels.cc`, built by
-  `sphere_tf.kernels.build`) are available they take over the TanhConv, rescale and θ tails
-  and the input gradient: one multi-threaded pass each way. Inference and export
-  use plain ops (no XLA JIT or custom op needed to serve);
-  `set_training_fusion(False)` turns the clusters and the kernels off.
+* **One `Path` per layer call** (`training_path(training)`, resolved once from
+  `training`, `set_training_fusion`, the XLA context and whether the compiled
+  kernels load), and each piece dispatches on it:
 
-Values equal `operator.decoupled_response` to float32 rounding (the forward pass
-of every angular function is the registry function itself); the tests compare
-both paths against NumPy references.
+  - 'plain': TensorFlow ops. Inference and export (no XLA JIT or custom op
+    needed to serve), code that XLA compiles as a whole, and
+    `set_training_fusion(False)`.
+  - 'xla': while training, the TanhConv tail and its backward terms, the θ
+    backward and clipped cosine, the box sums and the conv + patch-energy input
+    gradient (`conv_and_patch_energy`) run as small `jit_compile=True`
+    functions: fewer full-size passes, a third less activation memory.
+  - 'kernels': the compiled kernels (`sphere_tf/kernels/fused_kernels.cc`, built by
+    `sphere_tf.kernels.build`) take over the TanhConv, rescale and θ tails and
+    the input gradient, one multi-threaded pass each way; the other pieces run
+    as on 'xla'.
+
+`decoupled_response_from_dot` is the one implementation of the operator
+(`operator.decoupled_response` wraps it in cosine form). Its values agree on
+every path to float32 rounding (the forward pass of every angular function is
+the registry function itself); the tests compare each path against the NumPy
+references of `sphere_tf.testing`.
 """
 
+import dataclasses
 import math
 
 import numpy as np
 import tensorflow as tf
 from keras import ops
 
+from sphere_tf import validation
+from sphere_tf.kernels import build as kernel_build
 from sphere_tf.ops import angles
 from sphere_tf.ops import angular as angular_lib
-from sphere_tf.kernels import build as kernel_build
+from sphere_tf.ops import conv_geometry
 from sphere_tf.ops import magnitude as magnitude_lib
 from sphere_tf.ops.xla_context import in_xla_context
 
@@ -87,17 +97,51 @@ def use_training_fusion(training):
     return bool(training) and training_fusion_enabled() and not in_xla_context()
 
 
+@dataclasses.dataclass(frozen=True)
+class Path:
+    """Which implementation the hot path of one layer call runs (chosen once, by `training_path`).
+
+    Attributes:
+        name: 'plain' (TensorFlow ops: inference, export, code that XLA compiles
+            whole, `set_training_fusion(False)`), 'xla' (training: small
+            `jit_compile=True` clusters) or 'kernels' (training: the compiled
+            kernels where a piece has one, its XLA cluster otherwise).
+        kernels: the op module of `sphere_tf.kernels.build.compiled_kernels()` on
+            the 'kernels' path, else None.
+    """
+
+    name: str
+    kernels: object = dataclasses.field(default=None, compare=False, repr=False)
+
+    @property
+    def fused(self):
+        """True on the training paths ('xla', 'kernels')."""
+        return self.name != "plain"
+
+
+PLAIN = Path("plain")
+XLA = Path("xla")
+
+
+def _fused_path():
+    kernels = kernel_build.compiled_kernels()
+    return XLA if kernels is None else Path("kernels", kernels)
+
+
+def training_path(training):
+    """The `Path` of a layer call: 'plain' unless `use_training_fusion(training)`, then the
+    compiled kernels where they load, else XLA clusters."""
+    return _fused_path() if use_training_fusion(training) else PLAIN
+
+
+def as_path(fuse):
+    """A `Path` from a `fuse` argument: a `Path` as is, True the training path, False 'plain'."""
+    if isinstance(fuse, Path):
+        return fuse
+    return _fused_path() if fuse else PLAIN
+
+
 # -- patch energy ------------------------------------------------------------------------
-
-
-def _window_geometry(size, kernel, stride, dilation, padding):
-    """(pad_before, pad_after, out_size) of one spatial axis, TF/Keras conv rules."""
-    span = (kernel - 1) * dilation + 1
-    if padding == "same":
-        out = -(-size // stride)
-        total = max((out - 1) * stride + span - size, 0)
-        return total // 2, total - total // 2, out
-    return 0, 0, (size - span) // stride + 1
 
 
 def _box_sum_axis(energy, axis, kernel, stride, dilation, before, after, out):
@@ -120,7 +164,7 @@ def _box_sum(energy, kernel_size, strides, dilation_rate, padding):
     """The ones-kernel correlation of a one-channel NHWC tensor, the conv's geometry."""
     for axis in (1, 2):
         k, s, d = kernel_size[axis - 1], strides[axis - 1], dilation_rate[axis - 1]
-        before, after, out = _window_geometry(energy.shape[axis], k, s, d, padding)
+        before, after, out = conv_geometry.axis_geometry(energy.shape[axis], k, s, d, padding)
         energy = _box_sum_axis(energy, axis, k, s, d, before, after, out)
     return energy
 
@@ -139,7 +183,7 @@ def _box_sum_adjoint(upstream, size, kernel_size, strides, dilation_rate, paddin
         return tf.nn.conv2d_transpose(upstream, ones, shape, strides=strides, padding=padding.upper())
     for axis in (1, 2):
         k, d = kernel_size[axis - 1], dilation_rate[axis - 1]
-        before, _, out = _window_geometry(size[axis - 1], k, 1, d, padding)
+        before, _, out = conv_geometry.axis_geometry(size[axis - 1], k, 1, d, padding)
         span = (k - 1) * d + 1
         upstream = _box_sum_axis(
             upstream, axis, k, 1, d, span - 1 - before, size[axis - 1] - out + before, size[axis - 1]
@@ -180,22 +224,24 @@ def patch_squared_norm(inputs, kernel_size, strides=1, padding="valid", dilation
         kernel_size: pair `(kh, kw)`.
         strides, dilation_rate: ints or pairs.
         padding: 'valid' or 'same'.
-        fuse: bool, run the box sum and its adjoint as XLA clusters (the layers'
-            training path, `use_training_fusion`); same values.
+        fuse: a `Path` (or bool, see `as_path`): on a training path the box sum
+            and its adjoint run as XLA clusters; same values.
 
     Returns:
         float32 tensor `(N, H', W', 1)`.
     """
-    pair = lambda v: (v, v) if isinstance(v, int) else tuple(v)  # noqa: E731
-    kernel_size, strides, dilation_rate = pair(kernel_size), pair(strides), pair(dilation_rate)
-    padding = padding.lower()
+    kernel_size = validation.int_pair(kernel_size, "kernel_size")
+    strides = validation.int_pair(strides, "strides")
+    dilation_rate = validation.int_pair(dilation_rate, "dilation_rate")
+    padding = validation.padding(padding)
     if inputs.shape[1] is None or inputs.shape[2] is None:
         return angles.patch_squared_norm(inputs, kernel_size, strides, padding, dilation_rate)
+    path = as_path(fuse)
     # tf.custom_gradient: keras.ops has no custom-gradient primitive.
     @tf.custom_gradient
     def patch_energy(x):
         pixel_energy = _pixel_energy(x)
-        box_sum, box_sum_adjoint = (_box_sum_xla, _box_sum_adjoint_xla) if fuse else (_box_sum, _box_sum_adjoint)
+        box_sum, box_sum_adjoint = (_box_sum_xla, _box_sum_adjoint_xla) if path.fused else (_box_sum, _box_sum_adjoint)
         out = box_sum(pixel_energy, kernel_size, strides, dilation_rate, padding)
 
         def grad(upstream):
@@ -222,7 +268,14 @@ def _add_patch_gradient(conv_grad, x, spread):
 _add_patch_gradient_xla = tf.function(_add_patch_gradient, jit_compile=True, autograph=False)
 
 
-def conv_and_patch_energy(inputs, kernel, strides, padding, dilation_rate):
+def _add_patch_gradient_on(path, conv_grad, x, spread):
+    """`_add_patch_gradient` on `path`: the compiled kernel (float32), an XLA loop or plain ops."""
+    if path.kernels is not None and x.dtype == tf.float32:
+        return path.kernels.sphere_tf_add_patch_gradient(conv_grad, x, spread)
+    return (_add_patch_gradient_xla if path.fused else _add_patch_gradient)(conv_grad, x, spread)
+
+
+def conv_and_patch_energy(inputs, kernel, strides, padding, dilation_rate, fuse=True):
     """``(conv(x, kernel), Σ_patch x²)`` with one gradient for both: the training path.
 
     The values are those of `ops.conv` and `patch_squared_norm` (one float32
@@ -231,19 +284,23 @@ def conv_and_patch_energy(inputs, kernel, strides, padding, dilation_rate):
     autodiff of `Conv2D` runs) and then adds the patch energy's input gradient
     ``2x·Bᵀ(G_sq)`` in one pass (the compiled kernel for float32 where built, else
     an XLA loop): the two input-gradient terms would otherwise be two full-size
-    tensors summed by an AddN. Box sums as XLA clusters.
+    tensors summed by an AddN. Box sums as XLA clusters on the training paths.
 
     Args:
         inputs: NHWC tensor of static spatial size.
         kernel: `(kh, kw, C_in, C_out)` tensor in the dtype of `inputs`.
         strides, dilation_rate: pairs; padding: 'valid' or 'same'.
+        fuse: a `Path` (or bool, see `as_path`); the layers call this on the
+            training path only.
 
     Returns:
         `(dot, patch_sq)`: the conv output in the inputs' dtype and the float32
         `(N, H', W', 1)` patch energy.
     """
+    path = as_path(fuse)
     kernel_size = tuple(kernel.shape[:2])
     strides, dilation_rate = tuple(strides), tuple(dilation_rate)
+    box_sum, box_sum_adjoint = (_box_sum_xla, _box_sum_adjoint_xla) if path.fused else (_box_sum, _box_sum_adjoint)
     conv_args = {
         "strides": [1, *strides, 1], "padding": padding.upper(), "dilations": [1, *dilation_rate, 1],
     }
@@ -254,7 +311,7 @@ def conv_and_patch_energy(inputs, kernel, strides, padding, dilation_rate):
     def conv_and_energy(x, w):
         dot = tf.nn.conv2d(x, w, **conv_args)
         pixel_energy = _pixel_energy(ops.cast(x, "float32"))
-        energy = _box_sum_xla(pixel_energy, kernel_size, strides, dilation_rate, padding)
+        energy = box_sum(pixel_energy, kernel_size, strides, dilation_rate, padding)
 
         def grad(dot_grad, energy_grad):
             if dot_grad is None:
@@ -266,14 +323,10 @@ def conv_and_patch_energy(inputs, kernel, strides, padding, dilation_rate):
                 input_sizes=tf.shape(x), filter=w, out_backprop=dot_grad, **conv_args
             )
             if energy_grad is not None:
-                spread = _box_sum_adjoint_xla(
+                spread = box_sum_adjoint(
                     energy_grad, tuple(x.shape[1:3]), kernel_size, strides, dilation_rate, padding
                 )
-                kernels = kernel_build.compiled_kernels()
-                if kernels is not None and x.dtype == tf.float32:
-                    d_x = kernels.sphere_tf_add_patch_gradient(d_x, x, spread)
-                else:
-                    d_x = _add_patch_gradient_xla(d_x, x, spread)
+                d_x = _add_patch_gradient_on(path, d_x, x, spread)
             return d_x, d_w
 
         return (dot, energy), grad
@@ -392,7 +445,7 @@ def _theta_compiled(kernels, dot, inv_norm, angular, k):
     return g_of_dot(dot, inv_norm)
 
 
-def _angular_of_dot(dot, inv_norm, angular, k, fuse=False):
+def _angular_of_dot(dot, inv_norm, angular, k, path=PLAIN):
     """g(θ) with cos θ = dot·(1/‖x‖), one custom gradient for the θ-based activations.
 
     The forward value equals the registry function (`safe_acos`'s clip to
@@ -402,27 +455,27 @@ def _angular_of_dot(dot, inv_norm, angular, k, fuse=False):
     ``G·g'(c)`` inside the clip range and exactly 0 outside it (the clip's own
     gradient), so it stays ≤ 1/√(2δ − δ²) ≈ 707 times g's slope factor. Autodiff
     of product → clip → arccos → affine keeps three full-size intermediates and
-    runs about twice as many kernels. With `fuse=True` the compiled kernels run
-    it where built; otherwise the clipped cosine and the backward pass are one
-    XLA cluster each (arcsin stays TensorFlow's: it is
-    much faster than XLA's on CPU). Other activations (cosine, sqcosine, a learnable k,
-    user-registered functions) use autodiff of the registry function.
+    runs about twice as many kernels. On the 'kernels' `Path` the compiled
+    kernels run it; on 'xla' (and 'kernels' where they do not apply) the clipped
+    cosine and the backward pass are one XLA cluster each (arcsin stays
+    TensorFlow's: it is much faster than XLA's on CPU). Other activations
+    (cosine, sqcosine, a learnable k, user-registered functions) use autodiff of
+    the registry function.
     """
     if not (angular == "linear" or (angular == "sigmoid" and isinstance(k, (int, float)))):
         return angular_lib.get_angular_fn(angular)(dot * inv_norm, k)
-    kernels = kernel_build.compiled_kernels() if fuse else None
-    if kernels is not None and dot.shape[-1] is not None and _one_channel_like(inv_norm, dot):
-        return _theta_compiled(kernels, dot, inv_norm, angular, k)
+    if path.kernels is not None and _one_channel_like(inv_norm, dot):
+        return _theta_compiled(path.kernels, dot, inv_norm, angular, k)
     forward, backward, constant = _theta_activation(angular, k)
 
     # tf.custom_gradient: keras.ops has no custom-gradient primitive.
     @tf.custom_gradient
     def g_of_dot(dot, inv_norm):
-        c = _clipped_cosine_xla(dot, inv_norm) if fuse else _clipped_cosine(dot, inv_norm)
+        c = (_clipped_cosine_xla if path.fused else _clipped_cosine)(dot, inv_norm)
         g, saved = forward(c)
 
         def grad(upstream):
-            if fuse:
+            if path.fused:
                 if saved is None:
                     saved_value = ops.zeros((), "float32")  # tf.function needs a tensor
                 else:
@@ -522,7 +575,7 @@ def _one_channel_like(tensor, dot):
     )
 
 
-def _tanh_cosine(dot, x_norm, factor, inv_radius, fuse=False, kernels=None):
+def _tanh_cosine(dot, x_norm, factor, inv_radius, path=PLAIN):
     """TanhConv with cosine g,  ``f = dot · tanh(‖x‖·a_j) · v``,  with a hand-written gradient.
 
     ``a_j = 1/(ρ_j·E{‖x‖})`` is the per-filter inverse radius `(units,)` and
@@ -538,10 +591,8 @@ def _tanh_cosine(dot, x_norm, factor, inv_radius, fuse=False, kernels=None):
     Autodiff of the same expression runs a full-size division gradient and
     broadcast reductions for each factor instead.
 
-    With `kernels` (the op module of `kernel_build.compiled_kernels`, which the
-    caller looked up for the training path) the compiled kernel runs both
-    directions; otherwise, with `fuse=True`, the value and the full-size
-    backward terms each run as one XLA cluster: the forward
+    On the 'kernels' `Path` the compiled kernel runs both directions; on 'xla'
+    the value and the full-size backward terms each run as one XLA cluster: the forward
     writes only f and the backward recomputes tanh from the one-channel ‖x‖ and
     the `(units,)` radius, so no full-size tanh is kept between the passes
     (fewer memory passes and a smaller activation footprint). Otherwise plain
@@ -557,9 +608,9 @@ def _tanh_cosine(dot, x_norm, factor, inv_radius, fuse=False, kernels=None):
         d_inv_radius = ops.reshape(ops.matmul(ops.reshape(factor * x_norm, (1, -1)), rows), (units,))
         return d_x_norm, d_factor, d_inv_radius
 
-    if kernels is not None:
-        return _tanh_cosine_compiled(kernels, dot, x_norm, factor, inv_radius)
-    if fuse:
+    if path.kernels is not None:
+        return _tanh_cosine_compiled(path.kernels, dot, x_norm, factor, inv_radius)
+    if path.fused:
         # tf.custom_gradient: keras.ops has no custom-gradient primitive.
         @tf.custom_gradient
         def response_xla(dot, x_norm, factor, inv_radius):
@@ -624,71 +675,86 @@ def decoupled_response_from_dot(
 ):
     """``f = h(‖w‖, ‖x‖)·g(θ)`` from ``dot = x·ŵ`` and the patch norm, float32   [D-3].
 
-    The same function as `operator.decoupled_response` (see it for the forms of
-    `weighted`), with the cosine never formed as a full tensor when g is the cosine
-    and with the custom gradient above for linear/sigmoid g.
+    The one implementation of the decoupled operator (SphereNet, DCNet), with
+    cos θ = dot·(1/‖x‖); `operator.decoupled_response` is its cosine-form
+    wrapper and lists the four kernel weightings [D-3, D §3.5, D-15, D-16]. The cosine is never formed as a full tensor when g is the cosine, and
+    linear/sigmoid g use the custom gradient of `_angular_of_dot`.
 
     Args:
         dot: float32 tensor `(..., units)`, ``x·ŵ`` with the unit-norm kernel.
         x_norm: float32 tensor broadcastable to `dot` (`(..., 1)`), ‖x‖ = √(Σx² + ε);
             may be None when `norm_cancels(...)`.
         inv_norm: float32 tensor like `x_norm`, 1/‖x‖.
-        w_norm: float32 `(units,)`, needed when `weighted`.
-        magnitude, angular, alpha, beta, radius, k, weighted, weight_radius: as
-            `operator.decoupled_response`.
-        fuse: bool, the training-path fusions (the layers pass
-            `use_training_fusion(training)`): the compiled kernels where built,
-            else XLA clusters; same values.
+        w_norm: float32 `(units,)`, the kernel norms; needed when `weighted`.
+        magnitude: registry name or `magnitude.Magnitude`.
+        angular: registry name or callable `g(cos_theta, k)`.
+        alpha, beta: floats, the magnitude hyperparameters.
+        radius: float32 tensor broadcastable to `dot`, r = ρ·E{‖x‖}, for
+            magnitudes with a radius.
+        k: float or float32 tensor `(units,)`, the sigmoid parameter.
+        weighted: one of `operator.WEIGHTINGS`.
+        weight_radius: float32 tensor `(units,)`, ρ_w of [D-16].
+        fuse: the layer call's `Path` (`training_path(training)`), or a bool
+            (`as_path`: True is the training path); same values on every path.
 
     Returns:
         float32 tensor of the shape of `dot`.
     """
+    path = as_path(fuse)
     mag = magnitude_lib.get_magnitude(magnitude)
     if norm_cancels(mag, angular, weighted):
         # α‖x‖ · dot/‖x‖ = α·dot  [D-7 with D-12].
-        scale = alpha if weighted is None else alpha * w_norm
-        return dot * scale
-
+        return dot * (alpha if weighted is None else alpha * w_norm)
     # h = α·h₁ for these magnitudes: α then joins the one-channel factor (or vanishes
     # for α = 1) instead of costing a full-size multiply.
     alpha_linear = any(mag is magnitude_lib.MAGNITUDE_FNS[n] for n in _ALPHA_LINEAR)
     scale = alpha if alpha_linear else 1.0
-    kernels = kernel_build.compiled_kernels() if fuse else None
-    tanh_tail = (
-        mag is magnitude_lib.MAGNITUDE_FNS["tanh"] and weighted is None and _one_channel_like(x_norm, dot)
-    )
-    if tanh_tail and (angular == "cosine" or (angular == "sqcosine" and kernels is not None)):
+    factor = inv_norm if scale == 1.0 else scale * inv_norm  # α/‖x‖, one channel
+    squared = angular == "sqcosine"
+    if (mag is magnitude_lib.MAGNITUDE_FNS["tanh"] and weighted is None and _one_channel_like(x_norm, dot)
+            and _per_unit(radius) and (angular == "cosine" or (squared and path.kernels is not None))):
         # The DCNet default (TanhConv + cosine), and TanhConv + square cosine when
         # compiled: one custom-gradient tail.
-        units = dot.shape[-1]
-        inv_radius = ops.broadcast_to(1.0 / ops.cast(radius, "float32"), (units,))
-        factor = inv_norm if scale == 1.0 else scale * inv_norm
-        if angular == "sqcosine":  # α·tanh·c|c| = tanh·dot|dot|·(α/‖x‖²)
-            return _tanh_cosine_compiled(kernels, dot, x_norm, factor * inv_norm, inv_radius, squared=True)
-        return _tanh_cosine(dot, x_norm, factor, inv_radius, fuse=fuse, kernels=kernels)
+        inv_radius = ops.broadcast_to(1.0 / ops.cast(radius, "float32"), (dot.shape[-1],))
+        if squared:  # α·tanh·c|c| = tanh·dot|dot|·(α/‖x‖²)
+            return _tanh_cosine_compiled(path.kernels, dot, x_norm, factor * inv_norm, inv_radius, squared=True)
+        return _tanh_cosine(dot, x_norm, factor, inv_radius, path)
+    h = _weighted_magnitude(mag, x_norm, w_norm, 1.0 if alpha_linear else alpha, beta, radius, weighted,
+                            weight_radius)
+    if angular == "cosine" or (squared and path.kernels is not None and (h is None or _one_channel_like(h, dot))):
+        # α·h₁·dot/‖x‖ (or α·h₁·dot|dot|/‖x‖²): the per-position factors meet on the
+        # one-channel tensor first.
+        factor = factor * inv_norm if squared else factor
+        return _rescale(dot, factor if h is None else h * factor, squared, path)
+    g = _angular_of_dot(dot, inv_norm, angular, k, path)
+    if h is not None:
+        g = h * g
+    return g if scale == 1.0 else scale * g
+
+
+def _per_unit(radius):
+    """Whether `radius` is a scalar or one value per filter (the tanh tail's `(units,)` inverse radius)."""
+    return radius is not None and len(getattr(radius, "shape", ())) <= 1
+
+
+def _weighted_magnitude(mag, x_norm, w_norm, alpha, beta, radius, weighted, weight_radius):
+    """h(‖w‖, ‖x‖) of the four kernel weightings [D-3, D §3.5, D-15, D-16]; None for a constant 1."""
     if weighted == "nonlinear":
-        h = mag.fn(x_norm * w_norm, radius, 1.0 if alpha_linear else alpha, beta)
+        h = mag.fn(x_norm * w_norm, radius, alpha, beta)
     elif mag is magnitude_lib.MAGNITUDE_FNS["sphere"]:
-        h = None  # a constant: no tensor at all
+        h = None  # the constant 1 (the caller folds α): no tensor at all
     else:
-        h = mag.fn(x_norm, radius, 1.0 if alpha_linear else alpha, beta)
+        h = mag.fn(x_norm, radius, alpha, beta)
     if weighted == "linear":
         h = w_norm if h is None else h * w_norm
     elif weighted == "nonlinear_separate":
         tanh_w = ops.tanh(w_norm / weight_radius)
         h = tanh_w if h is None else h * tanh_w
+    return h
 
-    if angular in ("cosine", "sqcosine") and kernels is not None and (h is None or _one_channel_like(h, dot)):
-        # α·h₁·dot/‖x‖ or α·h₁·dot|dot|/‖x‖²: one compiled pass each way.
-        factor = inv_norm if scale == 1.0 else scale * inv_norm
-        if angular == "sqcosine":
-            factor = factor * inv_norm
-        return _rescale_compiled(kernels, dot, factor if h is None else h * factor, squared=angular == "sqcosine")
-    if angular == "cosine":
-        # α·h₁·dot/‖x‖: the per-position factors meet on the one-channel tensor first.
-        factor = inv_norm if scale == 1.0 else scale * inv_norm
-        return dot * (factor if h is None else h * factor)
-    g = _angular_of_dot(dot, inv_norm, angular, k, fuse=fuse)
-    if h is not None:
-        g = h * g
-    return g if scale == 1.0 else scale * g
+
+def _rescale(dot, factor, squared, path):
+    """``u·factor`` with u = dot (cosine) or dot·|dot| (square cosine); compiled on the 'kernels' path."""
+    if path.kernels is not None and _one_channel_like(factor, dot):
+        return _rescale_compiled(path.kernels, dot, factor, squared=squared)
+    return (dot * ops.abs(dot) if squared else dot) * factor

@@ -1,14 +1,14 @@
-"""The decoupled operator response f_d = h(‖w‖, ‖x‖)·g(θ)   [D-3].
+"""The decoupled operator response f_d = h(‖w‖, ‖x‖)·g(θ) in cosine form   [D-3].
 
-`decoupled_response` is the single place where magnitude, angular activation and
-kernel weighting combine; SphereConv2D, DecoupledConv2D, SphereDense and
-DecoupledDense all call it with the cosine and norms of their own geometry.
+`decoupled_response` takes cos θ and the norms; the maths lives once, in
+`fused.decoupled_response_from_dot` (the layers' form, from ``dot = x·ŵ``),
+which this wraps. SphereConv2D, DecoupledConv2D, SphereDense and DecoupledDense
+call the latter with the dot products and norms of their own geometry.
 """
 
 from keras import ops
 
-from sphere_tf.ops import angular as angular_lib
-from sphere_tf.ops import magnitude as magnitude_lib
+from sphere_tf.ops import fused
 
 # Kernel weighting [D §3.5]: None (standard operators use ŵ only), 'linear'
 # (h·‖w‖), 'nonlinear' (eq. 15, ‖w‖ inside the tanh) and 'nonlinear_separate'
@@ -40,9 +40,12 @@ def decoupled_response(
     'nonlinear_separate' f = α·tanh(‖w‖ / ρ_w)·tanh(‖x‖ / r)·g(θ)        [D-16]
     ```
 
+    Computed by `fused.decoupled_response_from_dot` with ``dot = cos θ·‖x‖`` and
+    ``1/‖x‖`` (plain TensorFlow ops; values equal to float32 rounding).
+
     Args:
         cos_theta: float32 tensor `(..., units)` of cosines.
-        x_norm: float32 tensor broadcastable to `cos_theta`, the patch norms.
+        x_norm: float32 tensor broadcastable to `cos_theta` (> 0), the patch norms.
         w_norm: float32 tensor `(units,)`, kernel norms; needed when `weighted`.
         magnitude: registry name or `magnitude.Magnitude`.
         angular: registry name or callable `g(cos_theta, k)`.
@@ -56,14 +59,10 @@ def decoupled_response(
     Returns:
         float32 tensor of the shape of `cos_theta`.
     """
-    mag = magnitude_lib.get_magnitude(magnitude)
-    g = angular_lib.get_angular_fn(angular)(cos_theta, k)
-    if weighted == "nonlinear":
-        h = mag.fn(x_norm * w_norm, radius, alpha, beta)
-    else:
-        h = mag.fn(x_norm, radius, alpha, beta)
-    if weighted == "linear":
-        h = h * w_norm
-    elif weighted == "nonlinear_separate":
-        h = h * ops.tanh(w_norm / weight_radius)
-    return h * g
+    cos_theta = ops.cast(cos_theta, "float32")
+    x_norm = ops.cast(x_norm, "float32")
+    return fused.decoupled_response_from_dot(
+        cos_theta * x_norm, x_norm, 1.0 / x_norm, w_norm,
+        magnitude=magnitude, angular=angular, alpha=alpha, beta=beta, radius=radius, k=k,
+        weighted=weighted, weight_radius=weight_radius, fuse=fused.PLAIN,
+    )

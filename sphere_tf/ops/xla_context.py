@@ -1,4 +1,4 @@
-"""Whether a graph is being traced for XLA (private).
+"""Whether a graph is being traced for XLA (`in_xla_context`).
 
 The layers and RP-CoMHE run some of their elementwise work as small
 `tf.function(jit_compile=True)` clusters inside an ordinary TensorFlow step.

@@ -6,23 +6,24 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from sphere_tf import testing
 from sphere_tf.kernels import build as kernel_build
 from sphere_tf.ops import fused
 from sphere_tf.ops import magnitude as magnitude_lib
 
 # Every implementation: plain TensorFlow ops ("tf"), the training path with XLA
-# clusters only ("xla"), and the training path with the compiled TanhConv kernel
-# ("kernel", which must build here). Tests take the boolean `fuse` argument.
+# clusters only ("xla"), and the training path with the compiled kernels
+# ("kernel", which must build here). Tests pass the `fused.Path` as `fuse`.
 PATHS = pytest.mark.parametrize("path", ["tf", "xla", "kernel"])
 
 
 @pytest.fixture
 def fuse(path):
     if path == "kernel":
-        assert kernel_build.compiled_kernels() is not None, kernel_build.status()
-    kernel_build.set_enabled(path == "kernel")
-    yield path != "tf"
-    kernel_build.set_enabled(True)
+        kernels = kernel_build.compiled_kernels()
+        assert kernels is not None, kernel_build.status()
+        return fused.Path("kernels", kernels)
+    return {"tf": fused.PLAIN, "xla": fused.XLA}[path]
 
 
 def np_patch_squared_norm(x, kernel_size, strides, padding, dilation):
@@ -127,12 +128,12 @@ def test_patch_squared_norm_hand_written_gradient_matches_loops(shape, kernel_si
     np.testing.assert_allclose(tape.gradient(total, xt).numpy(), want, rtol=1e-5, atol=1e-5)
 
 
-def _angular_grad(angular, c, k=0.3, fuse=False):
+def _angular_grad(angular, c, k=0.3, fuse=fused.PLAIN):
     """g and dg/dc through `_angular_of_dot` with ‖x‖ = 1 (dot = c, 1/‖x‖ = 1)."""
     ct = tf.constant(np.reshape(c, (1, -1)), tf.float32)
     with tf.GradientTape() as tape:
         tape.watch(ct)
-        g = fused._angular_of_dot(ct, tf.ones((1, 1)), angular, k, fuse=fuse)
+        g = fused._angular_of_dot(ct, tf.ones((1, 1)), angular, k, fuse)
     return g.numpy()[0], tape.gradient(g, ct).numpy()[0]
 
 
@@ -188,21 +189,10 @@ def test_custom_gradient_just_inside_clip_is_the_formula(angular, fuse):
 
 
 def _np_response(magnitude, angular, dot, x_norm, radius, alpha, k=0.3):
-    cos = dot / x_norm
-    g = {
-        "cosine": cos,
-        "linear": 1 - 2 * np.arccos(np.clip(cos, -1 + 1e-6, 1 - 1e-6)) / np.pi,
-        "sigmoid": np.tanh((np.pi / 2 - np.arccos(np.clip(cos, -1 + 1e-6, 1 - 1e-6))) / (2 * k))
-        / np.tanh(np.pi / (4 * k)),
-        "sqcosine": np.sign(cos) * cos**2,
-    }[angular]
-    h = {
-        "tanh": alpha * np.tanh(x_norm / radius),
-        "sphere": alpha * np.ones_like(x_norm),
-        "linear": alpha * x_norm,
-        "log": alpha * np.log1p(x_norm),
-    }[magnitude]
-    return h * g
+    """f = h(‖x‖)·g(c) with c = dot/‖x‖, from `sphere_tf.testing`'s NumPy formulas of the papers."""
+    beta = magnitude_lib.MAGNITUDE_FNS[magnitude].default_beta
+    g = testing.NUMPY_ANGULAR[angular](dot / x_norm, k)
+    return testing.NUMPY_MAGNITUDE[magnitude](x_norm, radius, alpha, beta) * g
 
 
 @PATHS
@@ -237,13 +227,10 @@ def test_custom_gradient_tails_match_finite_differences(magnitude, angular, fuse
     grads = tape.gradient(loss, tensors)
     args = [dot, x_norm, radius]
     for i, grad in enumerate(grads):
-        want = np.zeros_like(args[i])
-        for idx in np.ndindex(args[i].shape):
-            plus = [a.copy() for a in args]
-            minus = [a.copy() for a in args]
-            plus[i][idx] += 1e-6
-            minus[i][idx] -= 1e-6
-            want[idx] = (loss_np(*plus) - loss_np(*minus)) / 2e-6
+        def loss_of_arg(value, i=i):
+            return loss_np(*(value if j == i else a for j, a in enumerate(args)))
+
+        want = testing.numeric_gradient(loss_of_arg, args[i])
         if magnitude in ("sphere", "linear", "log") and i == 2:  # no radius
             assert grad is None or np.allclose(grad.numpy(), 0.0)
             continue
@@ -274,23 +261,9 @@ def test_response_from_dot_matches_formula(magnitude, angular, fuse):
     cos = rng.uniform(-0.99, 0.99, (5, 4))
     dot = cos * x_norm
     radius = rng.uniform(0.5, 2.0, (4,))
-    alpha, beta = 1.5, (magnitude_lib.MAGNITUDE_FNS[magnitude].default_beta or 0.0)
-    h = {
-        "sphere": alpha * np.ones_like(x_norm),
-        "ball": alpha * np.minimum(x_norm, radius) / radius,
-        "tanh": alpha * np.tanh(x_norm / radius),
-        "linear": alpha * x_norm,
-        "seg": np.where(x_norm <= radius, alpha * x_norm, beta * x_norm + alpha * radius - beta * radius),
-        "log": alpha * np.log1p(x_norm),
-        "mix": alpha * x_norm + beta * np.log1p(x_norm),
-    }[magnitude]
-    theta = np.arccos(cos)
-    g = {
-        "linear": 1 - 2 * theta / np.pi,
-        "cosine": cos,
-        "sigmoid": np.tanh((np.pi / 2 - theta) / 0.6) / np.tanh(np.pi / 1.2),
-        "sqcosine": np.sign(cos) * cos**2,
-    }[angular]
+    alpha, beta = 1.5, magnitude_lib.MAGNITUDE_FNS[magnitude].default_beta
+    h = testing.NUMPY_MAGNITUDE[magnitude](x_norm, radius, alpha, beta)
+    g = testing.NUMPY_ANGULAR[angular](cos, 0.3)
     f32 = lambda a: tf.constant(a, tf.float32)  # noqa: E731
     out = fused.decoupled_response_from_dot(
         f32(dot), f32(x_norm), f32(1 / x_norm), magnitude=magnitude, angular=angular,
@@ -323,3 +296,57 @@ def test_compiled_tanh_cosine_rejects_mismatched_operands():
         kernels.sphere_tf_tanh_cosine(tf.ones((4, 3)), tf.ones((5,)), tf.ones((5,)), tf.ones((3,)))
     with pytest.raises(tf.errors.InvalidArgumentError, match="same size"):
         kernels.sphere_tf_tanh_cosine_grad(tf.ones((4, 2)), tf.ones((4, 3)), tf.ones((4,)), tf.ones((4,)), tf.ones((3,)))
+
+
+def test_training_path_is_chosen_once_from_training_switch_xla_and_kernels():
+    kernels = kernel_build.compiled_kernels()
+    assert kernels is not None, kernel_build.status()
+    assert fused.training_path(False) == fused.PLAIN
+    assert fused.training_path(None) == fused.PLAIN
+    path = fused.training_path(True)
+    assert path.name == "kernels" and path.kernels is kernels and path.fused
+    # Inside a function that XLA compiles whole, plain ops (XLA fuses them itself).
+    seen = []
+    tf.function(lambda: seen.append(fused.training_path(True)) or tf.zeros(()), jit_compile=True)()
+    assert seen == [fused.PLAIN]
+    fused.set_training_fusion(False)
+    try:
+        assert fused.training_path(True) == fused.PLAIN
+    finally:
+        fused.set_training_fusion(True)
+    kernel_build.set_enabled(False)
+    try:
+        assert fused.training_path(True) == fused.XLA
+        assert fused.as_path(True) == fused.XLA
+    finally:
+        kernel_build.set_enabled(True)
+    # The layers' boolean `fuse` argument maps to the same values.
+    assert fused.as_path(False) == fused.PLAIN
+    assert fused.as_path(True).name == "kernels"
+    assert fused.as_path(fused.XLA) is fused.XLA
+
+
+@pytest.mark.parametrize("name", ["plain", "xla", "kernels"])
+def test_each_path_runs_its_own_ops(name):
+    # The TanhConv + cosine response's gradient graph holds the compiled op only on
+    # 'kernels', an XLA cluster only on 'xla', neither on 'plain'.
+    path = {"plain": fused.PLAIN, "xla": fused.XLA, "kernels": fused.as_path(True)}[name]
+    assert path.name == name
+
+    @tf.function
+    def step(dot, x_norm):
+        with tf.GradientTape() as tape:
+            tape.watch(dot)
+            out = fused.decoupled_response_from_dot(
+                dot, x_norm, 1.0 / x_norm, magnitude="tanh", angular="cosine", radius=tf.ones((3,)), fuse=path
+            )
+        return tape.gradient(out, dot)
+
+    spec = tf.TensorSpec((4, 3), tf.float32)
+    graph = step.get_concrete_function(spec, tf.TensorSpec((4, 1), tf.float32)).graph
+    types = {op.type for op in graph.get_operations()}
+    functions = [f.definition.attr for f in graph._functions.values()]
+    compiled = any("SphereTf" in t for t in types)
+    xla = any("_XlaMustCompile" in attr and attr["_XlaMustCompile"].b for attr in functions)
+    assert compiled == (name == "kernels")
+    assert xla == (name == "xla")

@@ -102,3 +102,35 @@ def test_gradients_finite_for_degenerate_cosines_and_norms(mag_name, ang_name):
     assert np.all(np.isfinite(out.numpy()))
     for g in grads:
         assert np.all(np.isfinite(g.numpy()))
+
+
+@pytest.mark.parametrize("mag_name,ang_name", COMBOS)
+def test_gradients_match_finite_differences_of_the_numpy_formulas(rng, mag_name, ang_name):
+    # ∂f/∂cos θ and ∂f/∂‖x‖ (weighted sum of f) against central differences of
+    # sphere_tf.testing's NumPy h(‖x‖)·g(θ) in float64; k a float, so linear and sigmoid g
+    # take their hand-written gradients.
+    mag = magnitude.get_magnitude(mag_name)
+    cos = rng.uniform(-0.95, 0.95, (6, 4))
+    x_norm = rng.uniform(0.3, 2.5, (6, 1))
+    radius = rng.uniform(0.5, 2.0, (4,))
+    weights = rng.standard_normal((6, 4))
+    alpha, beta = 1.3, mag.default_beta
+
+    def loss_np(c, n):
+        h = testing.NUMPY_MAGNITUDE[mag_name](n, radius, alpha, beta)
+        return np.sum(weights * h * testing.NUMPY_ANGULAR[ang_name](c, 0.3))
+
+    c_t, n_t = tf.constant(cos, tf.float32), tf.constant(x_norm, tf.float32)
+    with tf.GradientTape() as tape:
+        tape.watch([c_t, n_t])
+        out = operator.decoupled_response(
+            c_t, n_t, magnitude=mag_name, angular=ang_name, alpha=alpha, beta=beta,
+            radius=tf.constant(radius, tf.float32) if mag.has_radius else None, k=0.3,
+        )
+        loss = tf.reduce_sum(weights * out)
+    d_cos, d_norm = tape.gradient(loss, [c_t, n_t], unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    np.testing.assert_allclose(loss.numpy(), loss_np(cos, x_norm), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(d_cos.numpy(), testing.numeric_gradient(lambda c: loss_np(c, x_norm), cos),
+                               rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(d_norm.numpy(), testing.numeric_gradient(lambda n: loss_np(cos, n), x_norm),
+                               rtol=1e-3, atol=1e-4)
