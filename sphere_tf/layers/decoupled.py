@@ -100,7 +100,7 @@ class _HypersphericalOperator(keras.layers.Layer):
 
     Subclasses provide `_units`, `_kernel_shape(input_shape)` (which also checks the
     input shape), `_make_input_spec(input_shape)`, `_groups` and
-    `_dot_and_patch_sq(inputs, w_hat, need_patch_sq, fuse)`: ``x·ŵ`` and ``Σ_patch x²``
+    `_dot_and_patch_sq(inputs, w_hat, need_patch_sq, path)`: ``x·ŵ`` and ``Σ_patch x²``
     per group (last axis `_groups`) of their geometry.
     """
 
@@ -265,24 +265,25 @@ class _HypersphericalOperator(keras.layers.Layer):
             )
         self.input_spec = self._make_input_spec(input_shape)
 
-    # Whether the training path may use its fusions (compiled kernels, XLA clusters;
-    # `fused.set_training_fusion` is the global switch); False only for benchmarks.
+    # Whether this layer's training calls may take the fused paths (compiled kernels, XLA
+    # clusters; `fused.set_training_fusion` is the global switch); False pins it to plain ops.
     _use_training_fusion = True
 
     def call(self, inputs, training=None):
         w_hat, w_norm = angles.normalize_kernel(self.kernel, self._sqrt_epsilon)
         need_norm = not fused.norm_cancels(self._magnitude, self.angular, self.weighted)
-        fuse = self._use_training_fusion and fused.use_training_fusion(training)
+        # The hot path's implementation (plain ops / XLA clusters / compiled kernels), chosen once.
+        path = fused.training_path(training) if self._use_training_fusion else fused.PLAIN
         dot, x_sq = self._dot_and_patch_sq(
-            inputs, ops.cast(w_hat, self.compute_dtype), need_patch_sq=need_norm, fuse=fuse
+            inputs, ops.cast(w_hat, self.compute_dtype), need_patch_sq=need_norm, path=path
         )
         dot = ops.cast(dot, "float32")
         # Everything of ‖x‖ alone lives on a one-channel (one per group) tensor.
         x_norm = ops.sqrt(x_sq + self._sqrt_epsilon) if need_norm else None
         norm_mean = self._norm_mean_for(x_norm, training) if self.has_radius else None
-        return self._finish(self._response(dot, x_norm, w_norm, norm_mean, fuse))
+        return self._finish(self._response(dot, x_norm, w_norm, norm_mean, path))
 
-    def _response(self, dot, x_norm, w_norm, norm_mean, fuse):
+    def _response(self, dot, x_norm, w_norm, norm_mean, path):
         """f from ``x·ŵ`` and ‖x‖ (last axis: one per group), float32.
 
         A grouped operator is `groups` operators side by side, each with its own ‖x‖
@@ -292,7 +293,7 @@ class _HypersphericalOperator(keras.layers.Layer):
         rho, k = self.effective_rho(), self.effective_k()
         groups = self._groups
         if groups == 1:
-            return self._group_response(dot, x_norm, w_norm, rho, k, norm_mean, fuse)
+            return self._group_response(dot, x_norm, w_norm, rho, k, norm_mean, path)
         per_group = self._units // groups
         outs = []
         for g in range(groups):
@@ -304,16 +305,16 @@ class _HypersphericalOperator(keras.layers.Layer):
                 None if rho is None else rho[sl],
                 k[sl] if self.learnable_k else k,
                 None if norm_mean is None else norm_mean[g],
-                fuse,
+                path,
             ))
         return ops.concatenate(outs, axis=-1)
 
-    def _group_response(self, dot, x_norm, w_norm, rho, k, norm_mean, fuse):
+    def _group_response(self, dot, x_norm, w_norm, rho, k, norm_mean, path):
         return fused.decoupled_response_from_dot(
             dot, x_norm, None if x_norm is None else 1.0 / x_norm, w_norm,
             magnitude=self._magnitude, angular=self.angular, alpha=self.alpha, beta=self.beta,
             radius=None if rho is None else rho * norm_mean, k=k, weighted=self.weighted,
-            weight_radius=rho, fuse=fuse,
+            weight_radius=rho, fuse=path,
         )
 
     def _finish(self, out):
@@ -447,11 +448,13 @@ class _Conv2DOperator(_HypersphericalOperator):
             return ops.transpose(out, (0, 3, 1, 2))
         return super().call(inputs, training=training)
 
-    def _dot_and_patch_sq(self, inputs, w_hat, need_patch_sq=True, fuse=False):
+    def _dot_and_patch_sq(self, inputs, w_hat, need_patch_sq=True, path=fused.PLAIN):
         geometry = (self.kernel_size, self.strides, self.padding, self.dilation_rate)
-        if self.groups == 1 and fuse and need_patch_sq and None not in inputs.shape[1:3]:
+        if self.groups == 1 and path.fused and need_patch_sq and None not in inputs.shape[1:3]:
             # Training: one custom gradient for the conv and the patch energy.
-            return fused.conv_and_patch_energy(inputs, w_hat, self.strides, self.padding, self.dilation_rate)
+            return fused.conv_and_patch_energy(
+                inputs, w_hat, self.strides, self.padding, self.dilation_rate, fuse=path
+            )
         dot = ops.conv(
             inputs, w_hat, strides=self.strides, padding=self.padding, data_format="channels_last",
             dilation_rate=self.dilation_rate,
@@ -459,7 +462,7 @@ class _Conv2DOperator(_HypersphericalOperator):
         if not need_patch_sq:
             return dot, None
         if self.groups == 1:
-            return dot, fused.patch_squared_norm(inputs, *geometry, fuse=fuse)
+            return dot, fused.patch_squared_norm(inputs, *geometry, fuse=path)
         return dot, angles.patch_squared_norm(inputs, *geometry, groups=self.groups)
 
     def compute_output_shape(self, input_shape):
@@ -505,8 +508,8 @@ class _DenseOperator(_HypersphericalOperator):
     def _make_input_spec(self, input_shape):
         return keras.layers.InputSpec(min_ndim=2, axes={-1: input_shape[-1]})
 
-    def _dot_and_patch_sq(self, inputs, w_hat, need_patch_sq=True, fuse=False):
-        del fuse  # no patch geometry: one vector norm
+    def _dot_and_patch_sq(self, inputs, w_hat, need_patch_sq=True, path=fused.PLAIN):
+        del path  # no patch geometry: one vector norm
         x_sq = angles.vector_squared_norm(inputs) if need_patch_sq else None
         return ops.matmul(inputs, w_hat), x_sq
 
