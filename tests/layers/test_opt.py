@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 from sphere_tf import testing
+from sphere_tf import layers as sphere_layers
 from sphere_tf.layers import opt as opt_lib
 from sphere_tf.optimizers import OPTOptimizer
 
@@ -309,7 +310,7 @@ def test_fold_sequential_reproduces_outputs(kwargs):
     model = _cnn(**kwargs)
     _train(model, kwargs.get("orthogonalization"), steps=2)
     x, _ = _data()
-    folded = opt_lib.fold_opt_model(model)
+    folded = sphere_layers.fold_opt_model(model)
     assert not opt_lib.opt_layers(folded)
     assert [type(layer).__name__ for layer in folded.layers][:1] == ["Conv2D"]
     np.testing.assert_allclose(folded(x, training=False), model(x, training=False), atol=1e-5, rtol=1e-5)
@@ -322,7 +323,7 @@ def test_fold_functional_and_subclassed_error(tmp_path):
     outputs = opt_lib.OPTDense(3, orthogonalization="householder", seed=1)(h)
     model = keras.Model(inputs, outputs)
     x, _ = _data(n=4)
-    folded = opt_lib.fold_opt_model(model)
+    folded = sphere_layers.fold_opt_model(model)
     np.testing.assert_allclose(folded(x), model(x), atol=1e-5, rtol=1e-5)
     testing.assert_saved_model_roundtrip(folded, x, tmp_path / "folded", rtol=1e-5, atol=1e-5)
     testing.assert_saved_model_roundtrip(model, x, tmp_path / "opt", rtol=1e-5, atol=1e-5)  # unfolded exports too
@@ -338,7 +339,7 @@ def test_fold_functional_and_subclassed_error(tmp_path):
     sub = Sub()
     sub(np.zeros((1, 3), "float32"))
     with pytest.raises(ValueError, match="Sequential or functional"):
-        opt_lib.fold_opt_model(sub)
+        sphere_layers.fold_opt_model(sub)
     plain = sub.d.fold()
     np.testing.assert_allclose(plain(np.ones((1, 3), "float32")), sub(np.ones((1, 3), "float32")), atol=1e-6)
 
