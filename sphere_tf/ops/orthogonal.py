@@ -42,7 +42,7 @@ _POLAR_GRAD_EPSILON = 1e-12
 PADE7_THETA = 3.925724783138660
 PADE7_COEFFICIENTS = (17297280.0, 8648640.0, 1995840.0, 277200.0, 25200.0, 1512.0, 56.0, 1.0)
 # Each squaring doubles the rounding error: beyond 20 (‖S‖₁ ≈ 4e6) float32 has no digit left, so the
-# loop is capped there; the cap is also the fixed size XLA needs for the gradient.
+# loop stops there (see `expm`); the cap is also the fixed size XLA needs for the gradient.
 MAX_SQUARINGS = 20
 
 
@@ -243,7 +243,7 @@ def expm(a):
     """Matrix exponential by scaling and squaring with a degree-7 Padé approximant, float32.
 
     ```
-    s = clip(⌊log₂(‖A‖₁/θ₇)⌋, 0, MAX_SQUARINGS),   expm(A) ≈ r₇(A/2^s)^(2^s),
+    s = max(⌊log₂(‖A‖₁/θ₇)⌋, 0),   expm(A) ≈ r₇(A/2^s)^(2^min(s, MAX_SQUARINGS)),
     r₇ = (V − U)⁻¹(V + U)
     ```
 
@@ -257,6 +257,10 @@ def expm(a):
     under XLA with its gradient (`tf.linalg.expm` loops without a maximum, which
     XLA rejects when differentiating: "XLA compilation requires a fixed tensor
     list size"). The scale is shared by a batch of blocks (the largest norm).
+    Beyond the cap (‖A‖₁ > 2^20·θ₇, where float32 squarings have no digit left)
+    the result is expm(A/2^(s − MAX_SQUARINGS)): wrong, but finite and, for the
+    skew-symmetric A of `exp`, orthogonal up to the rounding the squarings amplify
+    (about 2^20 float32 ulps, ‖RᵀR − I‖ ≈ 0.06).
 
     Args:
         a: float tensor ``(..., d, d)`` with static shape.
@@ -268,7 +272,7 @@ def expm(a):
     eye = _eye_like(a)
     l1_norm = ops.max(ops.sum(ops.abs(a), axis=-2))  # ‖A‖₁: largest column sum over all blocks
     squarings = ops.floor(ops.log(ops.maximum(l1_norm, 1e-30) / PADE7_THETA) / math.log(2.0))
-    squarings = ops.clip(squarings, 0.0, float(MAX_SQUARINGS))
+    squarings = ops.maximum(squarings, 0.0)
     u, v = _pade7_terms(a / ops.power(2.0, squarings), eye)
     r = ops.solve(v - u, v + u)
     count = ops.cast(squarings, "int32")
