@@ -56,6 +56,8 @@ OGD starts at R = I.  Orthogonalisation runs in float32 under any dtype policy a
 ``R·V`` is cast to the compute dtype for the convolution / matmul.
 """
 
+import inspect
+
 import keras
 import numpy as np
 from keras import ops
@@ -87,7 +89,7 @@ def _fixed_kernel_initializer(seed):
 
 
 def _identity_initializer(shape, dtype=None):
-    return rotation_lib.identity_blocks(shape, dtype or "float32")
+    return orthogonal.identity_blocks(shape, dtype or "float32")
 
 
 class _RotationPenalty:
@@ -306,7 +308,7 @@ class OPTLayer(keras.layers.Layer):
         """
         w = self.effective_kernel()
         self.fixed_kernel.assign(w)
-        self.rotation_param.assign(rotation_lib.identity_blocks(self.rotation_param.shape))
+        self.rotation_param.assign(orthogonal.identity_blocks(self.rotation_param.shape))
 
     def resample_stochastic_dims(self, rng=None):
         """Draw a new S-OPT subset of rows (sorted, without replacement)."""
@@ -365,6 +367,15 @@ class OPTLayer(keras.layers.Layer):
             "seed": self.seed,
         }
 
+
+
+# The `OPTLayer` options, in order; `OPTConv2D` and `OPTDense` repeat them in their signatures (for help()
+# and IDEs) and forward them with `_opt_options(locals())`.
+_OPT_OPTIONS = tuple(inspect.signature(OPTLayer.__init__).parameters)[1:-1]
+
+
+def _opt_options(arguments):
+    return {name: arguments[name] for name in _OPT_OPTIONS}
 
 
 _OPT_ARGS_DOC = """
@@ -469,16 +480,7 @@ class OPTConv2D(OPTLayer):
         seed=None,
         **kwargs,
     ):
-        super().__init__(
-            orthogonalization=orthogonalization, activation=activation, use_bias=use_bias,
-            fixed_kernel_initializer=fixed_kernel_initializer, rotation_initializer=rotation_initializer,
-            bias_initializer=bias_initializer, rotation_regularizer=rotation_regularizer,
-            bias_regularizer=bias_regularizer, num_blocks=num_blocks, share_blocks=share_blocks,
-            stochastic_dims=stochastic_dims, newton_schulz_iters=newton_schulz_iters, soft_penalty=soft_penalty,
-            soft_squared=soft_squared, normalize_fixed_kernel=normalize_fixed_kernel, energy_init=energy_init,
-            energy_init_steps=energy_init_steps, energy_init_lr=energy_init_lr, energy_power=energy_power,
-            seed=seed, **kwargs,
-        )
+        super().__init__(**_opt_options(locals()), **kwargs)
         self.filters = validation.positive_int(filters, "filters")
         self.kernel_size = validation.int_pair(kernel_size, "kernel_size")
         self.strides = validation.int_pair(strides, "strides")
@@ -597,16 +599,7 @@ class OPTDense(OPTLayer):
         seed=None,
         **kwargs,
     ):
-        super().__init__(
-            orthogonalization=orthogonalization, activation=activation, use_bias=use_bias,
-            fixed_kernel_initializer=fixed_kernel_initializer, rotation_initializer=rotation_initializer,
-            bias_initializer=bias_initializer, rotation_regularizer=rotation_regularizer,
-            bias_regularizer=bias_regularizer, num_blocks=num_blocks, share_blocks=share_blocks,
-            stochastic_dims=stochastic_dims, newton_schulz_iters=newton_schulz_iters, soft_penalty=soft_penalty,
-            soft_squared=soft_squared, normalize_fixed_kernel=normalize_fixed_kernel, energy_init=energy_init,
-            energy_init_steps=energy_init_steps, energy_init_lr=energy_init_lr, energy_power=energy_power,
-            seed=seed, **kwargs,
-        )
+        super().__init__(**_opt_options(locals()), **kwargs)
         self.units = validation.positive_int(units, "units")
         self.input_spec = keras.layers.InputSpec(min_ndim=2)
 

@@ -51,13 +51,21 @@ def _as_float32(p):
     return ops.cast(tf.convert_to_tensor(p), "float32")
 
 
-def _mT(x):
+def matrix_transpose(x):
+    """``xᵀ`` over the last two axes (a stack of blocks transposes block by block)."""
     return ops.swapaxes(x, -1, -2)
 
 
+def identity_blocks(shape, dtype="float32"):
+    """Identity matrices broadcast to `shape` ``(..., d, d)`` (every map here sends them to R = I)."""
+    return ops.broadcast_to(ops.eye(shape[-1], dtype=dtype), shape)
+
+
+_mT = matrix_transpose
+
+
 def _eye_like(p):
-    d = ops.shape(p)[-1]
-    return ops.broadcast_to(ops.eye(d, dtype=p.dtype), ops.shape(p))
+    return identity_blocks(ops.shape(p), p.dtype)
 
 
 def _positive_diagonal_q(a):

@@ -22,11 +22,6 @@ import numpy as np
 from keras import ops
 
 
-def identity_blocks(shape, dtype="float32"):
-    """Identity matrices broadcast to `shape` ``(..., b, b)``: the raw rotation that gives R = I."""
-    return ops.broadcast_to(ops.eye(shape[-1], dtype=dtype), shape)
-
-
 def rotate_channel_groups(blocks, v, num_blocks, spatial_size):
     """PE-OPT product ``R·V`` with R block diagonal over groups of input channels.
 
