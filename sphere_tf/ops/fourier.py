@@ -67,6 +67,7 @@ import tensorflow as tf
 from keras import ops
 
 from sphere_tf import validation
+from sphere_tf.ops import angles
 from sphere_tf.ops import conv_geometry
 
 # First upstream commit (da5a4f2): Σ|Â|² + 1e-4 before the inverse square root. See the module Note.
@@ -246,8 +247,8 @@ def normalizer_1x1(kernel, epsilon=DEFAULT_EPSILON):
     Returns:
         float32 tensor `(C_out,)`.
     """
-    a = ops.stop_gradient(ops.cast(kernel, "float32"))
-    return ops.rsqrt(ops.sum(ops.square(a), axis=(0, 1, 2)) + epsilon)
+    _, norm = angles.normalize(ops.stop_gradient(kernel), axis=(0, 1, 2), epsilon=epsilon)
+    return 1.0 / ops.reshape(norm, (-1,))
 
 
 def rfft2d(inputs, fft_length):

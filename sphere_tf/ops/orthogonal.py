@@ -111,6 +111,7 @@ def classical_gram_schmidt(p):
     """
     p = _as_float32(p)
     d = p.shape[-1]
+    # Exact norms, no epsilon (unlike `angles.normalize`): this is the upstream loop, kept for comparison.
     rows = [p[0] / ops.norm(p[0])]
     for i in range(1, d):
         basis = ops.stack(rows)
