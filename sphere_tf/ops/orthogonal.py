@@ -195,6 +195,11 @@ def lowdin(p, newton_schulz_iters=None):
     differentiating the SVD (whose 1/(σ_i² − σ_j²) terms blow up for close
     singular values).
 
+    Note: under XLA (``jit_compile=True``) the SVD is XLA's own Jacobi SVD,
+    which on CPU is orders of magnitude slower than LAPACK's once d reaches a
+    few hundred (docs/opt.md); Keras does not pick XLA on CPU by itself, but with
+    ``jit_compile=True`` on CPU prefer `newton_schulz_iters` (matmuls only).
+
     Args:
         p: float tensor ``(..., d, d)``.
         newton_schulz_iters: None (SVD) or int >= 1, use `newton_schulz_polar`.

@@ -564,9 +564,20 @@ def test_jit_compiled_fit_matches_a_numpy_sgd_step(orthogonalization):
 @pytest.mark.parametrize("orthogonalization", ORTHOGONALIZATIONS_ALL)
 def test_jit_compiled_fit_of_a_conv_model(orthogonalization):
     """A conv model with every orthogonalisation fits under jit_compile=True and R stays orthogonal."""
-    model = _cnn(orthogonalization=orthogonalization)
+    # Small enough for XLA's CPU SVD ('lowdin'), which is far slower than LAPACK's at d of a few hundred.
+    model = keras.Sequential(
+        [
+            keras.Input((4, 4, 2)),
+            opt_lib.OPTConv2D(4, 3, padding="same", seed=0, orthogonalization=orthogonalization),
+            keras.layers.BatchNormalization(),
+            keras.layers.ReLU(),
+            keras.layers.Flatten(),
+            opt_lib.OPTDense(6, activation="relu", seed=1, orthogonalization=orthogonalization),
+            keras.layers.Dense(4),
+        ]
+    )
     model.compile(optimizer=_optimizer(orthogonalization), loss=LOSS, jit_compile=True)
-    x, y = _data(n=16)
+    x, y = _data(n=16, shape=(4, 4, 2))
     layers = opt_lib.opt_layers(model)
     before = [layer.rotation_param.numpy().copy() for layer in layers]
     history = model.fit(x, y, batch_size=8, epochs=2, verbose=0)
