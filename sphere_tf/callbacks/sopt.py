@@ -1,8 +1,9 @@
 """`SOPTEpisodes`: drives the episodes of stochastic OPT (S-OPT).
 
-S-OPT (wy1iu/OPT, `sopt_gs`; Liu et al., "Orthogonal Over-Parameterized Training", CVPR 2021) trains, per layer, an identity-initialised
-m×m rotation on m randomly chosen rows of V for one *episode*, then merges the
-rotation into V and starts over on new rows.  Upstream: 400 episodes × 750
+S-OPT (wy1iu/OPT, `sopt_gs`; Liu et al., "Orthogonal Over-Parameterized
+Training", CVPR 2021) trains, per layer, an identity-initialised m×m rotation
+on m randomly chosen rows of V for one *episode*, then merges the rotation into
+V and starts over on new rows.  Upstream: 400 episodes × 750
 iterations, m = 3·3·16 = 144 of d = 576.
 
 Note: upstream re-initialised every variable in the layer's scope (BN γ/β
