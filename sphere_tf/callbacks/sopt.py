@@ -1,8 +1,9 @@
 """`SOPTEpisodes`: drives the episodes of stochastic OPT (S-OPT).
 
-S-OPT (CVPR'21 OPT code, `sopt_gs`) trains, per layer, an identity-initialised
-m×m rotation on m randomly chosen rows of V for one *episode*, then merges the
-rotation into V and starts over on new rows.  Upstream: 400 episodes × 750
+S-OPT (wy1iu/OPT, `sopt_gs`; Liu et al., "Orthogonal Over-Parameterized
+Training", CVPR 2021) trains, per layer, an identity-initialised m×m rotation
+on m randomly chosen rows of V for one *episode*, then merges the rotation into
+V and starts over on new rows.  Upstream: 400 episodes × 750
 iterations, m = 3·3·16 = 144 of d = 576.
 
 Note: upstream re-initialised every variable in the layer's scope (BN γ/β
@@ -15,6 +16,7 @@ same for every S-OPT layer of the model.
 import keras
 import numpy as np
 
+from sphere_tf import validation
 from sphere_tf.layers import opt as opt_lib
 
 # Upstream episode length (iterations per episode, wy1iu/OPT sopt_gs).
@@ -75,13 +77,8 @@ class SOPTEpisodes(keras.callbacks.Callback):
     def __init__(self, episode_length=DEFAULT_EPISODE_LENGTH, seed=None, reset_optimizer_state=True,
                  merge_on_train_end=False):
         super().__init__()
-        if isinstance(episode_length, bool) or not isinstance(episode_length, int) or episode_length <= 0:
-            raise ValueError(
-                "Invalid value for argument `episode_length`: expected a positive int. "
-                f"Received: episode_length={episode_length!r}"
-            )
-        self.episode_length = episode_length
-        self.seed = seed
+        self.episode_length = validation.positive_int(episode_length, "episode_length")
+        self.seed = validation.integer(seed, "seed", allow_none=True)
         self.reset_optimizer_state = bool(reset_optimizer_state)
         self.merge_on_train_end = bool(merge_on_train_end)
         self._rng = np.random.default_rng(seed)

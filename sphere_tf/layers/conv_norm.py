@@ -1,4 +1,8 @@
-"""ConvNorm: convolutional normalization in the Fourier domain (NeurIPS 2021).
+"""ConvNorm: convolutional normalization in the Fourier domain.
+
+Liu et al., "Convolutional Normalization: Improving Deep Convolutional Network
+Robustness and Training", NeurIPS 2021 (arXiv:2103.00673). Citation keys:
+``[C-6]`` is the paper's Eq. (6), ``[C §3.2]`` its Section 3.2.
 
 `ConvNorm2D` is a drop-in replacement for ``Conv2D`` (+ ``BatchNormalization``):
 
@@ -21,23 +25,13 @@ init ``U(±1/√(kh·kw))``, BatchNorm with PyTorch's momentum 0.1 (Keras 0.9) a
 import keras
 from keras import ops
 
-from sphere_tf.layers import _validation
+from sphere_tf import validation
+from sphere_tf.ops import conv_geometry
 from sphere_tf.ops import fourier
 
 # PyTorch BatchNorm2d defaults used by upstream `PreConv` (momentum 0.1 == Keras momentum 0.9).
 BN_MOMENTUM = 0.9
 BN_EPSILON = 1e-5
-
-
-def _unit_interval(value, name, allow_none=False):
-    if value is None and allow_none:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise ValueError(
-            f"Invalid value for argument `{name}`: expected a float in (0, 1]"
-            f"{' or None' if allow_none else ''}. Received: {name}={value!r}"
-        )
-    return float(value)
 
 
 def _upstream_depthwise_initializer(kernel_size):
@@ -97,7 +91,7 @@ class ConvNorm2D(keras.layers.Layer):
         filters: int > 0, number of output channels C_out.
         kernel_size: int or pair of ints, (kh, kw).
         strides: int or pair of ints; the output is subsampled after normalization.
-        padding: 'valid' or 'same' (Keras geometry).
+        padding: 'valid' or 'same', any case (Keras geometry).
         affine: bool, learnable depthwise kernel-size conv with bias after the
             normalization (also BN's center/scale, as upstream). Without it and
             without BN the layer has no bias.
@@ -124,8 +118,9 @@ class ConvNorm2D(keras.layers.Layer):
         4-D tensor `(batch, out_h, out_w, filters)`, as `keras.layers.Conv2D`.
 
     Raises:
-        ValueError: invalid arguments (at construction) or an input without a
-            static spatial size / too small for 'valid' (at build).
+        ValueError: invalid arguments (at construction), or at build an input
+            without a static spatial size (kernels larger than 1×1) or smaller than
+            the kernel with 'valid' padding (the error of `keras.layers.Conv2D`).
 
     Reference:
         Liu et al., "Convolutional Normalization: Improving Deep Convolutional
@@ -160,32 +155,17 @@ class ConvNorm2D(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.filters = _validation.positive_int(filters, "filters")
-        self.kernel_size = _validation.int_pair(kernel_size, "kernel_size")
-        self.strides = _validation.int_pair(strides, "strides")
-        padding_name = padding.lower() if isinstance(padding, str) else padding
-        if padding_name not in ("valid", "same"):
-            raise ValueError(
-                f"Invalid value for argument `padding`: expected 'valid' or 'same'. Received: padding={padding!r}"
-            )
-        self.padding = padding_name
+        self.filters = validation.positive_int(filters, "filters")
+        self.kernel_size = validation.int_pair(kernel_size, "kernel_size")
+        self.strides = validation.int_pair(strides, "strides")
+        self.padding = validation.padding(padding)
         self.affine = bool(affine)
         self.batch_norm = bool(batch_norm)
-        self.epsilon = _validation.positive_float(epsilon, "epsilon")
-        self.momentum = _unit_interval(momentum, "momentum", allow_none=True)
-        if isinstance(rampdown_steps, bool) or not isinstance(rampdown_steps, int) or rampdown_steps <= 0:
-            raise ValueError(
-                "Invalid value for argument `rampdown_steps`: expected a positive int. "
-                f"Received: rampdown_steps={rampdown_steps!r}"
-            )
-        self.rampdown_steps = rampdown_steps
-        self.bn_momentum = _unit_interval(bn_momentum, "bn_momentum")
-        if self.bn_momentum == 1.0:
-            raise ValueError(
-                f"Invalid value for argument `bn_momentum`: expected a float in (0, 1). "
-                f"Received: bn_momentum={bn_momentum!r}"
-            )
-        self.bn_epsilon = _validation.positive_float(bn_epsilon, "bn_epsilon")
+        self.epsilon = validation.positive_float(epsilon, "epsilon")
+        self.momentum = validation.unit_interval(momentum, "momentum", allow_none=True)
+        self.rampdown_steps = validation.positive_int(rampdown_steps, "rampdown_steps")
+        self.bn_momentum = validation.real(bn_momentum, "bn_momentum", low=0.0, high=1.0, low_open=True, high_open=True)
+        self.bn_epsilon = validation.positive_float(bn_epsilon, "bn_epsilon")
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         upstream_init = _upstream_depthwise_initializer(self.kernel_size)
         self.affine_initializer = keras.initializers.get(affine_initializer or upstream_init)
@@ -212,6 +192,7 @@ class ConvNorm2D(keras.layers.Layer):
             raise ValueError(
                 f"ConvNorm2D expects 4-D inputs (batch, H, W, C). Received: input_shape={input_shape}"
             )
+        self.compute_output_shape(input_shape)  # Conv2D's error when the window does not fit
         in_channels = input_shape[-1]
         if in_channels is None:
             raise ValueError(
@@ -225,12 +206,6 @@ class ConvNorm2D(keras.layers.Layer):
                     "normaliser V̂ and its running average live on the (H + kh - 1) x (W + kw - 1) "
                     "Fourier grid, which is fixed at build time. Give the size in keras.Input(shape="
                     f"(H, W, C)). Received: input_shape={input_shape}"
-                )
-            _, out_size = fourier.output_geometry(spatial, self.kernel_size, self.strides, self.padding)
-            if min(out_size) <= 0:
-                raise ValueError(
-                    f"Input of spatial size {spatial} is smaller than kernel_size={self.kernel_size} "
-                    f"with padding='valid'. Received: input_shape={input_shape}"
                 )
             self._input_size = (int(spatial[0]), int(spatial[1]))
             self._grid = fourier.full_size(self._input_size, self.kernel_size)
@@ -307,12 +282,7 @@ class ConvNorm2D(keras.layers.Layer):
         return y
 
     def compute_output_shape(self, input_shape):
-        spatial = (input_shape[1], input_shape[2])
-        if None in spatial:
-            out = (None, None)
-        else:
-            _, out = fourier.output_geometry(spatial, self.kernel_size, self.strides, self.padding)
-        return (input_shape[0], *out, self.filters)
+        return conv_geometry.output_shape(input_shape, self.filters, self.kernel_size, self.strides, self.padding)
 
     def get_config(self):
         return {

@@ -1,4 +1,9 @@
-"""Orthogonal Over-Parameterized Training (OPT) layers  [T-7.3].
+"""Orthogonal Over-Parameterized Training (OPT) layers.
+
+Liu, Lin, Liu, Yu, Yu, Weller, Rehg, Song, Schölkopf, "Orthogonal
+Over-Parameterized Training", CVPR 2021 (arXiv:2004.04690), and W. Liu's PhD
+thesis (2020), Chapter 7; the authors' code is wy1iu/OPT. Citation keys:
+``[T-7.1]`` is thesis equation or section 7.1, ``[T-F.5]`` thesis Appendix F.5.
 
 A layer's neurons (columns of the flattened kernel) are over-parameterised as
 
@@ -11,7 +16,8 @@ energy is unchanged, ``E({R v̂_i}) = E({v̂_i})``  [T-7.2].  For a Conv2D kerne
 ``(kh, kw, C_in, C_out)`` the flattening is Keras' (and the original TF code's)
 row-major HWIO one: d = kh·kw·C_in, n = C_out.
 
-`orthogonalization` chooses how R is produced from its raw trainable matrix P:
+`orthogonalization` chooses how R is produced from its raw trainable matrix P
+(the maps live in `sphere_tf.ops.orthogonal`):
 
 | value           | R                                   | raw P init (upstream) |
 |-----------------|-------------------------------------|-----------------------|
@@ -28,15 +34,13 @@ Variants from the thesis and the original code:
 * **Refined V** [T-7.3.7]: `normalize_fixed_kernel=True` rescales every neuron of V
   to unit norm once; `energy_init='mhe'|'half_space_mhe'` first runs
   `energy_init_steps` projected gradient steps on the hyperspherical energy of V
-  (`sphere_tf.energy.hyperspherical_energy`) from the layer's seed, keeping each
-  neuron's norm.
+  from the layer's seed, keeping each neuron's norm (`sphere_tf.initializers`).
 * **PE-OPT** [T-F.5]: `num_blocks=k` makes R block diagonal with k blocks of size
   d/k, splitting each neuron along the *input channels* (C_in/k channels per
   group, all kh·kw positions); `share_blocks=True` uses one block for all (R_s,
-  d²/k² parameters), otherwise independent blocks (R_u, d²/k).  Keras' HWIO
-  flattening interleaves channels (row index ((h·kw)+w)·C_in + c), so the rows are
-  permuted to (group, h, w, channel-in-group) before the block product and back.
-* **S-OPT** (CVPR'21 code `sopt_gs`): `stochastic_dims=m` learns an m×m R̃ on a
+  d²/k² parameters), otherwise independent blocks (R_u, d²/k). The row
+  permutation this needs is in `sphere_tf.ops.rotation`.
+* **S-OPT** (wy1iu/OPT `sopt_gs`): `stochastic_dims=m` learns an m×m R̃ on a
   random subset I of m of the d rows, ``W = V`` except ``W[I] = Orth(R̃)·V[I]``.
   `start_episode()` merges (V ← W), re-initialises R̃ to the identity and samples a
   new I; `sphere_tf.callbacks.SOPTEpisodes` calls it every episode.
@@ -44,7 +48,7 @@ Variants from the thesis and the original code:
   mismatch) and resets every variable in the layer's scope (BN included) at each
   episode; here R̃ and I always have the same size m and only R̃ is reset.
 
-After training, `fold()` / `sphere_tf.layers.fold_opt_model` multiply ``W = R·V`` out
+After training, `fold()` / `sphere_tf.export.fold_opt_model` multiply ``W = R·V`` out
 into a plain `Conv2D` / `Dense`, so inference costs nothing extra [T-7.4.1].
 
 Upstream numerics (wy1iu/OPT): V ~ N(0, 2/fan_in) (He, untruncated), raw R ~ N(0, 1);
@@ -52,27 +56,28 @@ OGD starts at R = I.  Orthogonalisation runs in float32 under any dtype policy a
 ``R·V`` is cast to the compute dtype for the convolution / matmul.
 """
 
-import concurrent.futures
+import inspect
 
 import keras
 import numpy as np
-import tensorflow as tf
 from keras import ops
 
-from sphere_tf.layers import _validation
+from sphere_tf import initializers
+from sphere_tf import validation
+from sphere_tf.layers.walk import find_layers
+from sphere_tf.ops import conv_geometry
 from sphere_tf.ops import orthogonal
+from sphere_tf.ops import rotation as rotation_lib
+from sphere_tf.optimizers.routing import OGD_VARIABLE_NAME
 
 ORTHOGONALIZATIONS = tuple(sorted(orthogonal.ORTHOGONALIZATION_FNS)) + ("ogd", "soft")
-ENERGY_INITS = ("mhe", "half_space_mhe")
-# Name of the raw rotation variable of 'ogd' layers; `sphere_tf.optimizers.OPTOptimizer`
-# routes variables with this name to its Cayley-SGD rotation optimizer.
-OGD_VARIABLE_NAME = "ogd_rotation"
+ENERGY_INITS = initializers.ENERGY_INITS
 # Upstream soft-OPT coefficient: 0.1·‖RRᵀ − I‖_F (wy1iu/OPT, opt_or).
 DEFAULT_SOFT_PENALTY = 0.1
 # Energy pre-processing defaults ([T-7.5.3]: 5k iterations; step size not given).
 DEFAULT_ENERGY_INIT_STEPS = 5000
 DEFAULT_ENERGY_INIT_LR = 1.0
-# MHE default power s = 2 [T-5].
+# MHE default power s = 2 (thesis Chapter 5).
 DEFAULT_ENERGY_POWER = 2.0
 
 
@@ -83,17 +88,8 @@ def _fixed_kernel_initializer(seed):
     )
 
 
-def _check_non_negative_float(value, name):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 or not np.isfinite(value):
-        raise ValueError(
-            f"Invalid value for argument `{name}`: expected a finite float >= 0. Received: {name}={value!r}"
-        )
-    return float(value)
-
-
 def _identity_initializer(shape, dtype=None):
-    eye = ops.eye(shape[-1], dtype=dtype or "float32")
-    return ops.broadcast_to(eye, shape)
+    return orthogonal.identity_blocks(shape, dtype or "float32")
 
 
 class _RotationPenalty:
@@ -111,11 +107,14 @@ class _RotationPenalty:
         return loss
 
 
-class _OPTLayer(keras.layers.Layer):
-    """State and maths shared by `OPTConv2D` and `OPTDense` (private).
+class OPTLayer(keras.layers.Layer):
+    """Base of `OPTConv2D` and `OPTDense`: the rotation, V and their product ``W = R·V``.
 
-    Subclasses provide `_units`, `_spatial_size()`, `_kernel_shape(input_shape)`,
-    `_linear(inputs, kernel)`, `_plain_layer_class` and `_plain_config()`.
+    Not registered for serialization and not meant to be built directly; use it
+    to recognise OPT layers (`isinstance(layer, OPTLayer)`). Subclasses provide
+    `_units`, `_spatial_size()`, `_kernel_shape(input_shape)`, `_linear(inputs,
+    kernel)`, `_plain_layer_class`, `_plain_config()` and `_plain_build_shape()`.
+    The arguments are documented on `OPTConv2D`.
     """
 
     def __init__(
@@ -143,18 +142,11 @@ class _OPTLayer(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if orthogonalization not in ORTHOGONALIZATIONS:
-            raise ValueError(
-                f"Invalid value for argument `orthogonalization`: expected one of {list(ORTHOGONALIZATIONS)}. "
-                f"Received: orthogonalization={orthogonalization!r}"
-            )
-        self.orthogonalization = orthogonalization
+        self.orthogonalization = validation.one_of(orthogonalization, "orthogonalization", ORTHOGONALIZATIONS)
         self._orth_fn = orthogonal.ORTHOGONALIZATION_FNS.get(orthogonalization)
         self.activation = keras.activations.get(activation)
         self.use_bias = bool(use_bias)
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
-            raise ValueError(f"Invalid value for argument `seed`: expected an int or None. Received: seed={seed!r}")
-        self.seed = None if seed is None else int(seed)
+        self.seed = validation.integer(seed, "seed", allow_none=True)
         self.fixed_kernel_initializer = keras.initializers.get(
             fixed_kernel_initializer or _fixed_kernel_initializer(self.seed)
         )
@@ -164,53 +156,40 @@ class _OPTLayer(keras.layers.Layer):
         self.bias_initializer = keras.initializers.get(bias_initializer)
         self.rotation_regularizer = keras.regularizers.get(rotation_regularizer)
         self.bias_regularizer = keras.regularizers.get(bias_regularizer)
-        self.num_blocks = _validation.positive_int(num_blocks, "num_blocks")
+        self.num_blocks = validation.positive_int(num_blocks, "num_blocks")
         self.share_blocks = bool(share_blocks)
-        self.stochastic_dims = _validation.positive_int(stochastic_dims, "stochastic_dims", allow_none=True)
+        self.stochastic_dims = validation.positive_int(stochastic_dims, "stochastic_dims", allow_none=True)
         if self.stochastic_dims is not None and self.num_blocks != 1:
-            raise ValueError(
-                "Invalid value for argument `stochastic_dims`: S-OPT cannot be combined with PE-OPT blocks "
-                f"(num_blocks={self.num_blocks}). Received: stochastic_dims={stochastic_dims!r}"
+            raise validation.invalid_argument(
+                "stochastic_dims", f"None when PE-OPT blocks are used (num_blocks={self.num_blocks})", stochastic_dims
             )
-        self.newton_schulz_iters = _validation.positive_int(newton_schulz_iters, "newton_schulz_iters", allow_none=True)
+        self.newton_schulz_iters = validation.positive_int(newton_schulz_iters, "newton_schulz_iters", allow_none=True)
         if self.newton_schulz_iters is not None and orthogonalization != "lowdin":
-            raise ValueError(
-                "Invalid value for argument `newton_schulz_iters`: only used with orthogonalization='lowdin'. "
-                f"Received: newton_schulz_iters={newton_schulz_iters!r}"
+            raise validation.invalid_argument(
+                "newton_schulz_iters", "None unless orthogonalization='lowdin'", newton_schulz_iters
             )
-        self.soft_penalty = _check_non_negative_float(soft_penalty, "soft_penalty")
+        self.soft_penalty = validation.non_negative_float(soft_penalty, "soft_penalty")
         self.soft_squared = bool(soft_squared)
         self.normalize_fixed_kernel = bool(normalize_fixed_kernel)
-        if energy_init is not None and energy_init not in ENERGY_INITS:
-            raise ValueError(
-                f"Invalid value for argument `energy_init`: expected None or one of {list(ENERGY_INITS)}. "
-                f"Received: energy_init={energy_init!r}"
-            )
-        self.energy_init = energy_init
-        self.energy_init_steps = _validation.positive_int(energy_init_steps, "energy_init_steps")
-        self.energy_init_lr = _check_non_negative_float(energy_init_lr, "energy_init_lr")
-        if self.energy_init_lr == 0:
-            raise ValueError(
-                f"Invalid value for argument `energy_init_lr`: expected a float > 0. Received: energy_init_lr={energy_init_lr!r}"
-            )
-        self.energy_power = _check_non_negative_float(energy_power, "energy_power")
+        self.energy_init = validation.one_of(energy_init, "energy_init", (None,) + ENERGY_INITS)
+        self.energy_init_steps = validation.positive_int(energy_init_steps, "energy_init_steps")
+        self.energy_init_lr = validation.positive_float(energy_init_lr, "energy_init_lr")
+        self.energy_power = validation.non_negative_float(energy_power, "energy_power")
 
     # ---------------------------------------------------------------- build
     def _raw_rotation_shape(self, d):
         if self.stochastic_dims is not None:
             if self.stochastic_dims > d:
-                raise ValueError(
-                    f"Invalid value for argument `stochastic_dims`: expected at most the neuron dimension d={d}. "
-                    f"Received: stochastic_dims={self.stochastic_dims}"
+                raise validation.invalid_argument(
+                    "stochastic_dims", f"at most the neuron dimension d={d}", self.stochastic_dims
                 )
             return (self.stochastic_dims, self.stochastic_dims)
         if self.num_blocks == 1:
             return (d, d)
         in_channels = d // self._spatial_size()
         if in_channels % self.num_blocks:
-            raise ValueError(
-                f"Invalid value for argument `num_blocks`: the {in_channels} input channels must split into "
-                f"equal groups. Received: num_blocks={self.num_blocks}"
+            raise validation.invalid_argument(
+                "num_blocks", f"a divisor of the {in_channels} input channels", self.num_blocks
             )
         b = d // self.num_blocks
         return (b, b) if self.share_blocks else (self.num_blocks, b, b)
@@ -247,7 +226,7 @@ class _OPTLayer(keras.layers.Layer):
                 name="stochastic_indices",
                 shape=(self.stochastic_dims,),
                 dtype="int32",
-                initializer=keras.initializers.Constant(self._sample_indices(rng)),
+                initializer=keras.initializers.Constant(rotation_lib.sample_rows(rng, self._d, self.stochastic_dims)),
                 trainable=False,
             )
         if self.use_bias:
@@ -257,44 +236,19 @@ class _OPTLayer(keras.layers.Layer):
         else:
             self.bias = None
 
-    def _sample_indices(self, rng):
-        return np.sort(rng.choice(self._d, self.stochastic_dims, replace=False)).astype(np.int32)
-
     def _fixed_kernel_init(self, kernel_shape):
         """Initialiser of V: the plain one, or its refinement [T-7.3.7] computed now."""
         if self.energy_init is None and not self.normalize_fixed_kernel:
             return self.fixed_kernel_initializer
-        if tf.executing_eagerly():
-            value = self._refined_fixed_kernel(kernel_shape)
-        else:
-            # tf: the layer is being built inside a trace. `tf.init_scope` would pause the
-            # gradient tape the energy descent needs, so run it eagerly in a worker thread
-            # (eager by default, with its own tape stack).
-            with concurrent.futures.ThreadPoolExecutor(1) as pool:
-                value = pool.submit(self._refined_fixed_kernel, kernel_shape).result()
-
-        def initializer(shape, dtype=None):
-            return ops.cast(value, dtype or "float32")
-
-        return initializer
-
-    def _refined_fixed_kernel(self, kernel_shape):
-        """Energy-minimising pre-processing and/or unit norms of a fresh random V (NumPy)."""
-        v = self.fixed_kernel_initializer(kernel_shape, "float32")
-        v = ops.reshape(ops.cast(v, "float32"), (self._d, self._units))
-        norms = ops.sqrt(ops.sum(ops.square(v), axis=0, keepdims=True))
-        if self.energy_init is not None:
-            directions = _minimize_energy(
-                v / norms,
-                steps=self.energy_init_steps,
-                lr=self.energy_init_lr,
-                power=self.energy_power,
-                half_space=self.energy_init == "half_space_mhe",
-            )
-            v = directions * norms
-        if self.normalize_fixed_kernel:
-            v = v / ops.sqrt(ops.sum(ops.square(v), axis=0, keepdims=True))
-        return ops.convert_to_numpy(ops.reshape(v, kernel_shape))
+        return initializers.refined_initializer(
+            self.fixed_kernel_initializer,
+            kernel_shape,
+            energy_init=self.energy_init,
+            steps=self.energy_init_steps,
+            lr=self.energy_init_lr,
+            power=self.energy_power,
+            normalize=self.normalize_fixed_kernel,
+        )
 
     # ---------------------------------------------------------------- maths
     def rotation_blocks(self):
@@ -302,7 +256,7 @@ class _OPTLayer(keras.layers.Layer):
 
         Shape ``(d, d)``; ``(m, m)`` with S-OPT; ``(b, b)`` for shared and
         ``(k, b, b)`` for independent PE-OPT blocks (b = d/k, rows in the
-        channel-group order described in the module docstring).
+        channel-group order of `sphere_tf.ops.rotation.rotate_channel_groups`).
         """
         p = ops.cast(ops.convert_to_tensor(self.rotation_param), "float32")
         if self._orth_fn is None:  # 'ogd' and 'soft' use the raw matrix.
@@ -315,19 +269,10 @@ class _OPTLayer(keras.layers.Layer):
         """``R·v`` for a ``(d, c)`` float32 matrix whose rows follow the kernel flattening."""
         q = self.rotation_blocks()
         if self.stochastic_dims is not None:
-            idx = ops.cast(self.stochastic_indices, "int32")
-            rotated = ops.matmul(q, ops.take(v, idx, axis=0))
-            return ops.scatter_update(v, ops.expand_dims(idx, -1), rotated)
+            return rotation_lib.rotate_rows(q, v, self.stochastic_indices)
         if self.num_blocks == 1:
             return ops.matmul(q, v)
-        k, spatial, c = self.num_blocks, self._spatial_size(), ops.shape(v)[-1]
-        group = self._d // (spatial * k)
-        # Rows are ((h·kw)+w)·C_in + c: bring the channel group to the front.
-        blocks = ops.reshape(v, (spatial, k, group, c))
-        blocks = ops.reshape(ops.transpose(blocks, (1, 0, 2, 3)), (k, spatial * group, c))
-        blocks = ops.matmul(q, blocks)  # shared (b, b) broadcasts over the k blocks
-        blocks = ops.transpose(ops.reshape(blocks, (k, spatial, group, c)), (1, 0, 2, 3))
-        return ops.reshape(blocks, (self._d, c))
+        return rotation_lib.rotate_channel_groups(q, v, self.num_blocks, self._spatial_size())
 
     def rotation(self):
         """The full ``(d, d)`` orthogonal matrix R with ``W = R·V`` (float32).
@@ -354,9 +299,6 @@ class _OPTLayer(keras.layers.Layer):
         return outputs
 
     # ---------------------------------------------------------------- S-OPT / merging
-    def _identity_raw(self):
-        return _identity_initializer(self.rotation_param.shape, "float32")
-
     def merge_rotation(self):
         """``V ← R·V`` and reset the raw rotation so that R = I; W is unchanged.
 
@@ -366,14 +308,14 @@ class _OPTLayer(keras.layers.Layer):
         """
         w = self.effective_kernel()
         self.fixed_kernel.assign(w)
-        self.rotation_param.assign(self._identity_raw())
+        self.rotation_param.assign(orthogonal.identity_blocks(self.rotation_param.shape))
 
     def resample_stochastic_dims(self, rng=None):
         """Draw a new S-OPT subset of rows (sorted, without replacement)."""
         if self.stochastic_dims is None:
             raise ValueError(f"Layer {self.name!r} is not an S-OPT layer (stochastic_dims=None).")
         rng = rng if rng is not None else np.random.default_rng()
-        self.stochastic_indices.assign(self._sample_indices(rng))
+        self.stochastic_indices.assign(rotation_lib.sample_rows(rng, self._d, self.stochastic_dims))
 
     def start_episode(self, rng=None):
         """S-OPT episode boundary: merge R̃ into V, reset R̃ = I, sample new rows."""
@@ -426,47 +368,17 @@ class _OPTLayer(keras.layers.Layer):
         }
 
 
-def _minimize_energy(directions, steps, lr, power, half_space):
-    """Projected gradient descent of the hyperspherical energy of unit columns.
 
-    ``û ← normalize(û − lr·∇E(û))`` for `steps` steps, with E the mean s-energy of
-    `sphere_tf.energy.hyperspherical_energy` (half-space if asked)  [T-7.3.7].
-    """
-    from sphere_tf import energy as energy_lib  # the energy module imports sphere_tf.ops only
-
-    @tf.function(autograph=False)  # tf: compile the step once; the Python loop only dispatches.
-    def step(u):
-        with tf.GradientTape() as tape:
-            tape.watch(u)
-            e = energy_lib.hyperspherical_energy(u, power=power, half_space=half_space, epsilon=0.0)
-        u = u - lr * tape.gradient(e, u)
-        return u / tf.norm(u, axis=0, keepdims=True)
-
-    u = tf.convert_to_tensor(directions, tf.float32)
-    for _ in range(steps):
-        u = step(u)
-    return u
+# The `OPTLayer` options, in order; `OPTConv2D` and `OPTDense` repeat them in their signatures (for help()
+# and IDEs) and forward them with `_opt_options(locals())`.
+_OPT_OPTIONS = tuple(inspect.signature(OPTLayer.__init__).parameters)[1:-1]
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
-class OPTConv2D(_OPTLayer):
-    """2-D convolution trained by Orthogonal Over-Parameterization, ``W = R·V``  [T-7.1].
+def _opt_options(arguments):
+    return {name: arguments[name] for name in _OPT_OPTIONS}
 
-    ```
-    y = conv(x, reshape(R·V, (kh, kw, C_in, C_out))) + b,   RᵀR = I,   V fixed   [T-7.1], [T-7.2]
-    ```
 
-    V (`fixed_kernel`, non-trainable, saved with the model) is drawn once from
-    N(0, 2/fan_in); only R (through its raw matrix `rotation_param`), the bias and
-    the rest of the model train.  See the module docstring for the
-    orthogonalisations, PE-OPT, S-OPT and the refined initialisations.
-
-    Args:
-        filters: int > 0, number of output channels n.
-        kernel_size: int or pair of ints.
-        strides: int or pair of ints.
-        padding: 'valid' or 'same'.
-        dilation_rate: int or pair of ints.
+_OPT_ARGS_DOC = """
         orthogonalization: str, one of 'gram_schmidt' (default), 'householder',
             'lowdin', 'cayley', 'exp', 'ogd', 'soft'.
         activation: activation name or callable, or None.
@@ -494,12 +406,38 @@ class OPTConv2D(_OPTLayer):
         energy_init_lr: float > 0, its step size (not given in the sources).
         energy_power: float >= 0, its Riesz power s (MHE default 2).
         seed: None or int, seeds V, the raw rotation and the S-OPT rows.
+        **kwargs: base-layer arguments (name, dtype, trainable)."""
+
+
+@keras.saving.register_keras_serializable(package="sphere_tf")
+class OPTConv2D(OPTLayer):
+    __doc__ = """2-D convolution trained by Orthogonal Over-Parameterization, ``W = R·V``  [T-7.1].
+
+    ```
+    y = conv(x, reshape(R·V, (kh, kw, C_in, C_out))) + b,   RᵀR = I,   V fixed   [T-7.1], [T-7.2]
+    ```
+
+    V (`fixed_kernel`, non-trainable, saved with the model) is drawn once from
+    N(0, 2/fan_in); only R (through its raw matrix `rotation_param`), the bias and
+    the rest of the model train.  See the module docstring for the
+    orthogonalisations, PE-OPT, S-OPT and the refined initialisations.
+
+    Args:
+        filters: int > 0, number of output channels n.
+        kernel_size: int or pair of ints.
+        strides: int or pair of ints.
+        padding: 'valid' or 'same' (any case).
+        dilation_rate: int or pair of ints.""" + _OPT_ARGS_DOC + """
 
     Input shape:
         4-D tensor ``(batch, rows, cols, C_in)`` (channels_last).
 
     Output shape:
-        4-D tensor ``(batch, new_rows, new_cols, filters)``.
+        4-D tensor ``(batch, new_rows, new_cols, filters)``, as `keras.layers.Conv2D`.
+
+    Raises:
+        ValueError: an invalid argument (at construction), or an input smaller than
+            the kernel window with 'valid' padding (at build).
 
     Reference:
         Liu et al., "Orthogonal Over-Parameterized Training", CVPR 2021
@@ -513,22 +451,45 @@ class OPTConv2D(_OPTLayer):
 
     _plain_layer_class = keras.layers.Conv2D
 
-    def __init__(self, filters, kernel_size, strides=1, padding="valid", dilation_rate=1, **kwargs):
-        super().__init__(**kwargs)
-        self.filters = _validation.positive_int(filters, "filters")
-        self.kernel_size = _validation.int_pair(kernel_size, "kernel_size")
-        self.strides = _validation.int_pair(strides, "strides")
-        self.dilation_rate = _validation.int_pair(dilation_rate, "dilation_rate")
-        if padding not in ("valid", "same"):
-            raise ValueError(
-                f"Invalid value for argument `padding`: expected 'valid' or 'same'. Received: padding={padding!r}"
-            )
+    def __init__(
+        self,
+        filters,
+        kernel_size,
+        strides=1,
+        padding="valid",
+        dilation_rate=1,
+        orthogonalization="gram_schmidt",
+        activation=None,
+        use_bias=True,
+        fixed_kernel_initializer=None,
+        rotation_initializer=None,
+        bias_initializer="zeros",
+        rotation_regularizer=None,
+        bias_regularizer=None,
+        num_blocks=1,
+        share_blocks=False,
+        stochastic_dims=None,
+        newton_schulz_iters=None,
+        soft_penalty=DEFAULT_SOFT_PENALTY,
+        soft_squared=False,
+        normalize_fixed_kernel=False,
+        energy_init=None,
+        energy_init_steps=DEFAULT_ENERGY_INIT_STEPS,
+        energy_init_lr=DEFAULT_ENERGY_INIT_LR,
+        energy_power=DEFAULT_ENERGY_POWER,
+        seed=None,
+        **kwargs,
+    ):
+        super().__init__(**_opt_options(locals()), **kwargs)
+        self.filters = validation.positive_int(filters, "filters")
+        self.kernel_size = validation.int_pair(kernel_size, "kernel_size")
+        self.strides = validation.int_pair(strides, "strides")
+        self.dilation_rate = validation.int_pair(dilation_rate, "dilation_rate")
+        self.padding = validation.padding(padding)
         if max(self.strides) > 1 and max(self.dilation_rate) > 1:
-            raise ValueError(
-                "Invalid value for argument `strides`: strides > 1 cannot be combined with dilation_rate > 1. "
-                f"Received: strides={strides!r}, dilation_rate={dilation_rate!r}"
+            raise validation.invalid_argument(
+                "strides", f"1 when dilation_rate > 1 (dilation_rate={dilation_rate!r})", strides
             )
-        self.padding = padding
         self.input_spec = keras.layers.InputSpec(ndim=4)
 
     @property
@@ -542,6 +503,7 @@ class OPTConv2D(_OPTLayer):
         channels = input_shape[-1]
         if channels is None:
             raise ValueError("The channel dimension of the inputs to `OPTConv2D` must be defined.")
+        self.compute_output_shape(input_shape)  # raises when the window does not fit
         self.input_spec = keras.layers.InputSpec(ndim=4, axes={-1: channels})
         return (*self.kernel_size, int(channels), self.filters)
 
@@ -556,17 +518,9 @@ class OPTConv2D(_OPTLayer):
         )
 
     def compute_output_shape(self, input_shape):
-        dims = []
-        for i, size in enumerate(input_shape[1:3]):
-            if size is None:
-                dims.append(None)
-                continue
-            span = (self.kernel_size[i] - 1) * self.dilation_rate[i] + 1
-            if self.padding == "same":
-                dims.append((size + self.strides[i] - 1) // self.strides[i])
-            else:
-                dims.append((size - span) // self.strides[i] + 1)
-        return (input_shape[0], *dims, self.filters)
+        return conv_geometry.output_shape(
+            input_shape, self.filters, self.kernel_size, self.strides, self.padding, self.dilation_rate
+        )
 
     def _plain_build_shape(self):
         return (None, None, None, self.fixed_kernel.shape[-2])
@@ -593,21 +547,18 @@ class OPTConv2D(_OPTLayer):
 
 
 @keras.saving.register_keras_serializable(package="sphere_tf")
-class OPTDense(_OPTLayer):
-    """Dense layer trained by Orthogonal Over-Parameterization, ``W = R·V``  [T-7.1].
+class OPTDense(OPTLayer):
+    __doc__ = """Dense layer trained by Orthogonal Over-Parameterization, ``W = R·V``  [T-7.1].
 
     ```
     y = x·(R·V) + b,   R ∈ O(d_in),   V ∈ R^{d_in×units} fixed   [T-7.1]
     ```
 
-    Same options as `OPTConv2D` (its Args list them); PE-OPT splits the d_in
-    inputs into `num_blocks` contiguous groups.  The thesis applies OPT to every
-    hidden layer but not to the final classifier [T-7.3.1].
+    PE-OPT splits the d_in inputs into `num_blocks` contiguous groups.  The thesis
+    applies OPT to every hidden layer but not to the final classifier [T-7.3.1].
 
     Args:
-        units: int > 0, output dimension n.
-        **kwargs: every `OPTConv2D` option after `dilation_rate`, plus base-layer
-            arguments.
+        units: int > 0, output dimension n.""" + _OPT_ARGS_DOC + """
 
     Input shape:
         N-D tensor ``(..., d_in)``.
@@ -623,9 +574,33 @@ class OPTDense(_OPTLayer):
 
     _plain_layer_class = keras.layers.Dense
 
-    def __init__(self, units, **kwargs):
-        super().__init__(**kwargs)
-        self.units = _validation.positive_int(units, "units")
+    def __init__(
+        self,
+        units,
+        orthogonalization="gram_schmidt",
+        activation=None,
+        use_bias=True,
+        fixed_kernel_initializer=None,
+        rotation_initializer=None,
+        bias_initializer="zeros",
+        rotation_regularizer=None,
+        bias_regularizer=None,
+        num_blocks=1,
+        share_blocks=False,
+        stochastic_dims=None,
+        newton_schulz_iters=None,
+        soft_penalty=DEFAULT_SOFT_PENALTY,
+        soft_squared=False,
+        normalize_fixed_kernel=False,
+        energy_init=None,
+        energy_init_steps=DEFAULT_ENERGY_INIT_STEPS,
+        energy_init_lr=DEFAULT_ENERGY_INIT_LR,
+        energy_power=DEFAULT_ENERGY_POWER,
+        seed=None,
+        **kwargs,
+    ):
+        super().__init__(**_opt_options(locals()), **kwargs)
+        self.units = validation.positive_int(units, "units")
         self.input_spec = keras.layers.InputSpec(min_ndim=2)
 
     @property
@@ -659,65 +634,5 @@ class OPTDense(_OPTLayer):
 
 
 def opt_layers(model):
-    """All OPT layers of a model or layer, recursing into nested models/layers."""
-    found, seen = [], set()
-
-    def visit(layer):
-        if id(layer) in seen:
-            return
-        seen.add(id(layer))
-        if isinstance(layer, _OPTLayer):
-            found.append(layer)
-        for child in getattr(layer, "layers", None) or []:
-            visit(child)
-
-    visit(model)
-    return found
-
-
-def fold_opt_model(model):
-    """Return a copy of a Sequential/functional model with every OPT layer folded.
-
-    Each `OPTConv2D` / `OPTDense` becomes a `keras.layers.Conv2D` / `Dense` with
-    kernel ``W = R·V`` and the same bias and activation; every other layer is
-    re-created from its config and gets a copy of its weights.  The result has
-    the same outputs (up to float rounding) and no OPT parameters, and exports
-    like any plain Keras model.
-
-    Args:
-        model: a built Sequential or functional `keras.Model`.
-
-    Returns:
-        A new `keras.Model` of the same kind.
-
-    Raises:
-        ValueError: for a subclassed model (fold its layers with `layer.fold()`).
-    """
-    pairs = []
-
-    def clone(layer):
-        if isinstance(layer, _OPTLayer):
-            new = layer._plain_layer_class.from_config(layer._plain_config())
-        elif isinstance(layer, keras.Model):
-            new = fold_opt_model(layer)
-            return new
-        else:
-            new = layer.__class__.from_config(layer.get_config())
-        pairs.append((layer, new))
-        return new
-
-    try:
-        folded = keras.models.clone_model(model, clone_function=clone)
-    except ValueError as error:
-        raise ValueError(
-            "Invalid value for argument `model`: `fold_opt_model` needs a Sequential or functional model; "
-            f"fold the layers of a subclassed model with `layer.fold()`. Received: {type(model).__name__}"
-        ) from error
-    for old, new in pairs:
-        if isinstance(old, _OPTLayer):
-            new.kernel.assign(old.effective_kernel())
-            if old.use_bias:
-                new.bias.assign(old.bias)
-        elif old.weights:
-            new.set_weights(old.get_weights())
-    return folded
+    """All OPT layers of a model or layer (nested models and attribute-held sublayers included)."""
+    return find_layers(model, lambda layer: isinstance(layer, OPTLayer))

@@ -1,4 +1,8 @@
-"""Fourier-domain maths of convolutional normalization (ConvNorm, NeurIPS 2021).
+"""Fourier-domain maths of convolutional normalization (ConvNorm).
+
+Liu et al., "Convolutional Normalization: Improving Deep Convolutional Network
+Robustness and Training", NeurIPS 2021. Citation keys: ``[C-6]`` is the paper's
+Eq. (6), ``[C §3.2]`` its Section 3.2, ``[C fn. 10]`` its footnote 10.
 
 ConvNorm replaces a convolution's output channel ``y_k = Σ_i a_ki ⊛ x_i`` by
 ``ỹ_k = v_k ⊛ y_k``, where the filter ``v_k`` is defined by its spectrum
@@ -62,15 +66,15 @@ import numpy as np
 import tensorflow as tf
 from keras import ops
 
+from sphere_tf import validation
+from sphere_tf.ops import angles
+from sphere_tf.ops import conv_geometry
+
 # First upstream commit (da5a4f2): Σ|Â|² + 1e-4 before the inverse square root. See the module Note.
 DEFAULT_EPSILON = 1e-4
 # Upstream `_calculate_running_estimate`: max(cosine_rampdown(t, 40000), 1e-2).
 RAMPDOWN_STEPS = 40000
 MIN_AVERAGING_FACTOR = 0.01
-
-
-def _pair(value):
-    return (value, value) if isinstance(value, int) else tuple(value)
 
 
 def full_size(input_size, kernel_size):
@@ -83,22 +87,9 @@ def full_size(input_size, kernel_size):
     Returns:
         Pair of ints `(H', W')`, the grid on which V̂ is computed and applied.
     """
-    (h, w), (kh, kw) = _pair(input_size), _pair(kernel_size)
+    h, w = validation.int_pair(input_size, "input_size")
+    kh, kw = validation.int_pair(kernel_size, "kernel_size")
     return h + kh - 1, w + kw - 1
-
-
-def _axis_geometry(size, kernel, stride, padding):
-    if padding == "valid":
-        out = (size - kernel) // stride + 1
-        pad_before = 0
-    elif padding == "same":
-        out = -(-size // stride)
-        pad_before = max((out - 1) * stride + kernel - size, 0) // 2
-    else:
-        raise ValueError(
-            f"Invalid value for argument `padding`: expected 'valid' or 'same'. Received: padding={padding!r}"
-        )
-    return kernel - 1 - pad_before, out
 
 
 def output_geometry(input_size, kernel_size, strides=1, padding="valid"):
@@ -115,6 +106,9 @@ def output_geometry(input_size, kernel_size, strides=1, padding="valid"):
               p_total = max((out − 1)·s + kh − H, 0)          (TF 'SAME')
     ```
 
+    (p_top and out from `sphere_tf.ops.conv_geometry.axis_geometry`, the one home
+    of the Conv2D rules.)
+
     Note: the PyTorch original crops ``k − 1 − p`` on every side with a symmetric
     ``p`` and then takes ``[::s]``. That is the same grid for stride 1 and for
     'valid', but for 'same' with stride 2 on an even size TF pads only after
@@ -130,12 +124,17 @@ def output_geometry(input_size, kernel_size, strides=1, padding="valid"):
 
     Returns:
         `((top, left), (out_h, out_w))`: first kept row/column of the full grid
-        and the output size.
+        and the output size (<= 0 when a 'valid' window does not fit).
+
+    Raises:
+        ValueError: `padding` is neither 'valid' nor 'same'.
     """
-    (h, w), (kh, kw), (sh, sw) = _pair(input_size), _pair(kernel_size), _pair(strides)
-    top, out_h = _axis_geometry(h, kh, sh, padding)
-    left, out_w = _axis_geometry(w, kw, sw, padding)
-    return (top, left), (out_h, out_w)
+    h, w = validation.int_pair(input_size, "input_size")
+    kh, kw = validation.int_pair(kernel_size, "kernel_size")
+    sh, sw = validation.int_pair(strides, "strides")
+    top, _, out_h = conv_geometry.axis_geometry(h, kh, sh, 1, padding)
+    left, _, out_w = conv_geometry.axis_geometry(w, kw, sw, 1, padding)
+    return (kh - 1 - top, kw - 1 - left), (out_h, out_w)
 
 
 def full_convolution(inputs, kernel):
@@ -149,8 +148,8 @@ def full_convolution(inputs, kernel):
         Tensor `(N, H + kh − 1, W + kw − 1, C_out)` in the input dtype.
     """
     kh, kw = int(kernel.shape[0]), int(kernel.shape[1])
-    # Explicit zero padding + 'valid': `tf.nn.conv2d(padding=[[...]])` is as fast without XLA but
-    # ~10x slower under XLA on CPU (measured, TF 2.21), and keras.ops.conv has no explicit padding.
+    # Explicit zero padding + 'valid': `tf.nn.conv2d(padding=[[...]])` is much slower under XLA on
+    # CPU (docs/conv_norm.md), and keras.ops.conv has no explicit padding.
     padded = ops.pad(inputs, [[0, 0], [kh - 1, kh - 1], [kw - 1, kw - 1], [0, 0]])
     return ops.conv(padded, kernel, strides=1, padding="valid")
 
@@ -187,8 +186,9 @@ def power_spectrum(kernel, grid_shape):
 
     evaluated with small separable cos/sin matrices: O(C_out·C_in·(kh·kw)² +
     C_out·H'·W'·(kh + kw)) real flops. This is exact for any grid (wrap-around
-    aliasing is implied by the periodic phase) and ~10× cheaper than the FFTs on
-    CNN-9 shapes; tests check it against `numpy.fft` of the padded kernel.
+    aliasing is implied by the periodic phase) and much cheaper than the FFTs on
+    CNN-9 shapes (docs/conv_norm.md); tests check it against `numpy.fft` of the
+    padded kernel.
     Rounding can make near-zero values slightly negative; they are clipped at 0.
 
     Args:
@@ -198,7 +198,7 @@ def power_spectrum(kernel, grid_shape):
     Returns:
         float32 tensor `(C_out, H', W'//2 + 1)`.
     """
-    h, w = _pair(grid_shape)
+    h, w = validation.int_pair(grid_shape, "grid_shape")
     kh, kw, c_in, c_out = (int(d) for d in kernel.shape)
     a = ops.stop_gradient(ops.cast(kernel, "float32"))
     taps = ops.transpose(ops.reshape(a, (kh * kw, c_in, c_out)), (2, 0, 1))  # (C_out, taps, C_in)
@@ -247,8 +247,8 @@ def normalizer_1x1(kernel, epsilon=DEFAULT_EPSILON):
     Returns:
         float32 tensor `(C_out,)`.
     """
-    a = ops.stop_gradient(ops.cast(kernel, "float32"))
-    return ops.rsqrt(ops.sum(ops.square(a), axis=(0, 1, 2)) + epsilon)
+    _, norm = angles.normalize(ops.stop_gradient(kernel), axis=(0, 1, 2), epsilon=epsilon)
+    return 1.0 / ops.reshape(norm, (-1,))
 
 
 def rfft2d(inputs, fft_length):
@@ -264,8 +264,8 @@ def rfft2d(inputs, fft_length):
     with column weights ``c = 1`` at the DC (and, for even N₂, Nyquist) column
     and ``½`` elsewhere (irfft2d counts those columns twice, as their mirror
     images), cropped to the unpadded input. TF's registered RFFT2D gradient
-    builds the same result from extra complex masks and FFTs and cost ~4× the
-    forward FFT on CNN-9 shapes (TF 2.21, CPU); this one is a single irfft2d.
+    builds the same result from extra complex masks and FFTs, several times the
+    cost of the forward FFT (docs/conv_norm.md); this one is a single irfft2d.
     Tests check it against `tf.signal.rfft2d`'s gradient and NumPy.
 
     Args:
@@ -276,7 +276,7 @@ def rfft2d(inputs, fft_length):
         complex64 tensor `(..., N₁, N₂//2 + 1)`.
     """
     h, w = int(inputs.shape[-2]), int(inputs.shape[-1])
-    n1, n2 = (int(n) for n in _pair(fft_length))
+    n1, n2 = validation.int_pair(fft_length, "fft_length")
     weights = np.full(n2 // 2 + 1, 0.5 * n1 * n2, dtype="float32")
     weights[0] = n1 * n2
     if n2 % 2 == 0:
@@ -318,7 +318,7 @@ def kernel_spectrum(kernel, grid_shape):
     Returns:
         Pair of float32 tensors `(real, imag)`, each `(H', W'//2 + 1, C_in, C_out)`.
     """
-    h, w = _pair(grid_shape)
+    h, w = validation.int_pair(grid_shape, "grid_shape")
     kh, kw = int(kernel.shape[0]), int(kernel.shape[1])
     b = ops.flip(ops.flip(ops.cast(kernel, "float32"), axis=0), axis=1)
     cos_h, sin_h = _dft_matrices(h, kh, h)
@@ -375,7 +375,7 @@ def fourier_conv_norm(inputs, kernel, normalizer, strides=1, padding="valid"):
     spectrum = tf.transpose(tf.reshape(spectrum, (grid_h, grid_w // 2 + 1, batch, c_out)), (2, 3, 0, 1))
     y = tf.signal.irfft2d(spectrum, fft_length=[grid_h, grid_w])  # (N, C_out, H', W')
     (top, left), (out_h, out_w) = output_geometry((h, w), (kh, kw), strides, padding)
-    sh, sw = _pair(strides)
+    sh, sw = validation.int_pair(strides, "strides")
     # Crop in NCHW before the transpose back (fewer elements to move); plain slice first (cheap gradient).
     y = ops.slice(y, (0, 0, top, left), (batch, c_out, (out_h - 1) * sh + 1, (out_w - 1) * sw + 1))
     if (sh, sw) != (1, 1):
@@ -416,9 +416,9 @@ def crop_and_stride(outputs, input_size, kernel_size, strides=1, padding="valid"
         Tensor `(N, out_h, out_w, C)`.
     """
     (top, left), (out_h, out_w) = output_geometry(input_size, kernel_size, strides, padding)
-    sh, sw = _pair(strides)
+    sh, sw = validation.int_pair(strides, "strides")
     span_h, span_w = (out_h - 1) * sh + 1, (out_w - 1) * sw + 1
-    # A plain slice first: its gradient is a pad, ~5x cheaper on CPU than a strided slice's.
+    # A plain slice first: its gradient is a pad, much cheaper on CPU than a strided slice's.
     outputs = ops.slice(outputs, (0, top, left, 0), (ops.shape(outputs)[0], span_h, span_w, outputs.shape[-1]))
     if (sh, sw) == (1, 1):
         return outputs

@@ -27,6 +27,8 @@ benchmarks.
 original code's unsquared 0.1·‖RRᵀ − I‖_F; Eq. 7.7 squares it).
 """
 
+import math
+
 import keras
 import tensorflow as tf
 from keras import ops
@@ -36,6 +38,12 @@ from keras import ops
 DEFAULT_NEWTON_SCHULZ_ITERS = 40
 # Guard on σ_i + σ_j in the polar-factor gradient (degenerate σ = 0 pairs).
 _POLAR_GRAD_EPSILON = 1e-12
+# Scaling and squaring for `expm` (Higham 2005, Table 2.3 single precision; as `tf.linalg.expm` for float32).
+PADE7_THETA = 3.925724783138660
+PADE7_COEFFICIENTS = (17297280.0, 8648640.0, 1995840.0, 277200.0, 25200.0, 1512.0, 56.0, 1.0)
+# Each squaring doubles the rounding error: beyond 20 (‖S‖₁ ≈ 4e6) float32 has no digit left, so the
+# loop stops there (see `expm`); the cap is also the fixed size XLA needs for the gradient.
+MAX_SQUARINGS = 20
 
 
 def _as_float32(p):
@@ -43,13 +51,21 @@ def _as_float32(p):
     return ops.cast(tf.convert_to_tensor(p), "float32")
 
 
-def _mT(x):
+def matrix_transpose(x):
+    """``xᵀ`` over the last two axes (a stack of blocks transposes block by block)."""
     return ops.swapaxes(x, -1, -2)
 
 
+def identity_blocks(shape, dtype="float32"):
+    """Identity matrices broadcast to `shape` ``(..., d, d)`` (every map here sends them to R = I)."""
+    return ops.broadcast_to(ops.eye(shape[-1], dtype=dtype), shape)
+
+
+_mT = matrix_transpose
+
+
 def _eye_like(p):
-    d = ops.shape(p)[-1]
-    return ops.broadcast_to(ops.eye(d, dtype=p.dtype), ops.shape(p))
+    return identity_blocks(ops.shape(p), p.dtype)
 
 
 def _positive_diagonal_q(a):
@@ -95,6 +111,7 @@ def classical_gram_schmidt(p):
     """
     p = _as_float32(p)
     d = p.shape[-1]
+    # Exact norms, no epsilon (unlike `angles.normalize`): this is the upstream loop, kept for comparison.
     rows = [p[0] / ops.norm(p[0])]
     for i in range(1, d):
         basis = ops.stack(rows)
@@ -149,8 +166,10 @@ def newton_schulz_polar(p, num_iters=DEFAULT_NEWTON_SCHULZ_ITERS):
     ``‖X_0‖_2 < √3`` (always true here).  Gradients are those of the unrolled
     iteration.
 
-    Note: not in the OPT sources (spec A.3.7, [EXT]); an SVD-free Löwdin backend.
-    Results should be labelled "LS via Newton–Schulz (k iters)".
+    Note: not in the OPT paper or code (wy1iu/OPT); an SVD-free Löwdin backend
+    (Björck & Bowie, "An iterative algorithm for computing the best estimate of
+    an orthogonal matrix", SIAM J. Numer. Anal. 1971). Results obtained with it
+    should be labelled "LS via Newton–Schulz (k iters)".
 
     Args:
         p: float tensor ``(..., d, d)``.
@@ -174,7 +193,12 @@ def lowdin(p, newton_schulz_iters=None):
     default computed from the SVD ``P = UΣVᵀ`` as the original code does, with a
     custom gradient ``U[(M − Mᵀ)/(σ_i + σ_j)]Vᵀ`` (M = UᵀGV) instead of
     differentiating the SVD (whose 1/(σ_i² − σ_j²) terms blow up for close
-    singular values, spec P-OPT-3).
+    singular values).
+
+    Note: under XLA (``jit_compile=True``) the SVD is XLA's own Jacobi SVD,
+    which on CPU is orders of magnitude slower than LAPACK's once d reaches a
+    few hundred (docs/opt.md); Keras does not pick XLA on CPU by itself, but with
+    ``jit_compile=True`` on CPU prefer `newton_schulz_iters` (matmuls only).
 
     Args:
         p: float tensor ``(..., d, d)``.
@@ -218,10 +242,69 @@ def cayley(p):
     return ops.solve(eye - s, eye + s)
 
 
+def _pade7_terms(a, eye):
+    """Odd and even parts ``(U, V)`` of the degree-7 Padé approximant of expm(a)."""
+    b = PADE7_COEFFICIENTS
+    a2 = ops.matmul(a, a)
+    a4 = ops.matmul(a2, a2)
+    a6 = ops.matmul(a4, a2)
+    u = ops.matmul(a, b[7] * a6 + b[5] * a4 + b[3] * a2 + b[1] * eye)
+    v = b[6] * a6 + b[4] * a4 + b[2] * a2 + b[0] * eye
+    return u, v
+
+
+def expm(a):
+    """Matrix exponential by scaling and squaring with a degree-7 Padé approximant, float32.
+
+    ```
+    s = max(⌊log₂(‖A‖₁/θ₇)⌋, 0),   expm(A) ≈ r₇(A/2^s)^(2^min(s, MAX_SQUARINGS)),
+    r₇ = (V − U)⁻¹(V + U)
+    ```
+
+    (Higham, "The scaling and squaring method for the matrix exponential
+    revisited", SIAM J. Matrix Anal. Appl. 2005: θ₇ is the single-precision bound
+    of Padé 7). Same scaling as `tf.linalg.expm` for float32, which rounds s down
+    (one squaring less than the bound asks, and half the rounding error for these
+    skew-symmetric, normal matrices); below θ₇ TF switches to Padé 3 or 5, here
+    Padé 7 is always used. The squarings run in a
+    `tf.while_loop` with ``maximum_iterations=MAX_SQUARINGS``, so the map compiles
+    under XLA with its gradient (`tf.linalg.expm` loops without a maximum, which
+    XLA rejects when differentiating: "XLA compilation requires a fixed tensor
+    list size"). The scale is shared by a batch of blocks (the largest norm).
+    Beyond the cap (‖A‖₁ > 2^20·θ₇, where float32 squarings have no digit left)
+    the result is expm(A/2^(s − MAX_SQUARINGS)): wrong, but finite and, for the
+    skew-symmetric A of `exp`, orthogonal up to the rounding the squarings amplify
+    (about 2^20 float32 ulps, ‖RᵀR − I‖ ≈ 0.06).
+
+    Args:
+        a: float tensor ``(..., d, d)`` with static shape.
+
+    Returns:
+        float32 tensor ``(..., d, d)``.
+    """
+    a = _as_float32(a)
+    eye = _eye_like(a)
+    l1_norm = ops.max(ops.sum(ops.abs(a), axis=-2))  # ‖A‖₁: largest column sum over all blocks
+    squarings = ops.floor(ops.log(ops.maximum(l1_norm, 1e-30) / PADE7_THETA) / math.log(2.0))
+    squarings = ops.maximum(squarings, 0.0)
+    u, v = _pade7_terms(a / ops.power(2.0, squarings), eye)
+    r = ops.solve(v - u, v + u)
+    count = ops.cast(squarings, "int32")
+    # tf: keras.ops.while_loop has no `maximum_iterations`, which XLA needs to size the gradient's stacks.
+    _, r = tf.while_loop(
+        lambda i, r: i < count,
+        lambda i, r: (i + 1, ops.matmul(r, r)),
+        (tf.constant(0, "int32"), r),
+        maximum_iterations=MAX_SQUARINGS,
+    )
+    return r
+
+
 def exp(p):
     """Exponential parameterisation ``R = expm(S)``, ``S = triu(P) − triu(P)ᵀ`` [T-7.3.4].
 
     Note: mentioned in the thesis without experiments; S is built as for `cayley`.
+    `expm` compiles under XLA (``jit_compile=True``) with its gradient.
 
     Args:
         p: float tensor ``(..., d, d)``.
@@ -229,8 +312,7 @@ def exp(p):
     Returns:
         float32 tensor ``(..., d, d)``, special orthogonal.
     """
-    # tf: keras.ops has no matrix exponential.
-    return tf.linalg.expm(skew_part(p))
+    return expm(skew_part(p))
 
 
 def orthogonality_penalty(r, squared=False):

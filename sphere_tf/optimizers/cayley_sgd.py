@@ -33,6 +33,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from sphere_tf import validation
 from sphere_tf.ops import orthogonal
 
 # Upstream constants (wy1iu/OPT, opt_ogd): lr 0.02, momentum 0.9, eps 1e-8, 2 iterations.
@@ -40,10 +41,6 @@ DEFAULT_LEARNING_RATE = 0.02
 DEFAULT_MOMENTUM = 0.9
 NORM_EPSILON = 1e-8
 DEFAULT_FIXED_POINT_ITERS = 2
-
-
-def _mT(x):
-    return ops.swapaxes(x, -1, -2)
 
 
 def cayley_sgd_update(x, grad, momentum_buffer, learning_rate, momentum=DEFAULT_MOMENTUM,
@@ -63,14 +60,15 @@ def cayley_sgd_update(x, grad, momentum_buffer, learning_rate, momentum=DEFAULT_
         ``(new_x, new_momentum_buffer)``.
     """
     m = momentum * momentum_buffer - grad
-    w_hat = ops.matmul(m, _mT(x)) - 0.5 * ops.matmul(x, ops.matmul(ops.matmul(_mT(x), m), _mT(x)))
-    w = w_hat - _mT(w_hat)
+    x_t = orthogonal.matrix_transpose(x)
+    w_hat = ops.matmul(m, x_t) - 0.5 * ops.matmul(x, ops.matmul(ops.matmul(x_t, m), x_t))
+    w = w_hat - orthogonal.matrix_transpose(w_hat)
     m = ops.matmul(w, x)
     w_norm = ops.sqrt(ops.sum(ops.square(w), axis=(-2, -1), keepdims=True))
     alpha = ops.minimum(learning_rate, 1.0 / (w_norm + NORM_EPSILON))
     if fixed_point_iters is None:
         # Exact Cayley retraction Y = (I − α/2 W)⁻¹ (I + α/2 W) X (orthogonal up to rounding).
-        eye = ops.broadcast_to(ops.eye(ops.shape(w)[-1], dtype=w.dtype), ops.shape(w))
+        eye = orthogonal.identity_blocks(ops.shape(w), w.dtype)
         half = 0.5 * alpha * w
         return ops.solve(eye - half, ops.matmul(eye + half, x)), m
     y = x + alpha * m
@@ -109,32 +107,13 @@ class CayleySGD(keras.optimizers.Optimizer):
     def __init__(self, learning_rate=DEFAULT_LEARNING_RATE, momentum=DEFAULT_MOMENTUM,
                  fixed_point_iters=DEFAULT_FIXED_POINT_ITERS, reorthogonalize_every=None,
                  name="cayley_sgd", **kwargs):
-        if isinstance(momentum, bool) or not isinstance(momentum, (int, float)) or not 0 <= momentum < 1:
-            raise ValueError(
-                f"Invalid value for argument `momentum`: expected a float in [0, 1). Received: momentum={momentum!r}"
-            )
-        if fixed_point_iters is not None and (
-            isinstance(fixed_point_iters, bool) or not isinstance(fixed_point_iters, int) or fixed_point_iters < 1
-        ):
-            raise ValueError(
-                "Invalid value for argument `fixed_point_iters`: expected None or an int >= 1. "
-                f"Received: fixed_point_iters={fixed_point_iters!r}"
-            )
-        if reorthogonalize_every is not None and (
-            isinstance(reorthogonalize_every, bool) or not isinstance(reorthogonalize_every, int)
-            or reorthogonalize_every < 1
-        ):
-            raise ValueError(
-                "Invalid value for argument `reorthogonalize_every`: expected None or an int >= 1. "
-                f"Received: reorthogonalize_every={reorthogonalize_every!r}"
-            )
-        if kwargs.get("weight_decay"):
-            raise ValueError(
-                "Invalid value for argument `weight_decay`: CayleySGD keeps its variables orthogonal and "
-                f"takes no weight decay. Received: weight_decay={kwargs['weight_decay']!r}"
-            )
+        momentum = validation.real(momentum, "momentum", low=0.0, high=1.0, high_open=True)
+        fixed_point_iters = validation.positive_int(fixed_point_iters, "fixed_point_iters", allow_none=True)
+        reorthogonalize_every = validation.positive_int(reorthogonalize_every, "reorthogonalize_every", allow_none=True)
+        if kwargs.get("weight_decay"):  # decay would pull the variables off the orthogonal group
+            raise validation.invalid_argument("weight_decay", "None or 0 for CayleySGD", kwargs["weight_decay"])
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
-        self.momentum = float(momentum)
+        self.momentum = momentum
         self.fixed_point_iters = fixed_point_iters
         self.reorthogonalize_every = reorthogonalize_every
 

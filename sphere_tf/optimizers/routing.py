@@ -11,8 +11,8 @@ import keras
 
 from sphere_tf.optimizers import cayley_sgd
 
-# Must match `sphere_tf.layers.opt.OGD_VARIABLE_NAME` (not imported: optimizers
-# sit below layers in the import order).
+# Name of the raw rotation variable of OPT layers with orthogonalization='ogd'
+# (`sphere_tf.layers.OPTConv2D` / `OPTDense` name their variable from this constant).
 OGD_VARIABLE_NAME = "ogd_rotation"
 
 

@@ -1,11 +1,14 @@
 """Tests of ConvNorm2D: NumPy reference of the whole forward, running V̂, gradients, saving, dtypes."""
 
+import inspect
 import math
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from keras.src import testing as keras_testing
+from keras.src.trainers import trainer as keras_trainer
 
 from sphere_tf import testing
 from sphere_tf.layers import ConvNorm2D
@@ -126,7 +129,7 @@ def test_needs_static_spatial_size_unless_1x1():
         keras.Sequential([keras.Input((None, None, 3)), ConvNorm2D(4, 3)])
     model = keras.Sequential([keras.Input((None, None, 3)), ConvNorm2D(4, 1)])
     assert model(np.ones((1, 5, 7, 3), np.float32)).shape == (1, 5, 7, 4)
-    with pytest.raises(ValueError, match="smaller than kernel_size"):
+    with pytest.raises(ValueError, match="Computed output size would be zero or negative"):
         ConvNorm2D(4, 5).build((None, 3, 8, 2))
 
 
@@ -372,3 +375,42 @@ def test_mixed_precision_runs_the_fft_path_in_float32(policy, rng, monkeypatch):
     np.testing.assert_allclose(keras.ops.convert_to_numpy(keras.ops.cast(out, "float32")), expected, rtol=tol, atol=tol)
     big = layer(1e3 * x, training=False)
     assert np.all(np.isfinite(keras.ops.convert_to_numpy(keras.ops.cast(big, "float32"))))
+
+
+# -- Keras's own layer harness ---------------------------------------------------------------------
+
+
+class _KerasHarness(keras_testing.TestCase):
+    """`keras.src.testing.TestCase.run_layer_test` outside a unittest class."""
+
+    def runTest(self):  # unittest needs a test method to instantiate the case
+        pass
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
+@pytest.mark.parametrize(
+    "kwargs,input_shape,output_shape,weights",
+    [
+        ({"kernel_size": 3, "strides": 2, "padding": "SAME"}, (2, 6, 5, 3), (2, 3, 3, 4), (5, 4)),
+        ({"kernel_size": (2, 3), "affine": False, "batch_norm": False}, (2, 5, 5, 3), (2, 4, 3, 4), (1, 2)),
+        ({"kernel_size": 1, "momentum": 0.5}, (2, 4, 4, 3), (2, 4, 4, 4), (5, 4)),
+    ],
+)
+def test_keras_layer_harness(kwargs, input_shape, output_shape, weights, jit, monkeypatch):
+    if jit:  # `jit_compile="auto"` picks XLA as on a GPU (on CPU-only machines Keras picks eager graphs)
+        monkeypatch.setattr(keras_trainer.Trainer, "_resolve_auto_jit_compile", lambda self: True)
+    _KerasHarness().run_layer_test(
+        ConvNorm2D,
+        init_kwargs={"filters": 4, **kwargs},
+        input_shape=input_shape,
+        expected_output_shape=output_shape,
+        expected_num_trainable_weights=weights[0],
+        expected_num_non_trainable_weights=weights[1],
+    )
+
+
+def test_constructor_has_an_explicit_signature():
+    params = inspect.signature(ConvNorm2D.__init__).parameters
+    assert list(params)[1:5] == ["filters", "kernel_size", "strides", "padding"]
+    for name in ("affine", "batch_norm", "epsilon", "momentum", "rampdown_steps", "kernel_initializer"):
+        assert name in params and f"{name}:" in ConvNorm2D.__doc__.replace("bn_momentum, bn_epsilon", "")

@@ -1,15 +1,22 @@
 """Tests for sphere_tf.layers.opt (OPTConv2D, OPTDense, PE-OPT, S-OPT, fold) vs NumPy references."""
 
+import inspect
+
 import keras
 import numpy as np
 import pytest
+import scipy.linalg
 import tensorflow as tf
+from keras.src import testing as keras_testing
+from keras.src.trainers import trainer as keras_trainer
 
 from sphere_tf import testing
+from sphere_tf import layers as sphere_layers
 from sphere_tf.layers import opt as opt_lib
 from sphere_tf.optimizers import OPTOptimizer
 
 EXACT = ("gram_schmidt", "householder", "lowdin", "cayley", "exp")
+ORTHOGONALIZATIONS_ALL = EXACT + ("ogd", "soft")
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
 # ---------------------------------------------------------------- NumPy references
@@ -26,6 +33,31 @@ def np_energy(kernel, power=2.0):
             if i != j:
                 total += np.linalg.norm(w[:, i] - w[:, j]) ** (-power)
     return total / (n * (n - 1))
+
+
+def _np_positive_qr(a):
+    q, r = np.linalg.qr(a)
+    return q * np.where(np.diag(r) < 0, -1.0, 1.0)
+
+
+def _np_skew(p):
+    return np.triu(p) - np.triu(p).T
+
+
+def _np_polar(p):
+    u, _, vt = np.linalg.svd(p)
+    return u @ vt
+
+
+# R(P) of each orthogonalisation from its definition (float64 NumPy/SciPy), for training references.
+NP_ROTATIONS = {
+    "gram_schmidt": lambda p: _np_positive_qr(p.T).T,
+    "householder": _np_positive_qr,
+    "lowdin": _np_polar,
+    "cayley": lambda p: np.linalg.solve(np.eye(len(p)) - _np_skew(p), np.eye(len(p)) + _np_skew(p)),
+    "exp": lambda p: scipy.linalg.expm(_np_skew(p)),
+    "soft": lambda p: p,
+}
 
 
 def np_conv2d_valid(x, kernel, stride=1):
@@ -309,7 +341,7 @@ def test_fold_sequential_reproduces_outputs(kwargs):
     model = _cnn(**kwargs)
     _train(model, kwargs.get("orthogonalization"), steps=2)
     x, _ = _data()
-    folded = opt_lib.fold_opt_model(model)
+    folded = sphere_layers.fold_opt_model(model)
     assert not opt_lib.opt_layers(folded)
     assert [type(layer).__name__ for layer in folded.layers][:1] == ["Conv2D"]
     np.testing.assert_allclose(folded(x, training=False), model(x, training=False), atol=1e-5, rtol=1e-5)
@@ -322,7 +354,7 @@ def test_fold_functional_and_subclassed_error(tmp_path):
     outputs = opt_lib.OPTDense(3, orthogonalization="householder", seed=1)(h)
     model = keras.Model(inputs, outputs)
     x, _ = _data(n=4)
-    folded = opt_lib.fold_opt_model(model)
+    folded = sphere_layers.fold_opt_model(model)
     np.testing.assert_allclose(folded(x), model(x), atol=1e-5, rtol=1e-5)
     testing.assert_saved_model_roundtrip(folded, x, tmp_path / "folded", rtol=1e-5, atol=1e-5)
     testing.assert_saved_model_roundtrip(model, x, tmp_path / "opt", rtol=1e-5, atol=1e-5)  # unfolded exports too
@@ -338,7 +370,7 @@ def test_fold_functional_and_subclassed_error(tmp_path):
     sub = Sub()
     sub(np.zeros((1, 3), "float32"))
     with pytest.raises(ValueError, match="Sequential or functional"):
-        opt_lib.fold_opt_model(sub)
+        sphere_layers.fold_opt_model(sub)
     plain = sub.d.fold()
     np.testing.assert_allclose(plain(np.ones((1, 3), "float32")), sub(np.ones((1, 3), "float32")), atol=1e-6)
 
@@ -435,3 +467,155 @@ def test_energy_init_when_built_inside_a_trace_matches_eager_build():
     traced = opt_lib.OPTDense(6, energy_init="mhe", energy_init_steps=20, seed=11)
     tf.function(traced)(np.ones((2, 5), "float32"))
     np.testing.assert_allclose(traced.fixed_kernel.numpy(), eager.fixed_kernel.numpy(), atol=1e-6)
+
+
+# ---------------------------------------------------------------- Keras's own layer harness and XLA
+
+
+class _KerasHarness(keras_testing.TestCase):
+    """`keras.src.testing.TestCase.run_layer_test` outside a unittest class."""
+
+    def runTest(self):  # unittest needs a test method to instantiate the case
+        pass
+
+
+def _jit_like_a_gpu(monkeypatch):
+    """Make `jit_compile="auto"` pick XLA as on a GPU (on CPU-only machines Keras picks eager graphs)."""
+    monkeypatch.setattr(keras_trainer.Trainer, "_resolve_auto_jit_compile", lambda self: True)
+
+
+HARNESS_CASES = [
+    {"orthogonalization": name} for name in ORTHOGONALIZATIONS_ALL
+] + [
+    {"orthogonalization": "lowdin", "newton_schulz_iters": 10},
+    {"orthogonalization": "cayley", "num_blocks": 2},
+    {"orthogonalization": "exp", "num_blocks": 2, "share_blocks": True},
+    {"orthogonalization": "householder", "stochastic_dims": 5},
+    {"orthogonalization": "gram_schmidt", "normalize_fixed_kernel": True},
+]
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
+@pytest.mark.parametrize("kwargs", HARNESS_CASES, ids=lambda k: "-".join(f"{v}" for v in k.values()))
+def test_keras_layer_harness_conv(kwargs, jit, monkeypatch):
+    if jit:
+        _jit_like_a_gpu(monkeypatch)
+    extra = kwargs.get("stochastic_dims") is not None
+    _KerasHarness().run_layer_test(
+        opt_lib.OPTConv2D,
+        init_kwargs={"filters": 3, "kernel_size": 2, "padding": "same", "seed": 0, **kwargs},
+        input_shape=(2, 4, 4, 2),
+        expected_output_shape=(2, 4, 4, 3),
+        expected_num_trainable_weights=2,
+        expected_num_non_trainable_weights=2 if extra else 1,
+        expected_num_losses=1 if kwargs["orthogonalization"] == "soft" else 0,
+    )
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
+@pytest.mark.parametrize("orthogonalization", ORTHOGONALIZATIONS_ALL)
+def test_keras_layer_harness_dense(orthogonalization, jit, monkeypatch):
+    if jit:
+        _jit_like_a_gpu(monkeypatch)
+    _KerasHarness().run_layer_test(
+        opt_lib.OPTDense,
+        init_kwargs={"units": 3, "orthogonalization": orthogonalization, "activation": "relu", "seed": 0},
+        input_shape=(2, 5, 4),
+        expected_output_shape=(2, 5, 3),
+        expected_num_trainable_weights=2,
+        expected_num_non_trainable_weights=1,
+        expected_num_losses=1 if orthogonalization == "soft" else 0,
+    )
+
+
+def _np_train_step_reference(layer_cls, kwargs, x, y, lr):
+    """One SGD step on W = R(P)·V computed outside the layer: R from NumPy/SciPy maps, dL/dP by finite differences."""
+    layer = layer_cls(**kwargs)
+    layer.build(x.shape)
+    p0 = layer.rotation_param.numpy().astype(np.float64)
+    v = layer.fixed_kernel.numpy().astype(np.float64)
+    bias = layer.bias.numpy().astype(np.float64)
+    rotation = NP_ROTATIONS[kwargs["orthogonalization"]]
+
+    def loss(p):
+        w = rotation(p) @ v
+        out = x.astype(np.float64) @ w + bias
+        return np.mean((out - y) ** 2)
+
+    grad = testing.numeric_gradient(loss, p0, step=1e-6)
+    return layer, p0 - lr * grad
+
+
+@pytest.mark.parametrize("orthogonalization", EXACT + ("soft",))
+def test_jit_compiled_fit_matches_a_numpy_sgd_step(orthogonalization):
+    """`fit` with jit_compile=True (XLA) trains every orthogonalisation; one step equals a NumPy SGD step."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((8, 4)).astype("float32")
+    y = rng.standard_normal((8, 3)).astype("float32")
+    kwargs = {"units": 3, "orthogonalization": orthogonalization, "seed": 5, "soft_penalty": 0.0}
+    lr = 0.1
+    layer, expected_p = _np_train_step_reference(opt_lib.OPTDense, kwargs, x, y, lr)
+    model = keras.Sequential([keras.Input((4,)), layer])
+    model.compile(optimizer=keras.optimizers.SGD(lr), loss="mse", jit_compile=True)
+    model.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
+    np.testing.assert_allclose(layer.rotation_param.numpy(), expected_p, atol=2e-5)
+
+
+@pytest.mark.parametrize("orthogonalization", ORTHOGONALIZATIONS_ALL)
+def test_jit_compiled_fit_of_a_conv_model(orthogonalization):
+    """A conv model with every orthogonalisation fits under jit_compile=True and R stays orthogonal."""
+    # Small enough for XLA's CPU SVD ('lowdin'), which is far slower than LAPACK's at d of a few hundred.
+    model = keras.Sequential(
+        [
+            keras.Input((4, 4, 2)),
+            opt_lib.OPTConv2D(4, 3, padding="same", seed=0, orthogonalization=orthogonalization),
+            keras.layers.BatchNormalization(),
+            keras.layers.ReLU(),
+            keras.layers.Flatten(),
+            opt_lib.OPTDense(6, activation="relu", seed=1, orthogonalization=orthogonalization),
+            keras.layers.Dense(4),
+        ]
+    )
+    model.compile(optimizer=_optimizer(orthogonalization), loss=LOSS, jit_compile=True)
+    x, y = _data(n=16, shape=(4, 4, 2))
+    layers = opt_lib.opt_layers(model)
+    before = [layer.rotation_param.numpy().copy() for layer in layers]
+    history = model.fit(x, y, batch_size=8, epochs=2, verbose=0)
+    assert np.all(np.isfinite(history.history["loss"]))
+    for layer, p0 in zip(layers, before):
+        assert np.abs(layer.rotation_param.numpy() - p0).max() > 1e-6
+        if orthogonalization != "soft":
+            assert _orth_error(layer.rotation().numpy()) < 1e-4
+
+
+# ---------------------------------------------------------------- constructor and geometry
+
+
+def test_constructors_have_explicit_signatures():
+    for cls, first in ((opt_lib.OPTConv2D, "filters"), (opt_lib.OPTDense, "units")):
+        params = inspect.signature(cls.__init__).parameters
+        assert list(params)[1] == first
+        for name in ("orthogonalization", "activation", "num_blocks", "stochastic_dims", "energy_init", "seed"):
+            assert name in params, (cls.__name__, name)
+        assert "orthogonalization" in cls.__doc__ and "seed" in cls.__doc__
+
+
+@pytest.mark.parametrize("padding", ["SAME", "Same", "VALID"])
+def test_padding_in_any_case_matches_conv2d(padding):
+    layer = opt_lib.OPTConv2D(3, 3, strides=2, padding=padding, seed=0)
+    x, _ = _data(n=2, shape=(7, 8, 2))
+    out = layer(x)
+    assert layer.padding == padding.lower()
+    plain = keras.layers.Conv2D(3, 3, strides=2, padding=padding.lower())
+    plain.build(x.shape)
+    plain.kernel.assign(layer.effective_kernel())
+    plain.bias.assign(layer.bias)
+    np.testing.assert_allclose(out.numpy(), plain(x).numpy(), atol=1e-5)
+    assert layer.compute_output_shape((None, 7, 8, 2)) == plain.compute_output_shape((None, 7, 8, 2))
+
+
+def test_input_smaller_than_the_kernel_raises_the_conv2d_error():
+    with pytest.raises(ValueError, match="Computed output size would be zero or negative"):
+        opt_lib.OPTConv2D(3, 3)(np.zeros((1, 2, 2, 1), "float32"))
+    with pytest.raises(ValueError, match="Computed output size would be zero or negative"):
+        keras.Sequential([keras.Input((2, 5, 1)), opt_lib.OPTConv2D(3, 3, dilation_rate=2)])

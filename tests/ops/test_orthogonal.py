@@ -8,6 +8,7 @@ import tensorflow as tf
 from hypothesis import given
 from hypothesis import strategies as st
 
+from sphere_tf import testing
 from sphere_tf.ops import orthogonal
 
 # ---------------------------------------------------------------- NumPy references
@@ -137,15 +138,7 @@ def test_gradient_matches_finite_differences(name):
     with tf.GradientTape() as tape:
         loss = tf.reduce_sum(fn(pt) * weights.astype(np.float32))
     grad = tape.gradient(loss, pt).numpy()
-    numeric = np.zeros_like(p)
-    eps = 1e-6
-    for i in range(d):
-        for j in range(d):
-            dp = np.zeros_like(p)
-            dp[i, j] = eps
-            numeric[i, j] = (np.sum(REFERENCES[name](p + dp) * weights) - np.sum(REFERENCES[name](p - dp) * weights)) / (
-                2 * eps
-            )
+    numeric = testing.numeric_gradient(lambda q: np.sum(REFERENCES[name](q) * weights), p)
     np.testing.assert_allclose(grad, numeric, atol=2e-3, rtol=2e-3)
 
 
@@ -235,3 +228,57 @@ def test_registry_errors():
     with pytest.raises(ValueError, match="already registered"):
         orthogonal.register_orthogonalization("cayley", orthogonal.cayley)
     assert orthogonal.get_orthogonalization(orthogonal.cayley) is orthogonal.cayley
+
+
+# ---------------------------------------------------------------- matrix exponential (XLA-compatible)
+
+
+@pytest.mark.parametrize("d,scale", [(3, 0.1), (8, 1.0), (27, 1.0), (64, 30.0), (144, 1.0)])
+def test_expm_matches_scipy(d, scale):
+    """Padé-7 scaling and squaring against SciPy's float64 expm, general and skew-symmetric inputs."""
+    rng = np.random.default_rng(d)
+    a = scale * rng.standard_normal((d, d))
+    for m in (a / max(d, 1) ** 0.5, np_skew(a)):
+        ref = scipy.linalg.expm(m)
+        got = orthogonal.expm(tf.constant(m.astype(np.float32))).numpy()
+        np.testing.assert_allclose(got, ref, atol=2e-5 * max(1.0, np.abs(ref).max()), rtol=1e-4)
+
+
+def test_expm_of_a_block_stack_matches_per_block():
+    rng = np.random.default_rng(3)
+    s = np.stack([np_skew(rng.standard_normal((6, 6)) * k) for k in (0.1, 1.0, 5.0)])
+    got = orthogonal.expm(tf.constant(s.astype(np.float32))).numpy()
+    for i in range(3):
+        np.testing.assert_allclose(got[i], scipy.linalg.expm(s[i]), atol=2e-5)
+
+
+def test_exp_trains_under_xla_with_the_gradient_of_the_reference():
+    """jit_compile=True compiles the forward and backward pass (the squaring loop has a maximum)."""
+    rng = np.random.default_rng(4)
+    p = rng.standard_normal((12, 12)) * 3.0  # ‖S‖₁ well above θ₇: several squarings
+    weights = rng.standard_normal((12, 12))
+
+    @tf.function(jit_compile=True)
+    def value_and_grad(q):
+        with tf.GradientTape() as tape:
+            tape.watch(q)
+            loss = tf.reduce_sum(orthogonal.exp(q) * weights.astype(np.float32))
+        return loss, tape.gradient(loss, q)
+
+    loss, grad = value_and_grad(tf.constant(p.astype(np.float32)))
+    reference = lambda q: np.sum(scipy.linalg.expm(np_skew(q)) * weights)
+    assert float(loss) == pytest.approx(reference(p), rel=1e-4, abs=1e-4)
+    np.testing.assert_allclose(grad.numpy(), testing.numeric_gradient(reference, p), atol=1e-3, rtol=1e-3)
+
+
+def test_expm_squarings_are_capped():
+    """Beyond 2^MAX_SQUARINGS·θ₇ the loop stops at its maximum: finite, and as orthogonal as 20 squarings allow.
+
+    Uncapped, 25 squarings would amplify float32 rounding 32 times more (‖RᵀR − I‖ of order 1).
+    """
+    skew = np_skew(np.random.default_rng(5).standard_normal((4, 4)))
+    l1 = np.abs(skew).sum(axis=0).max()
+    huge = skew / l1 * orthogonal.PADE7_THETA * 2.0 ** (orthogonal.MAX_SQUARINGS + 5.5)  # s = MAX + 5
+    got = orthogonal.expm(tf.constant(huge.astype(np.float32))).numpy()
+    assert np.all(np.isfinite(got))
+    assert np.abs(got.T @ got - np.eye(4)).max() < 0.1

@@ -1,0 +1,114 @@
+"""Energy-minimising initialisation of a layer's neurons (the refined V of OPT).
+
+Orthogonal Over-Parameterized Training (Liu et al., "Orthogonal
+Over-Parameterized Training", CVPR 2021; W. Liu's PhD thesis §7.3.7) keeps the
+hyperspherical energy of the random neurons V fixed during training, so it
+pays to start from a low-energy V. `refine_neurons` offers the thesis's two
+refinements of a random kernel:
+
+```
+û ← normalize(û − lr·∇E_s(û))      `steps` times, from the unit directions of V    (energy_init)
+v_i ← v_i / ‖v_i‖                   unit-norm neurons                               (normalize)
+```
+
+E_s is `sphere_tf.energy.hyperspherical_energy` (MHE, or its half-space variant
+on {±û_i}); each neuron keeps its norm through the energy descent.
+
+`refined_initializer` wraps that into a Keras initializer computed once, eagerly,
+when the layer is built (also when it is built inside a traced function).
+"""
+
+import concurrent.futures
+
+import tensorflow as tf
+from keras import ops
+
+from sphere_tf import energy as energy_lib
+from sphere_tf.ops import angles
+
+ENERGY_INITS = ("mhe", "half_space_mhe")
+
+
+def minimize_energy(directions, steps, lr, power, half_space):
+    """Projected gradient descent of the hyperspherical energy of unit columns.
+
+    ``û ← normalize(û − lr·∇E(û))`` for `steps` steps, with E the mean s-energy of
+    `sphere_tf.energy.hyperspherical_energy` (half-space if asked).
+
+    Args:
+        directions: float tensor ``(d, n)`` of unit columns.
+        steps: int >= 1.
+        lr: float > 0, the step size.
+        power: float >= 0, the Riesz power s.
+        half_space: bool, the half-space energy.
+
+    Returns:
+        float32 tensor ``(d, n)`` of unit columns.
+    """
+
+    @tf.function(autograph=False)  # tf: compile the step once; the Python loop only dispatches.
+    def step(u):
+        with tf.GradientTape() as tape:
+            tape.watch(u)
+            e = energy_lib.hyperspherical_energy(u, power=power, half_space=half_space, epsilon=0.0)
+        # Exact unit norm after each step (no epsilon: the columns are never zero here).
+        return angles.normalize(u - lr * tape.gradient(e, u), axis=0, epsilon=0.0)[0]
+
+    u = tf.convert_to_tensor(directions, tf.float32)
+    for _ in range(steps):
+        u = step(u)
+    return u
+
+
+def refine_neurons(v, energy_init=None, steps=5000, lr=1.0, power=2.0, normalize=False):
+    """The refined V: energy-minimised directions (keeping norms) and/or unit norms.
+
+    Args:
+        v: float tensor ``(d, n)``, one neuron per column.
+        energy_init: None, 'mhe' or 'half_space_mhe'.
+        steps, lr, power: the descent's settings (see `minimize_energy`).
+        normalize: bool, rescale every neuron to unit norm at the end.
+
+    Returns:
+        float32 NumPy array ``(d, n)``.
+    """
+    # No epsilon: a Gaussian neuron is never zero, and the refinement is exact in norm.
+    directions, norms = angles.normalize(v, axis=0, epsilon=0.0)
+    if energy_init is not None:
+        directions = minimize_energy(
+            directions, steps=steps, lr=lr, power=power, half_space=energy_init == "half_space_mhe"
+        )
+    v = directions if normalize else directions * norms
+    return ops.convert_to_numpy(v)
+
+
+def refined_initializer(base, kernel_shape, **refine_kwargs):
+    """A Keras initializer returning `refine_neurons` of one draw of `base`, computed now.
+
+    Args:
+        base: Keras initializer of the plain kernel.
+        kernel_shape: the kernel shape; neurons are the columns of its
+            ``(-1, kernel_shape[-1])`` flattening.
+        **refine_kwargs: arguments of `refine_neurons`.
+
+    Returns:
+        callable ``(shape, dtype=None) -> tensor``.
+    """
+
+    def compute():
+        v = ops.reshape(ops.cast(base(kernel_shape, "float32"), "float32"), (-1, kernel_shape[-1]))
+        return refine_neurons(v, **refine_kwargs).reshape(kernel_shape)
+
+    if tf.executing_eagerly():
+        value = compute()
+    else:
+        # tf: the layer is being built inside a trace. `tf.init_scope` would pause the
+        # gradient tape the energy descent needs, so run it eagerly in a worker thread
+        # (eager by default, with its own tape stack).
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            value = pool.submit(compute).result()
+
+    def initializer(shape, dtype=None):
+        return ops.cast(value, dtype or "float32")
+
+    return initializer
