@@ -1,6 +1,8 @@
-"""Fixtures shared by the operator-layer tests."""
+"""Fixtures shared by the layer tests: the operators' training paths and Keras's own layer harness."""
 
+import keras
 import pytest
+from keras.src import testing as keras_testing
 
 from sphere_tf.kernels import build as kernel_build
 from sphere_tf.ops import fused
@@ -21,3 +23,26 @@ def training_path(request):
     yield request.param
     kernel_build.set_enabled(True)
     fused.set_training_fusion(True)
+
+
+class _KerasHarness(keras_testing.TestCase):
+    """`keras.src.testing.TestCase` outside a unittest class, for its `run_layer_test`."""
+
+    def runTest(self):  # unittest needs a test method to instantiate the case
+        pass
+
+
+@pytest.fixture(params=["graph", "xla"])
+def keras_harness(request, monkeypatch):
+    """Keras's own layer harness, its training check compiled as a graph and with XLA.
+
+    The harness compiles its training check with `jit_compile="auto"`, which Keras resolves to
+    XLA on a GPU host and to a plain graph on a CPU-only one; the 'xla' case makes "auto" pick
+    XLA as on a GPU, so the layer's jit-compiled training is tested here too. The harness's
+    `xla` attribute says which case runs.
+    """
+    harness = _KerasHarness()
+    harness.xla = request.param == "xla"
+    if harness.xla:
+        monkeypatch.setattr(keras.Model, "_resolve_auto_jit_compile", lambda self: True)
+    return harness

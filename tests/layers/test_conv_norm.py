@@ -7,8 +7,6 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from keras.src import testing as keras_testing
-from keras.src.trainers import trainer as keras_trainer
 
 from sphere_tf import testing
 from sphere_tf.layers import ConvNorm2D
@@ -380,14 +378,6 @@ def test_mixed_precision_runs_the_fft_path_in_float32(policy, rng, monkeypatch):
 # -- Keras's own layer harness ---------------------------------------------------------------------
 
 
-class _KerasHarness(keras_testing.TestCase):
-    """`keras.src.testing.TestCase.run_layer_test` outside a unittest class."""
-
-    def runTest(self):  # unittest needs a test method to instantiate the case
-        pass
-
-
-@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
 @pytest.mark.parametrize(
     "kwargs,input_shape,output_shape,weights",
     [
@@ -396,10 +386,8 @@ class _KerasHarness(keras_testing.TestCase):
         ({"kernel_size": 1, "momentum": 0.5}, (2, 4, 4, 3), (2, 4, 4, 4), (5, 4)),
     ],
 )
-def test_keras_layer_harness(kwargs, input_shape, output_shape, weights, jit, monkeypatch):
-    if jit:  # `jit_compile="auto"` picks XLA as on a GPU (on CPU-only machines Keras picks eager graphs)
-        monkeypatch.setattr(keras_trainer.Trainer, "_resolve_auto_jit_compile", lambda self: True)
-    _KerasHarness().run_layer_test(
+def test_keras_layer_harness(kwargs, input_shape, output_shape, weights, keras_harness):
+    keras_harness.run_layer_test(
         ConvNorm2D,
         init_kwargs={"filters": 4, **kwargs},
         input_shape=input_shape,

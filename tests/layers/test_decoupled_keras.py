@@ -1,8 +1,8 @@
 """Keras citizenship of SphereConv2D, SphereDense, DecoupledConv2D and DecoupledDense.
 
 * Keras's own layer harness (`keras.src.testing.TestCase.run_layer_test`: build, shapes, weight
-  counts, serialisation, a jit-compiled training step and the mixed-precision check) over
-  representative configurations;
+  counts, serialisation, a training step compiled as a graph and with XLA, and the mixed-precision
+  check) over representative configurations;
 * the Conv2D arguments a Keras user passes (`activation`, `data_format`, `groups`) against NumPy
   references on explicit (per-group) patches, `sphere_tf.testing.numpy_patches` /
   `numpy_decoupled`;
@@ -17,9 +17,7 @@ import inspect
 import keras
 import numpy as np
 import pytest
-from absl.testing import parameterized
 from keras import ops
-from keras.src import testing as keras_testing
 
 from sphere_tf import testing
 from sphere_tf.layers import DecoupledConv2D
@@ -75,21 +73,23 @@ HARNESS_CASES = [
 ]
 
 
-class KerasLayerHarnessTest(keras_testing.TestCase):
-    @parameterized.named_parameters(*HARNESS_CASES)
-    def test_run_layer_test(self, cls, init_kwargs, input_shape, output_shape, counts):
-        self.run_layer_test(
-            cls,
-            init_kwargs=init_kwargs,
-            input_shape=input_shape,
-            expected_output_shape=output_shape,
-            expected_num_seed_generators=0,
-            expected_num_losses=0,
-            supports_masking=False,
-            run_training_check=True,
-            run_mixed_precision_check=True,
-            **counts,
-        )
+@pytest.mark.parametrize(
+    "cls,init_kwargs,input_shape,output_shape,counts", [c[1:] for c in HARNESS_CASES],
+    ids=[c[0] for c in HARNESS_CASES],
+)
+def test_keras_layer_harness(cls, init_kwargs, input_shape, output_shape, counts, keras_harness):
+    keras_harness.run_layer_test(
+        cls,
+        init_kwargs=init_kwargs,
+        input_shape=input_shape,
+        expected_output_shape=output_shape,
+        expected_num_seed_generators=0,
+        expected_num_losses=0,
+        supports_masking=False,
+        run_training_check=True,
+        run_mixed_precision_check=True,
+        **counts,
+    )
 
 
 # -- explicit signatures ---------------------------------------------------------------------------

@@ -7,14 +7,11 @@ import subprocess
 import sys
 import textwrap
 import warnings
-from unittest import mock
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from keras.src import testing as keras_testing
-from keras.src.trainers import trainer as keras_trainer
 
 from sphere_tf import testing
 from sphere_tf.layers import MarginHead
@@ -660,56 +657,43 @@ HARNESS_KWARGS = {
 }
 
 
-@pytest.fixture
-def harness():
-    return keras_testing.TestCase(methodName="run_layer_test")
-
-
-def _auto_jit_means_xla():
-    """Keras's `jit_compile='auto'` (what the harness compiles with) is XLA on a GPU and plain graphs on a
-    CPU-only machine; forced to XLA here so the harness's training check compiles as it would on a GPU."""
-    return mock.patch.object(keras_trainer.Trainer, "_resolve_auto_jit_compile", lambda self: True)
-
-
 @pytest.mark.parametrize("loss_type", ALL_TYPES)
-def test_keras_run_layer_test_with_labels_as_call_kwargs(rng, harness, loss_type):
+def test_keras_run_layer_test_with_labels_as_call_kwargs(rng, keras_harness, loss_type):
     """MarginHead itself: serialization, build, symbolic and eager calls with labels, mixed precision.
 
     The harness's training check calls the layer without `call_kwargs`, so it fits
-    the plain-logit path here (compiled with XLA, see the next test).
+    the plain-logit path here (the next test trains the margin path).
     """
     x = _features(rng, 8, 4)
     y = tf.constant(rng.integers(0, 5, size=8), "int32")
     kwargs = {"num_classes": 5, "loss_type": loss_type, **HARNESS_KWARGS[loss_type]}
-    with _auto_jit_means_xla():
-        harness.run_layer_test(
-            MarginHead,
-            init_kwargs=kwargs,
-            input_data=x,
-            call_kwargs={"labels": y, "training": True},
-            expected_output_shape=(8, 5),
-            expected_output_dtype="float32",
-            expected_num_trainable_weights=2 if kwargs.get("use_bias") else 1,
-            expected_num_non_trainable_weights=1,
-            expected_num_losses=0,
-        )
+    keras_harness.run_layer_test(
+        MarginHead,
+        init_kwargs=kwargs,
+        input_data=x,
+        call_kwargs={"labels": y, "training": True},
+        expected_output_shape=(8, 5),
+        expected_output_dtype="float32",
+        expected_num_trainable_weights=2 if kwargs.get("use_bias") else 1,
+        expected_num_non_trainable_weights=1,
+        expected_num_losses=0,
+    )
 
 
 @pytest.mark.parametrize("loss_type", ALL_TYPES)
-def test_keras_run_layer_test_training_check_with_labels_under_xla(rng, harness, loss_type):
-    """The harness's training check with the margin path, compiled with XLA (through `PairInputMarginHead`)."""
+def test_keras_run_layer_test_training_check_with_labels(rng, keras_harness, loss_type):
+    """The harness's training check with the margin path (through `PairInputMarginHead`), graph and XLA."""
     x = _features(rng, 8, 4)
     y = tf.constant(rng.integers(0, 5, size=8), "int32")
     kwargs = {"num_classes": 5, "loss_type": loss_type, **HARNESS_KWARGS[loss_type]}
     PairInputMarginHead.traces.clear()
-    with _auto_jit_means_xla():
-        harness.run_layer_test(
-            PairInputMarginHead,
-            init_kwargs=kwargs,
-            input_data=(x, y),
-            expected_output_shape=(8, 5),
-            expected_output_dtype="float32",
-            expected_num_non_trainable_weights=1,
-        )
-    # The harness's fit traced the margin path (labels, training=True) inside an XLA cluster.
-    assert (True, True) in PairInputMarginHead.traces, PairInputMarginHead.traces
+    keras_harness.run_layer_test(
+        PairInputMarginHead,
+        init_kwargs=kwargs,
+        input_data=(x, y),
+        expected_output_shape=(8, 5),
+        expected_output_dtype="float32",
+        expected_num_non_trainable_weights=1,
+    )
+    # The harness's fit traced the margin path (labels, training=True), inside XLA in the 'xla' case.
+    assert (True, keras_harness.xla) in PairInputMarginHead.traces, PairInputMarginHead.traces

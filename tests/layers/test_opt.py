@@ -7,8 +7,6 @@ import numpy as np
 import pytest
 import scipy.linalg
 import tensorflow as tf
-from keras.src import testing as keras_testing
-from keras.src.trainers import trainer as keras_trainer
 
 from sphere_tf import testing
 from sphere_tf import layers as sphere_layers
@@ -472,18 +470,6 @@ def test_energy_init_when_built_inside_a_trace_matches_eager_build():
 # ---------------------------------------------------------------- Keras's own layer harness and XLA
 
 
-class _KerasHarness(keras_testing.TestCase):
-    """`keras.src.testing.TestCase.run_layer_test` outside a unittest class."""
-
-    def runTest(self):  # unittest needs a test method to instantiate the case
-        pass
-
-
-def _jit_like_a_gpu(monkeypatch):
-    """Make `jit_compile="auto"` pick XLA as on a GPU (on CPU-only machines Keras picks eager graphs)."""
-    monkeypatch.setattr(keras_trainer.Trainer, "_resolve_auto_jit_compile", lambda self: True)
-
-
 HARNESS_CASES = [
     {"orthogonalization": name} for name in ORTHOGONALIZATIONS_ALL
 ] + [
@@ -495,13 +481,10 @@ HARNESS_CASES = [
 ]
 
 
-@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
 @pytest.mark.parametrize("kwargs", HARNESS_CASES, ids=lambda k: "-".join(f"{v}" for v in k.values()))
-def test_keras_layer_harness_conv(kwargs, jit, monkeypatch):
-    if jit:
-        _jit_like_a_gpu(monkeypatch)
+def test_keras_layer_harness_conv(kwargs, keras_harness):
     extra = kwargs.get("stochastic_dims") is not None
-    _KerasHarness().run_layer_test(
+    keras_harness.run_layer_test(
         opt_lib.OPTConv2D,
         init_kwargs={"filters": 3, "kernel_size": 2, "padding": "same", "seed": 0, **kwargs},
         input_shape=(2, 4, 4, 2),
@@ -512,12 +495,9 @@ def test_keras_layer_harness_conv(kwargs, jit, monkeypatch):
     )
 
 
-@pytest.mark.parametrize("jit", [False, True], ids=["graph", "xla"])
 @pytest.mark.parametrize("orthogonalization", ORTHOGONALIZATIONS_ALL)
-def test_keras_layer_harness_dense(orthogonalization, jit, monkeypatch):
-    if jit:
-        _jit_like_a_gpu(monkeypatch)
-    _KerasHarness().run_layer_test(
+def test_keras_layer_harness_dense(orthogonalization, keras_harness):
+    keras_harness.run_layer_test(
         opt_lib.OPTDense,
         init_kwargs={"units": 3, "orthogonalization": orthogonalization, "activation": "relu", "seed": 0},
         input_shape=(2, 5, 4),
