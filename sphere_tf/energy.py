@@ -55,6 +55,7 @@ import math
 import tensorflow as tf  # tf.linalg.matmul(transpose_a=...): keras.ops.matmul has no transpose flags
 from keras import ops
 
+from sphere_tf import registry
 from sphere_tf import validation
 from sphere_tf.ops import angles
 
@@ -535,19 +536,14 @@ ENERGY_FNS = {
 
 def register_energy_fn(name, fn):
     """Adds `fn(weights, **kwargs) -> scalar` to `ENERGY_FNS`; a taken name raises."""
-    if name in ENERGY_FNS:
-        raise ValueError(f"Energy {name!r} is already registered.")
     if not callable(fn):
-        raise ValueError(f"Invalid value for argument `fn`: expected a callable. Received: fn={fn!r}")
-    ENERGY_FNS[name] = fn
-    return fn
+        raise validation.invalid_argument("fn", "a callable", fn)
+    return registry.register(ENERGY_FNS, name, fn, "Energy")
 
 
 def get_energy_fn(identifier):
     """Resolves a registry name (or a callable, returned as is) to an energy function."""
     if callable(identifier):
         return identifier
-    if identifier not in ENERGY_FNS:
-        raise ValueError(f"Unknown energy {identifier!r}; expected one of {sorted(ENERGY_FNS)}.")
-    return ENERGY_FNS[identifier]
+    return registry.lookup(ENERGY_FNS, identifier, "energy")
 

@@ -271,7 +271,7 @@ def test_rank1_and_registry_errors():
         energy.hyperspherical_energy(np.ones((3,), np.float32))
     with pytest.raises(ValueError, match="Unknown energy"):
         energy.get_energy_fn("s9")
-    with pytest.raises(ValueError, match="already registered"):
+    with pytest.raises(KeyError, match="already registered"):
         energy.register_energy_fn("s2", lambda w: w)
 
 

@@ -15,6 +15,8 @@ import math
 
 from keras import ops
 
+from sphere_tf import registry
+
 from sphere_tf.ops import angles
 
 
@@ -88,9 +90,7 @@ USES_K = frozenset({"sigmoid"})
 def register_angular_fn(name, fn, needs_theta=True, uses_k=False):
     """Adds `fn(cos_theta, k)` under `name`; taken names raise `KeyError`."""
     global NEEDS_THETA, USES_K
-    if name in ANGULAR_FNS:
-        raise KeyError(f"Angular function {name!r} is already registered.")
-    ANGULAR_FNS[name] = fn
+    registry.register(ANGULAR_FNS, name, fn, "Angular function")
     if needs_theta:
         NEEDS_THETA = NEEDS_THETA | {name}
     if uses_k:
@@ -101,8 +101,4 @@ def get_angular_fn(identifier):
     """Resolves a registry name (or a callable `fn(cos_theta, k)`) to a function."""
     if callable(identifier):
         return identifier
-    if identifier not in ANGULAR_FNS:
-        raise ValueError(
-            f"Unknown angular function {identifier!r}; expected one of {sorted(ANGULAR_FNS)}."
-        )
-    return ANGULAR_FNS[identifier]
+    return registry.lookup(ANGULAR_FNS, identifier, "angular function")

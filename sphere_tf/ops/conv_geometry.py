@@ -11,6 +11,8 @@ and `tf.nn.conv2d` follow the same rules; the sliding-window patch energy, the
 OPT and ConvNorm layers and the Fourier-domain ConvNorm crop all read them from here.
 """
 
+from sphere_tf import validation
+
 
 def axis_geometry(size, kernel, stride=1, dilation=1, padding="valid"):
     """`(pad_before, pad_after, out_size)` of one spatial axis.
@@ -31,7 +33,7 @@ def axis_geometry(size, kernel, stride=1, dilation=1, padding="valid"):
         return total // 2, total - total // 2, out
     if padding == "valid":
         return 0, 0, (size - span) // stride + 1
-    raise ValueError(f"Invalid value for argument `padding`: expected 'valid' or 'same'. Received: padding={padding!r}")
+    raise validation.invalid_argument("padding", "'valid' or 'same'", padding)
 
 
 def output_shape(input_shape, filters, kernel_size, strides=(1, 1), padding="valid", dilation_rate=(1, 1)):

@@ -14,6 +14,8 @@ from typing import Callable, Optional
 
 from keras import ops
 
+from sphere_tf import registry
+
 
 def _times(alpha, h):
     # α = 1 (the default) costs no full-size multiply.
@@ -90,19 +92,13 @@ MAGNITUDE_FNS = {
 
 def register_magnitude(name, magnitude):
     """Adds a `Magnitude` entry; taken names raise `KeyError`."""
-    if name in MAGNITUDE_FNS:
-        raise KeyError(f"Magnitude function {name!r} is already registered.")
     if not isinstance(magnitude, Magnitude):
         raise TypeError(f"Expected a `Magnitude`, received {magnitude!r}.")
-    MAGNITUDE_FNS[name] = magnitude
+    registry.register(MAGNITUDE_FNS, name, magnitude, "Magnitude function")
 
 
 def get_magnitude(identifier):
     """Resolves a registry name to its `Magnitude` entry."""
     if isinstance(identifier, Magnitude):
         return identifier
-    if identifier not in MAGNITUDE_FNS:
-        raise ValueError(
-            f"Unknown magnitude function {identifier!r}; expected one of {sorted(MAGNITUDE_FNS)}."
-        )
-    return MAGNITUDE_FNS[identifier]
+    return registry.lookup(MAGNITUDE_FNS, identifier, "magnitude function")

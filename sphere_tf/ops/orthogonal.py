@@ -33,6 +33,9 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from sphere_tf import registry
+from sphere_tf import validation
+
 # Default Newton–Schulz iterations for `lowdin(..., newton_schulz_iters=...)`.
 # From X0 = P/‖P‖_F a Gaussian 576×576 P needs ≈ 30 steps to reach 1e-7.
 DEFAULT_NEWTON_SCHULZ_ITERS = 40
@@ -360,19 +363,11 @@ def get_orthogonalization(identifier):
     """Resolve a registry name (or pass a callable through) to an orthogonalisation map."""
     if callable(identifier):
         return identifier
-    if identifier not in ORTHOGONALIZATION_FNS:
-        raise ValueError(
-            f"Unknown orthogonalization {identifier!r}; expected one of "
-            f"{sorted(ORTHOGONALIZATION_FNS)}."
-        )
-    return ORTHOGONALIZATION_FNS[identifier]
+    return registry.lookup(ORTHOGONALIZATION_FNS, identifier, "orthogonalization")
 
 
 def register_orthogonalization(name, fn):
     """Add ``fn(p) -> R`` (float32, ``(..., d, d)``) to the registry under ``name``."""
-    if name in ORTHOGONALIZATION_FNS:
-        raise ValueError(f"Orthogonalization {name!r} is already registered.")
     if not callable(fn):
-        raise ValueError(f"Invalid value for argument `fn`: expected a callable. Received: fn={fn!r}")
-    ORTHOGONALIZATION_FNS[name] = fn
-    return fn
+        raise validation.invalid_argument("fn", "a callable", fn)
+    return registry.register(ORTHOGONALIZATION_FNS, name, fn, "Orthogonalization")

@@ -225,7 +225,7 @@ def test_degenerate_inputs_give_finite_orthogonal_outputs(p):
 def test_registry_errors():
     with pytest.raises(ValueError, match="Unknown orthogonalization 'nope'"):
         orthogonal.get_orthogonalization("nope")
-    with pytest.raises(ValueError, match="already registered"):
+    with pytest.raises(KeyError, match="already registered"):
         orthogonal.register_orthogonalization("cayley", orthogonal.cayley)
     assert orthogonal.get_orthogonalization(orthogonal.cayley) is orthogonal.cayley
 
