@@ -677,7 +677,8 @@ def decoupled_response_from_dot(
 
     The one implementation of the decoupled operator (SphereNet, DCNet), with
     cos θ = dot·(1/‖x‖); `operator.decoupled_response` is its cosine-form
-    wrapper and lists the four kernel weightings [D-3, D §3.5, D-15, D-16]. The cosine is never formed as a full tensor when g is the cosine, and
+    wrapper and lists the four kernel weightings [D-3, D §3.5, D-15, D-16]. The
+    cosine is never formed as a full tensor when g is the cosine, and
     linear/sigmoid g use the custom gradient of `_angular_of_dot`.
 
     Args:
