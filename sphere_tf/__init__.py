@@ -3,8 +3,9 @@
 Subpackages: `ops` (the maths: angles, angular and magnitude functions, margins,
 orthogonalisations, the layers' fused hot path), `kernels` (the C++ training-path
 kernels and their build), `layers`, `losses`, `regularizers`, `optimizers`,
-`metrics`, `callbacks`, `energy`, `training`, `models`, `data`, `export`,
-`validation` (argument checks) and `testing` (reference helpers for tests).
+`metrics`, `callbacks`, `energy`, `initializers`, `training`, `models`, `data`,
+`export`, `registry` (name registries), `validation` (argument checks) and
+`testing` (reference helpers for tests, imported on its own).
 
 Docstrings cite equations by key: `[S-n]` SphereNet (Deep Hyperspherical
 Learning, NIPS 2017) eq. n, `[D-n]` DCNet (Decoupled Networks, CVPR 2018) eq. n,
@@ -16,12 +17,18 @@ repositories cited by file.
 from sphere_tf import callbacks
 from sphere_tf import data
 from sphere_tf import energy
+from sphere_tf import export
+from sphere_tf import initializers
+from sphere_tf import kernels
 from sphere_tf import layers
 from sphere_tf import losses
 from sphere_tf import metrics
+from sphere_tf import models
 from sphere_tf import ops
 from sphere_tf import optimizers
+from sphere_tf import registry
 from sphere_tf import regularizers
 from sphere_tf import training
+from sphere_tf import validation
 
 __version__ = "0.1.0"
