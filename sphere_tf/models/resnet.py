@@ -1,0 +1,198 @@
+"""Residual networks of the SphereNet, DCNet and ConvNorm papers, any operator in every conv.
+
+| name                  | paper, table                                            | stem             | stages (width × basic blocks) |
+|-----------------------|---------------------------------------------------------|------------------|-------------------------------|
+| `resnet32`            | DCNet App. Table 9; SphereNet App. Table 6 ("Sec. 4.3") | 3×3, 96          | 96/192/384 × 5                |
+| `spherenet_resnet32`  | SphereNet App. Table 6 ("Sec. 4.2", Table 2, Fig. 3a)   | 3×3, 64          | 64/96/128 × 5                 |
+| `resnet18`            | DCNet App. Table 9 (standard ResNet-18; He et al. 2016) | 7×7/2, 64; pool  | 64/128/256/512 × 2            |
+| `convnorm_resnet18`   | ConvNorm (NeurIPS 2021) §5; shengliu66/ConvNorm `models/resnet.py` | 3×3, 64 | 64/128/256/512 × 2       |
+| `sphere_resnet18_v1`  | SphereNet App. Table 6 and §4.6 (ImageNet)              | 7×7/2, 256; pool | 256/512/768/1024 × 2          |
+| `sphere_resnet18_v2`  | the same, ordinary 1×1 shortcut convs                   | 7×7/2, 256; pool | 256/512/768/1024 × 2          |
+| `modified_resnet18`   | DCNet App. Table 9 (SphereFace-style)                   | 7×7/2, 128; pool | see `build_modified_resnet18` |
+
+Basic block (He et al., "Deep Residual Learning", CVPR 2016): conv 3×3 → BN →
+ReLU → conv 3×3 → BN, plus the shortcut, then ReLU. The first block of a stage
+downsamples with stride 2 in its first conv; when the shape changes the
+shortcut is a 1×1 conv (with `shortcut_operator`, default the model's
+`operator`) → BN. Global average pooling feeds the head.
+
+`stem='imagenet'` is the 7×7 stride-2 conv and 3×3 stride-2 max-pool of the
+ImageNet papers; `stem='cifar'` is a 3×3 stride-1 conv without pooling (the
+CIFAR ResNet-18 of ConvNorm, kuangliu/pytorch-cifar's layout).
+
+Note: SphereNet does not say which shortcut its CIFAR ResNets use when the
+width changes ("essentially the same as" He et al.); the 1×1 projection is used
+here, so that shortcut slot can carry SphereConv as in SphereResNet-18 v1.
+"""
+
+import keras
+
+from sphere_tf import validation
+from sphere_tf.models import blocks
+from sphere_tf.models.registry import register_model
+
+STEMS = ("cifar", "imagenet")
+
+
+def _stem(x, stem, width, operator, batch_norm, relu, activation):
+    if stem == "imagenet":
+        x = blocks.conv_unit(x, operator, width, 7, strides=2, batch_norm=batch_norm, relu=relu,
+                             activation=activation, name="conv0")
+        return keras.layers.MaxPooling2D(3, strides=2, padding="same", name="pool0")(x)
+    return blocks.conv_unit(x, operator, width, 3, batch_norm=batch_norm, relu=relu, activation=activation,
+                            name="conv0")
+
+
+def basic_block(x, width, strides, operator, shortcut_operator, batch_norm, relu, activation, name):
+    """One post-activation basic block; a projection shortcut when the shape changes."""
+    shortcut = x
+    if strides != 1 or x.shape[-1] != width:
+        shortcut = blocks.conv_unit(x, shortcut_operator, width, 1, strides=strides, batch_norm=batch_norm,
+                                    relu=False, name=f"{name}_shortcut")
+    y = blocks.conv_unit(x, operator, width, 3, strides=strides, batch_norm=batch_norm, relu=relu,
+                         activation=activation, name=f"{name}_conv1")
+    y = blocks.conv_unit(y, operator, width, 3, batch_norm=batch_norm, relu=False, name=f"{name}_conv2")
+    y = keras.layers.Add(name=f"{name}_add")([y, shortcut])
+    if relu:
+        y = blocks.activation_layer(y, activation, f"{name}_out")
+    return y
+
+
+def build_resnet(
+    input_shape,
+    num_classes,
+    widths,
+    blocks_per_stage,
+    stem="cifar",
+    stem_width=None,
+    operator=None,
+    shortcut_operator=None,
+    batch_norm=True,
+    relu=True,
+    activation="relu",
+    head=None,
+    width_multiplier=1.0,
+    name="resnet",
+):
+    """Builds a ResNet of basic blocks: stem, `len(widths)` stages, global average pool, head.
+
+    Args:
+        input_shape: tuple, e.g. (32, 32, 3).
+        num_classes: int, classifier width.
+        widths: tuple of ints, the width of each stage (before `width_multiplier`).
+        blocks_per_stage: int or tuple of ints, basic blocks per stage.
+        stem: 'cifar' (3×3 conv) or 'imagenet' (7×7/2 conv, 3×3/2 max-pool).
+        stem_width: int, the stem's filters (None: `widths[0]`).
+        operator: operator spec of every 3×3/7×7 conv (`sphere_tf.models.operators`).
+        shortcut_operator: operator spec of the 1×1 shortcut convs (None: `operator`).
+        batch_norm: bool, BatchNorm after every conv.
+        relu: bool, the activations (off for the no-ReLU ablations).
+        activation: 'relu' or 'prelu'.
+        head: the classifier (`sphere_tf.models.blocks`): None (Dense), a dict or a layer.
+        width_multiplier: float > 0, scales every width.
+        name: str, the model's name.
+
+    Returns:
+        A functional `keras.Model`.
+    """
+    multiplier = blocks.check_common(batch_norm, relu, activation, width_multiplier)
+    validation.one_of(stem, "stem", STEMS)
+    widths = blocks.scale_widths(widths, multiplier)
+    if isinstance(blocks_per_stage, (list, tuple)):
+        if len(blocks_per_stage) != len(widths):
+            raise validation.invalid_argument("blocks_per_stage", f"{len(widths)} counts, one per stage",
+                                              blocks_per_stage)
+        counts = tuple(validation.positive_int(n, f"blocks_per_stage[{i}]") for i, n in enumerate(blocks_per_stage))
+    else:
+        counts = (validation.positive_int(blocks_per_stage, "blocks_per_stage"),) * len(widths)
+    stem_width = widths[0] if stem_width is None else blocks.scale_widths(stem_width, multiplier, "stem_width")[0]
+    if shortcut_operator is None:
+        shortcut_operator = operator
+    images = blocks.images_input(input_shape)
+    x = _stem(images, stem, stem_width, operator, batch_norm, relu, activation)
+    for stage, (width, count) in enumerate(zip(widths, counts)):
+        for i in range(count):
+            strides = 2 if stage > 0 and i == 0 else 1
+            x = basic_block(x, width, strides, operator, shortcut_operator, batch_norm, relu, activation,
+                            name=f"stage{stage + 1}_block{i + 1}")
+    x = keras.layers.GlobalAveragePooling2D(name="avg_pool")(x)
+    return blocks.finish(images, x, head, num_classes, name)
+
+
+def build_modified_resnet18(
+    input_shape,
+    num_classes,
+    widths=(128, 256, 512, 1024),
+    residual_units=(1, 2, 3, 0),
+    stem="imagenet",
+    stem_width=128,
+    operator=None,
+    batch_norm=True,
+    relu=True,
+    activation="relu",
+    head=None,
+    width_multiplier=1.0,
+    name="modified_resnet18",
+):
+    """DCNet's modified ResNet-18 (App. Table 9), SphereFace-style stages.
+
+    ```
+    conv0 [7×7,128]/2, 3×3/2 max-pool
+    stage s: conv [3×3, widths[s]]/2, then residual_units[s] × ([3×3; 3×3] + identity)
+    1 + (1+2) + (1+4) + (1+6) + 1 = 17 convs, average pool, classifier = 18 layers
+    ```
+    Every shortcut is an identity (the stage's strided conv changes the shape), so
+    there are no 1×1 convs. The arguments are those of `build_resnet`.
+    """
+    multiplier = blocks.check_common(batch_norm, relu, activation, width_multiplier)
+    validation.one_of(stem, "stem", STEMS)
+    widths = blocks.scale_widths(widths, multiplier)
+    if len(tuple(residual_units)) != len(widths):
+        raise validation.invalid_argument("residual_units", f"{len(widths)} counts, one per stage", residual_units)
+    units = tuple(validation.integer(n, f"residual_units[{i}]", minimum=0) for i, n in enumerate(residual_units))
+    stem_width = blocks.scale_widths(stem_width, multiplier, "stem_width")[0]
+    images = blocks.images_input(input_shape)
+    x = _stem(images, stem, stem_width, operator, batch_norm, relu, activation)
+    for stage, (width, count) in enumerate(zip(widths, units)):
+        x = blocks.conv_unit(x, operator, width, 3, strides=2, batch_norm=batch_norm, relu=relu,
+                             activation=activation, name=f"stage{stage + 1}_down")
+        for i in range(count):
+            x = basic_block(x, width, 1, operator, operator, batch_norm, relu, activation,
+                            name=f"stage{stage + 1}_block{i + 1}")
+    x = keras.layers.GlobalAveragePooling2D(name="avg_pool")(x)
+    return blocks.finish(images, x, head, num_classes, name)
+
+
+def _register(name, doc, defaults, build=build_resnet, input_shape=(32, 32, 3)):
+    def builder(input_shape=input_shape, num_classes=10, **kwargs):
+        return build(input_shape, num_classes, name=name, **{**defaults, **kwargs})
+
+    builder.__name__ = name
+    builder.__doc__ = doc
+    return register_model(builder)
+
+
+_SPHERE_COSINE = {"layer": "sphere", "angular": "cosine"}
+
+_register("resnet32", "ResNet-32 of DCNet App. Table 9 / SphereNet App. Table 6 (Sec. 4.3): 3×3,96 stem, "
+          "5 basic blocks at 96/192/384.", dict(widths=(96, 192, 384), blocks_per_stage=5))
+_register("spherenet_resnet32", "ResNet-32 of SphereNet App. Table 6 (Sec. 4.2, Table 2, Fig. 3a): 3×3,64 stem, "
+          "5 basic blocks at 64/96/128.", dict(widths=(64, 96, 128), blocks_per_stage=5))
+_register("resnet18", "Standard ResNet-18 (He et al. 2016; DCNet App. Table 9): 7×7/2 stem + max-pool, "
+          "2 basic blocks at 64/128/256/512; `stem='cifar'` for 32×32 inputs.",
+          dict(widths=(64, 128, 256, 512), blocks_per_stage=2, stem="imagenet"), input_shape=(224, 224, 3))
+_register("convnorm_resnet18", "ConvNorm's CIFAR ResNet-18 (shengliu66/ConvNorm `models/resnet.py`): 3×3 stem, "
+          "no pool, 2 basic blocks at 64/128/256/512, ConvNorm2D (with its BN) in every conv, shortcuts "
+          "included.", dict(widths=(64, 128, 256, 512), blocks_per_stage=2, stem="cifar",
+                            operator={"layer": "conv_norm"}))
+_register("sphere_resnet18_v1", "SphereResNet-18-v1 (SphereNet §4.6, App. Table 6): 7×7/2,256 stem, 2 blocks at "
+          "256/512/768/1024, cosine SphereConv everywhere including the 1×1 shortcuts (the paper pairs it "
+          "with cosine W-Softmax: head={'layer': 'margin', 'loss_type': 'wsoftmax'}).",
+          dict(widths=(256, 512, 768, 1024), blocks_per_stage=2, stem="imagenet", stem_width=256,
+               operator=_SPHERE_COSINE), input_shape=(224, 224, 3))
+_register("sphere_resnet18_v2", "SphereResNet-18-v2 (SphereNet §4.6): as v1 with ordinary 1×1 shortcut convs "
+          "and a softmax head.", dict(widths=(256, 512, 768, 1024), blocks_per_stage=2, stem="imagenet",
+                                      stem_width=256, operator=_SPHERE_COSINE,
+                                      shortcut_operator={"layer": "conv2d"}), input_shape=(224, 224, 3))
+_register("modified_resnet18", build_modified_resnet18.__doc__.split("\n")[0], {}, build=build_modified_resnet18,
+          input_shape=(224, 224, 3))
