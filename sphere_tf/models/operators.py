@@ -96,6 +96,20 @@ def dense_layer(operator, units, **kwargs):
     return _DENSE[kind_](units, **{**kwargs, **options})
 
 
-def validate_operator(operator):
-    """Builds one throwaway layer so that typos in an operator spec fail before data is read."""
-    conv_layer(operator, 1, 1)
+def validate_operator(operator, name="operator", dense=False):
+    """Builds one throwaway layer so that typos in an operator spec fail before data is read.
+
+    Args:
+        operator: the spec.
+        name: str, how errors name it (`'shortcut_operator'`, a config key, ...).
+        dense: bool, check it as a hidden-FC spec (`dense_layer`) instead of a conv spec.
+
+    Raises:
+        ValueError: an unknown kind (naming `name['layer']` and the kinds) or a bad option.
+    """
+    kind_, options = _split(operator, name)
+    if dense:
+        if kind_ != "conv_norm":
+            _DENSE[kind_](1, **options)
+    else:
+        _CONV[kind_](1, 1, **options)

@@ -5,7 +5,7 @@
 | `cnn3` … `cnn69` | SphereNet (NIPS 2017) App. Table 5 (CNN-N)         | [3×3; 64/96/128]×N/3    | 256        |
 | `dcnet_cnn9`     | DCNet (CVPR 2018) App. Table 9, plain CNN-9        | [3×3; 64/128/256]×3     | 512        |
 | `dcnet_cnn9_adv` | DCNet App. Table 9, CNN-9 (adversarial), no BN     | [3×3; 32/64/128]×3      | 256        |
-| `opt_cnn6/9`     | OPT (CVPR 2021) Table F.1 / wy1iu/OPT `opt_gs/train.py` | [3×3; 64/64/64]×2 or 3 | 64    |
+| `opt_cnn6/9`     | OPT (CVPR 2021) Table F.1; wy1iu/OPT `opt_gs/architecture.py` | [3×3; 64/64/64]×2 or 3 | 64 |
 | `mnist_2d`       | L-Softmax (ICML 2016) Table 2.1, "MNIST (Fig. 2)"  | [5×5; 32/64/128]×2      | 2          |
 | `dcnet_mnist_2d` | DCNet App. D (MNIST visualisation)                 | [3×3; 32/64/128]×2      | 256, 2     |
 | `small_cnn`      | the Fashion-MNIST network of `configs/dcnet/`      | [3×3; 32/64]×2          | 128        |
@@ -20,6 +20,7 @@ import keras
 
 from sphere_tf import validation
 from sphere_tf.models import blocks
+from sphere_tf.models import operators
 from sphere_tf.models.registry import register_model
 
 SPHERENET_WIDTHS = (64, 96, 128)
@@ -78,8 +79,10 @@ def build_plain_cnn(
         dense_units = tuple(validation.positive_int(u, f"dense_units[{i}]") for i, u in enumerate(dense_units))
     else:
         dense_units = (validation.positive_int(dense_units, "dense_units"),) if dense_units else ()
+    operators.validate_operator(operator)
     if fc_operator is None:
         fc_operator = operator if decoupled_dense else {"layer": "conv2d"}
+    operators.validate_operator(fc_operator, "fc_operator", dense=True)
     images = blocks.images_input(input_shape)
     x = images
     for stage, width in enumerate(widths):
@@ -115,7 +118,7 @@ _register("dcnet_cnn9", "DCNet's plain CNN-9 (App. Table 9): [3×3]×3 per stage
           3, widths=(64, 128, 256), dense_units=512)
 _register("dcnet_cnn9_adv", "DCNet's adversarial CNN-9 (App. Table 9, §6.2): [3×3]×3 at 32/64/128, FC 256, "
           "no BatchNorm by default.", 3, widths=(32, 64, 128), dense_units=256, batch_norm=False)
-_register("opt_cnn6", "OPT's CNN-6 (Table F.1; wy1iu/OPT `opt_gs/train.py`): [3×3,64]×2 per stage, FC 64.",
+_register("opt_cnn6", "OPT's CNN-6 (Table F.1; wy1iu/OPT `opt_gs/architecture.py`): [3×3,64]×2 per stage, FC 64.",
           2, widths=(64, 64, 64), dense_units=64)
 _register("opt_cnn9", "OPT's CNN-9 (Table F.1): [3×3,64]×3 per stage, FC 64.",
           3, widths=(64, 64, 64), dense_units=64)

@@ -1,14 +1,16 @@
 """Residual networks of the SphereNet, DCNet and ConvNorm papers, any operator in every conv.
 
-| name                  | paper, table                                            | stem             | stages (width × basic blocks) |
-|-----------------------|---------------------------------------------------------|------------------|-------------------------------|
-| `resnet32`            | DCNet App. Table 9; SphereNet App. Table 6 ("Sec. 4.3") | 3×3, 96          | 96/192/384 × 5                |
-| `spherenet_resnet32`  | SphereNet App. Table 6 ("Sec. 4.2", Table 2, Fig. 3a)   | 3×3, 64          | 64/96/128 × 5                 |
-| `resnet18`            | DCNet App. Table 9 (standard ResNet-18; He et al. 2016) | 7×7/2, 64; pool  | 64/128/256/512 × 2            |
-| `convnorm_resnet18`   | ConvNorm (NeurIPS 2021) §5; shengliu66/ConvNorm `models/resnet.py` | 3×3, 64 | 64/128/256/512 × 2       |
-| `sphere_resnet18_v1`  | SphereNet App. Table 6 and §4.6 (ImageNet)              | 7×7/2, 256; pool | 256/512/768/1024 × 2          |
-| `sphere_resnet18_v2`  | the same, ordinary 1×1 shortcut convs                   | 7×7/2, 256; pool | 256/512/768/1024 × 2          |
-| `modified_resnet18`   | DCNet App. Table 9 (SphereFace-style)                   | 7×7/2, 128; pool | see `build_modified_resnet18` |
+| name                 | paper, table                                  | stem             | widths × blocks    |
+|----------------------|-----------------------------------------------|------------------|--------------------|
+| `resnet32`           | DCNet App. Table 9; SphereNet Table 6 (§4.3)  | 3×3, 96          | 96/192/384 × 5     |
+| `spherenet_resnet32` | SphereNet App. Table 6 (§4.2, Fig. 3a)        | 3×3, 64          | 64/96/128 × 5      |
+| `resnet18`           | He et al. 2016; DCNet App. Table 9 (standard) | 7×7/2, 64; pool  | 64/…/512 × 2       |
+| `convnorm_resnet18`  | ConvNorm (NeurIPS 2021) §5, CIFAR variant     | 3×3, 64          | 64/…/512 × 2       |
+| `sphere_resnet18_v1` | SphereNet App. Table 6, §4.6 (ImageNet)       | 7×7/2, 256; pool | 256/512/768/1024 × 2 |
+| `sphere_resnet18_v2` | the same, ordinary 1×1 shortcut convs         | 7×7/2, 256; pool | 256/512/768/1024 × 2 |
+| `modified_resnet18`  | DCNet App. Table 9 (SphereFace-style)         | 7×7/2, 128; pool | `build_modified_resnet18` |
+
+The ConvNorm network follows shengliu66/ConvNorm `models/resnet.py`.
 
 Basic block (He et al., "Deep Residual Learning", CVPR 2016): conv 3×3 → BN →
 ReLU → conv 3×3 → BN, plus the shortcut, then ReLU. The first block of a stage
@@ -29,6 +31,7 @@ import keras
 
 from sphere_tf import validation
 from sphere_tf.models import blocks
+from sphere_tf.models import operators
 from sphere_tf.models.registry import register_model
 
 STEMS = ("cifar", "imagenet")
@@ -106,8 +109,10 @@ def build_resnet(
     else:
         counts = (validation.positive_int(blocks_per_stage, "blocks_per_stage"),) * len(widths)
     stem_width = widths[0] if stem_width is None else blocks.scale_widths(stem_width, multiplier, "stem_width")[0]
+    operators.validate_operator(operator)
     if shortcut_operator is None:
         shortcut_operator = operator
+    operators.validate_operator(shortcut_operator, "shortcut_operator")
     images = blocks.images_input(input_shape)
     x = _stem(images, stem, stem_width, operator, batch_norm, relu, activation)
     for stage, (width, count) in enumerate(zip(widths, counts)):
@@ -151,6 +156,7 @@ def build_modified_resnet18(
         raise validation.invalid_argument("residual_units", f"{len(widths)} counts, one per stage", residual_units)
     units = tuple(validation.integer(n, f"residual_units[{i}]", minimum=0) for i, n in enumerate(residual_units))
     stem_width = blocks.scale_widths(stem_width, multiplier, "stem_width")[0]
+    operators.validate_operator(operator)
     images = blocks.images_input(input_shape)
     x = _stem(images, stem, stem_width, operator, batch_norm, relu, activation)
     for stage, (width, count) in enumerate(zip(widths, units)):

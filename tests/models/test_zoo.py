@@ -277,13 +277,17 @@ def test_keras_file_round_trip(tmp_path, name, operator):
 def test_typos_fail_at_build_time_naming_the_choices():
     with pytest.raises(ValueError, match=r"operator\['layer'\].*'conv_norm'.*'opt'.*Received.*'spere'"):
         models.create_model("resnet32", operator={"layer": "spere"})
-    with pytest.raises(ValueError, match=r"shortcut|operator\['layer'\].*Received.*'optt'"):
+    with pytest.raises(ValueError, match=r"`shortcut_operator\['layer'\]`.*Received: shortcut_op.*'optt'"):
         models.create_model("resnet32", shortcut_operator="optt")
-    with pytest.raises(ValueError, match=r"Unknown orthogonalization|orthogonalization"):
+    with pytest.raises(ValueError, match=r"`orthogonalization`.*'gram_schmidt'.*Received: orthogonalization='qr_typo'"):
         models.create_model("opt_cnn6", operator={"layer": "opt", "orthogonalization": "qr_typo"})
     with pytest.raises(ValueError, match=r"head\['layer'\].*'margin'.*Received.*'arcface'"):
         models.create_model("cnn3", head={"layer": "arcface"})
-    with pytest.raises(ValueError, match=r"loss_type"):
+    with pytest.raises(ValueError, match=r"fc_operator\['layer'\].*'sphere'.*Received.*'dense2'"):
+        models.create_model("cnn9", fc_operator={"layer": "dense2"})
+    with pytest.raises(ValueError, match=r"SphereConv2D.*'angulr'"):
+        models.create_model("cnn3", operator={"layer": "sphere", "angulr": "cosine"})
+    with pytest.raises(ValueError, match=r"`loss_type`.*'arcface'.*Received: loss_type='arcfase'"):
         models.create_model("cnn3", head={"layer": "margin", "loss_type": "arcfase"})
     with pytest.raises(ValueError, match=r"`stem`.*\('cifar', 'imagenet'\).*'cifr'"):
         models.create_model("resnet18", stem="cifr")
