@@ -61,6 +61,26 @@ def basic_block(x, width, strides, operator, shortcut_operator, batch_norm, relu
     return y
 
 
+def _per_stage(value, name, stages, minimum):
+    """An int (every stage) or one int per stage, each >= `minimum`, as a tuple."""
+    if not isinstance(value, (list, tuple)):
+        return (validation.integer(value, name, minimum=minimum),) * stages
+    if len(value) != stages:
+        raise validation.invalid_argument(name, f"{stages} counts, one per stage", value)
+    return tuple(validation.integer(n, f"{name}[{i}]", minimum=minimum) for i, n in enumerate(value))
+
+
+def _trunk(input_shape, widths, stem, stem_width, operator, batch_norm, relu, activation, width_multiplier):
+    """Checks the shared arguments; returns the image input, the stem's output and the scaled widths."""
+    multiplier = blocks.check_common(batch_norm, relu, activation, width_multiplier)
+    validation.one_of(stem, "stem", STEMS)
+    widths = blocks.scale_widths(widths, multiplier)
+    stem_width = widths[0] if stem_width is None else blocks.scale_widths(stem_width, multiplier, "stem_width")[0]
+    operators.validate_operator(operator)
+    images = blocks.images_input(input_shape)
+    return images, _stem(images, stem, stem_width, operator, batch_norm, relu, activation), widths
+
+
 def build_resnet(
     input_shape,
     num_classes,
@@ -98,23 +118,12 @@ def build_resnet(
     Returns:
         A functional `keras.Model`.
     """
-    multiplier = blocks.check_common(batch_norm, relu, activation, width_multiplier)
-    validation.one_of(stem, "stem", STEMS)
-    widths = blocks.scale_widths(widths, multiplier)
-    if isinstance(blocks_per_stage, (list, tuple)):
-        if len(blocks_per_stage) != len(widths):
-            raise validation.invalid_argument("blocks_per_stage", f"{len(widths)} counts, one per stage",
-                                              blocks_per_stage)
-        counts = tuple(validation.positive_int(n, f"blocks_per_stage[{i}]") for i, n in enumerate(blocks_per_stage))
-    else:
-        counts = (validation.positive_int(blocks_per_stage, "blocks_per_stage"),) * len(widths)
-    stem_width = widths[0] if stem_width is None else blocks.scale_widths(stem_width, multiplier, "stem_width")[0]
-    operators.validate_operator(operator)
     if shortcut_operator is None:
         shortcut_operator = operator
     operators.validate_operator(shortcut_operator, "shortcut_operator")
-    images = blocks.images_input(input_shape)
-    x = _stem(images, stem, stem_width, operator, batch_norm, relu, activation)
+    images, x, widths = _trunk(input_shape, widths, stem, stem_width, operator, batch_norm, relu, activation,
+                               width_multiplier)
+    counts = _per_stage(blocks_per_stage, "blocks_per_stage", len(widths), minimum=1)
     for stage, (width, count) in enumerate(zip(widths, counts)):
         for i in range(count):
             strides = 2 if stage > 0 and i == 0 else 1
@@ -149,16 +158,9 @@ def build_modified_resnet18(
     Every shortcut is an identity (the stage's strided conv changes the shape), so
     there are no 1×1 convs. The arguments are those of `build_resnet`.
     """
-    multiplier = blocks.check_common(batch_norm, relu, activation, width_multiplier)
-    validation.one_of(stem, "stem", STEMS)
-    widths = blocks.scale_widths(widths, multiplier)
-    if len(tuple(residual_units)) != len(widths):
-        raise validation.invalid_argument("residual_units", f"{len(widths)} counts, one per stage", residual_units)
-    units = tuple(validation.integer(n, f"residual_units[{i}]", minimum=0) for i, n in enumerate(residual_units))
-    stem_width = blocks.scale_widths(stem_width, multiplier, "stem_width")[0]
-    operators.validate_operator(operator)
-    images = blocks.images_input(input_shape)
-    x = _stem(images, stem, stem_width, operator, batch_norm, relu, activation)
+    images, x, widths = _trunk(input_shape, widths, stem, stem_width, operator, batch_norm, relu, activation,
+                               width_multiplier)
+    units = _per_stage(residual_units, "residual_units", len(widths), minimum=0)
     for stage, (width, count) in enumerate(zip(widths, units)):
         x = blocks.conv_unit(x, operator, width, 3, strides=2, batch_norm=batch_norm, relu=relu,
                              activation=activation, name=f"stage{stage + 1}_down")
