@@ -135,5 +135,10 @@ def pack_inputs(images, labels):
 
 def images_input(input_shape):
     """The image input of every model, named 'images'."""
-    validation.one_of(len(tuple(input_shape)), "len(input_shape)", (3,))
-    return keras.Input(tuple(input_shape), name="images")
+    try:
+        shape = tuple(input_shape)
+    except TypeError:
+        shape = ()
+    if len(shape) != 3 or any(not validation.is_int(d) or d <= 0 for d in shape):
+        raise validation.invalid_argument("input_shape", "(height, width, channels) of positive ints", input_shape)
+    return keras.Input(tuple(int(d) for d in shape), name="images")

@@ -297,5 +297,27 @@ def test_typos_fail_at_build_time_naming_the_choices():
         models.create_model("cnn3", width_multiplier=0)
     with pytest.raises(ValueError, match=r"`blocks_per_stage`.*3 counts"):
         models.create_model("resnet32", blocks_per_stage=(5, 5))
+    with pytest.raises(ValueError, match=r"`input_shape`: expected \(height, width, channels\)"):
+        models.create_model("cnn3", input_shape=(32, 32))
     with pytest.raises(ValueError, match=r"Unknown model 'resnet34'.*resnet32"):
         models.create_model("resnet34")
+
+
+def test_two_d_feature_nets_end_in_a_signed_2d_feature():
+    for name, fcs in (("mnist_2d", ["fc"]), ("dcnet_mnist_2d", ["fc", "fc2"])):
+        model = models.create_model(name, num_classes=10, width_multiplier=1 / 8)
+        assert [model.get_layer(n).units for n in fcs][-1] == 2
+        after = [l.name for l in model.layers][[l.name for l in model.layers].index(fcs[-1]) + 1:]
+        assert after == ["logits"], after  # no BN / activation clipping the plotted feature
+
+
+def test_same_seed_same_model():
+    weights = []
+    for _ in range(2):
+        keras.utils.set_random_seed(7)
+        model, _ = _tiny("opt_cnn6", operator={"layer": "opt"}, fc_operator={"layer": "opt"})
+        weights.append([w.numpy() for w in model.weights])
+    for a, b in zip(*weights):
+        np.testing.assert_array_equal(a, b)
+    fixed = [l.fixed_kernel.numpy() for l in walk.iter_layers(model) if isinstance(l, layers.OPTLayer)]
+    assert len(fixed) == 7 and not np.array_equal(fixed[1], fixed[2])  # each layer draws its own V
