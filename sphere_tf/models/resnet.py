@@ -23,8 +23,9 @@ ImageNet papers; `stem='cifar'` is a 3×3 stride-1 conv without pooling (the
 CIFAR ResNet-18 of ConvNorm, kuangliu/pytorch-cifar's layout).
 
 Note: SphereNet does not say which shortcut its CIFAR ResNets use when the
-width changes ("essentially the same as" He et al.); the 1×1 projection is used
-here, so that shortcut slot can carry SphereConv as in SphereResNet-18 v1.
+width changes ("essentially the same as" He et al.); the 1×1 projection is the
+default here, so that shortcut slot can carry SphereConv as in SphereResNet-18
+v1; `shortcut='zero_pad'` gives He et al.'s parameter-free option A.
 """
 
 import keras
@@ -35,6 +36,7 @@ from sphere_tf.models import operators
 from sphere_tf.models.registry import register_model
 
 STEMS = ("cifar", "imagenet")
+SHORTCUTS = ("projection", "zero_pad")
 
 
 def _stem(x, stem, width, operator, batch_norm, relu, activation):
@@ -46,16 +48,40 @@ def _stem(x, stem, width, operator, batch_norm, relu, activation):
                             name="conv0")
 
 
-def basic_block(x, width, strides, operator, shortcut_operator, batch_norm, relu, activation, name):
-    """One post-activation basic block; a projection shortcut when the shape changes."""
-    shortcut = x
+def zero_pad_shortcut(x, width, strides, name):
+    """He et al.'s option-A shortcut: subsample by `strides`, append zero channels up to `width`.
+
+    As `shortcutType 'A'` of facebook/fb.resnet.torch `models/resnet.lua` (the
+    subsampled input concatenated with zeros); parameter-free.
+    """
+    extra = width - x.shape[-1]
+    if extra < 0:
+        raise ValueError(f"A zero-padding shortcut cannot reduce channels ({x.shape[-1]} -> {width}); "
+                         "use shortcut='projection'.")
+    if strides != 1:
+        x = keras.layers.MaxPooling2D(1, strides=strides, name=f"{name}_subsample")(x)  # x[:, ::s, ::s]
+    if extra:
+        rows, cols, channels = x.shape[1:]
+        x = keras.layers.Reshape((rows, cols, channels, 1), name=f"{name}_expand")(x)
+        x = keras.layers.ZeroPadding3D(((0, 0), (0, 0), (0, extra)), name=f"{name}_pad")(x)
+        x = keras.layers.Reshape((rows, cols, width), name=f"{name}_squeeze")(x)
+    return x
+
+
+def basic_block(x, width, strides, operator, shortcut_operator, batch_norm, relu, activation, name,
+                shortcut="projection"):
+    """One post-activation basic block; a projection (or zero-padding) shortcut when the shape changes."""
+    shortcut_x = x
     if strides != 1 or x.shape[-1] != width:
-        shortcut = blocks.conv_unit(x, shortcut_operator, width, 1, strides=strides, batch_norm=batch_norm,
-                                    relu=False, name=f"{name}_shortcut")
+        if shortcut == "zero_pad":
+            shortcut_x = zero_pad_shortcut(x, width, strides, name=f"{name}_shortcut")
+        else:
+            shortcut_x = blocks.conv_unit(x, shortcut_operator, width, 1, strides=strides, batch_norm=batch_norm,
+                                          relu=False, name=f"{name}_shortcut")
     y = blocks.conv_unit(x, operator, width, 3, strides=strides, batch_norm=batch_norm, relu=relu,
                          activation=activation, name=f"{name}_conv1")
     y = blocks.conv_unit(y, operator, width, 3, batch_norm=batch_norm, relu=False, name=f"{name}_conv2")
-    y = keras.layers.Add(name=f"{name}_add")([y, shortcut])
+    y = keras.layers.Add(name=f"{name}_add")([y, shortcut_x])
     if relu:
         y = blocks.activation_layer(y, activation, f"{name}_out")
     return y
@@ -90,6 +116,7 @@ def build_resnet(
     stem_width=None,
     operator=None,
     shortcut_operator=None,
+    shortcut="projection",
     batch_norm=True,
     relu=True,
     activation="relu",
@@ -108,6 +135,8 @@ def build_resnet(
         stem_width: int, the stem's filters (None: `widths[0]`).
         operator: operator spec of every 3×3/7×7 conv (`sphere_tf.models.operators`).
         shortcut_operator: operator spec of the 1×1 shortcut convs (None: `operator`).
+        shortcut: 'projection' (1×1 conv → BN where the shape changes) or 'zero_pad'
+            (He et al.'s parameter-free option A; no shortcut convs then).
         batch_norm: bool, BatchNorm after every conv.
         relu: bool, the activations (off for the no-ReLU ablations).
         activation: 'relu' or 'prelu'.
@@ -121,6 +150,7 @@ def build_resnet(
     if shortcut_operator is None:
         shortcut_operator = operator
     operators.validate_operator(shortcut_operator, "shortcut_operator")
+    validation.one_of(shortcut, "shortcut", SHORTCUTS)
     images, x, widths = _trunk(input_shape, widths, stem, stem_width, operator, batch_norm, relu, activation,
                                width_multiplier)
     counts = _per_stage(blocks_per_stage, "blocks_per_stage", len(widths), minimum=1)
@@ -128,7 +158,7 @@ def build_resnet(
         for i in range(count):
             strides = 2 if stage > 0 and i == 0 else 1
             x = basic_block(x, width, strides, operator, shortcut_operator, batch_norm, relu, activation,
-                            name=f"stage{stage + 1}_block{i + 1}")
+                            name=f"stage{stage + 1}_block{i + 1}", shortcut=shortcut)
     x = keras.layers.GlobalAveragePooling2D(name="avg_pool")(x)
     return blocks.finish(images, x, head, num_classes, name)
 

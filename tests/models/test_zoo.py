@@ -321,3 +321,20 @@ def test_same_seed_same_model():
         np.testing.assert_array_equal(a, b)
     fixed = [l.fixed_kernel.numpy() for l in walk.iter_layers(model) if isinstance(l, layers.OPTLayer)]
     assert len(fixed) == 7 and not np.array_equal(fixed[1], fixed[2])  # each layer draws its own V
+
+
+def test_zero_pad_shortcut_matches_numpy_and_has_no_parameters():
+    x = np.random.default_rng(4).standard_normal((2, 6, 6, 3)).astype(np.float32)
+    inputs = keras.Input((6, 6, 3))
+    out = keras.Model(inputs, models.resnet.zero_pad_shortcut(inputs, 5, 2, name="s"))(x)
+    expected = np.concatenate([x[:, ::2, ::2, :], np.zeros((2, 3, 3, 2), np.float32)], axis=-1)
+    np.testing.assert_array_equal(np.asarray(out), expected)
+    projection = models.create_model("resnet32", widths=(16, 32, 64), num_classes=10)
+    option_a = models.create_model("resnet32", widths=(16, 32, 64), num_classes=10, shortcut="zero_pad")
+    assert len(_convs(option_a)) == 31
+    # The two 1×1 projections (16->32, 32->64) and their BNs are all that differ.
+    assert _trainable(projection) - _trainable(option_a) == 16 * 32 + 2 * 32 + 32 * 64 + 2 * 64
+    # He et al.'s CIFAR ResNet-32 (option A): 0.46M parameters (CVPR 2016, Table 6).
+    assert round(_trainable(option_a) / 1e6, 2) == 0.46
+    with pytest.raises(ValueError, match=r"`shortcut`.*\('projection', 'zero_pad'\).*'zero'"):
+        models.create_model("resnet32", shortcut="zero")
