@@ -1,4 +1,29 @@
-"""Chooses the convolution/dense operator of a model by name, so configs can swap them."""
+"""Chooses the convolution/dense operator of a model by name, so configs can swap them.
+
+An operator spec is a dict ``{'layer': KIND, **options}`` (or just the string
+``KIND``); the options go to the layer's constructor unchanged, so every
+argument of the layer (magnitude, angular function, weighting, orthogonalisation,
+ConvNorm's `affine`, initialisers, ...) is reachable from a config:
+
+| KIND          | conv slot                       | hidden FC slot                |
+|---------------|---------------------------------|-------------------------------|
+| `'conv2d'`    | `keras.layers.Conv2D`           | `keras.layers.Dense`          |
+| `'sphere'`    | `sphere_tf.layers.SphereConv2D` | `sphere_tf.layers.SphereDense`|
+| `'decoupled'` | `DecoupledConv2D`               | `DecoupledDense`              |
+| `'opt'`       | `OPTConv2D`                     | `OPTDense`                    |
+| `'conv_norm'` | `ConvNorm2D`                    | `keras.layers.Dense`          |
+
+ConvNorm is defined for convolutions only (Liu et al., "Convolutional
+Normalization", NeurIPS 2021); its FC layers stay plain, as in the authors'
+networks (shengliu66/ConvNorm `models/resnet.py`), so a `'conv_norm'` spec
+gives a plain `Dense` (its options are conv-only and are not used there).
+
+SphereNorm (Liu et al., "Deep Hyperspherical Learning", NIPS 2017, §2.5 and
+Fig. 5) is cosine SphereConv used in place of BatchNorm:
+``{'layer': 'sphere', 'angular': 'cosine'}`` with the model's
+``batch_norm=False``; "SphereNorm+BatchNorm" keeps ``batch_norm=True``; the
+rescaled variant adds ``'rescale': True``.
+"""
 
 import keras
 
@@ -7,42 +32,84 @@ from sphere_tf import validation
 
 _CONV = {
     "conv2d": keras.layers.Conv2D,
+    "conv_norm": layers.ConvNorm2D,
     "decoupled": layers.DecoupledConv2D,
+    "opt": layers.OPTConv2D,
     "sphere": layers.SphereConv2D,
 }
 _DENSE = {
     "dense": keras.layers.Dense,
     "conv2d": keras.layers.Dense,
+    "conv_norm": keras.layers.Dense,
     "decoupled": layers.DecoupledDense,
+    "opt": layers.OPTDense,
     "sphere": layers.SphereDense,
 }
+KINDS = tuple(sorted(_CONV))
 
 
-def _split(operator):
+def _split(operator, name="operator"):
+    if isinstance(operator, str):
+        operator = {"layer": operator}
+    if operator is not None and not isinstance(operator, dict):
+        try:
+            operator = dict(operator)  # ConfigDict, mappings
+        except (TypeError, ValueError):
+            raise validation.invalid_argument(name, "a dict {'layer': KIND, **options} or a KIND string", operator)
     operator = dict(operator or {"layer": "conv2d"})
-    kind = validation.one_of(operator.pop("layer", "conv2d"), "operator['layer']", tuple(sorted(_CONV)))
+    kind = validation.one_of(operator.pop("layer", "conv2d"), f"{name}['layer']", KINDS)
     return kind, operator
+
+
+def kind(operator, name="operator"):
+    """The operator kind (`'conv2d'`, `'sphere'`, ...) of a spec; None gives `'conv2d'`."""
+    return _split(operator, name)[0]
 
 
 def conv_layer(operator, filters, kernel_size, **kwargs):
     """A 2-D convolution of the kind named by `operator['layer']` with its other keys as kwargs.
 
-    Plain `Conv2D` gets no bias when a BatchNorm follows (the caller passes `use_bias`).
+    The caller passes `use_bias` (no bias when a BatchNorm follows). `ConvNorm2D`
+    has no `use_bias` (its affine depthwise conv carries the bias), so it is
+    dropped for that kind.
+
+    Args:
+        operator: dict `{'layer': KIND, **options}`, a KIND string, or None (`'conv2d'`).
+        filters: int, output channels.
+        kernel_size: int or pair.
+        **kwargs: geometry and naming (`strides`, `padding`, `use_bias`, `name`, ...).
+
+    Returns:
+        An unbuilt layer.
     """
-    kind, options = _split(operator)
-    if kind == "conv2d":
-        options = {}
-    return _CONV[kind](filters, kernel_size, **options, **kwargs)
+    kind_, options = _split(operator)
+    if kind_ == "conv_norm":
+        kwargs.pop("use_bias", None)
+    return _CONV[kind_](filters, kernel_size, **{**kwargs, **options})
 
 
 def dense_layer(operator, units, **kwargs):
-    """A dense layer of the same kind as `conv_layer` would build."""
-    kind, options = _split(operator)
-    if kind == "conv2d":
+    """A dense layer of the same kind as `conv_layer` would build (plain `Dense` for `'conv_norm'`)."""
+    kind_, options = _split(operator)
+    if kind_ == "conv_norm":
         options = {}
-    return _DENSE[kind](units, **options, **kwargs)
+    return _DENSE[kind_](units, **{**kwargs, **options})
 
 
-def validate_operator(operator):
-    """Builds one throwaway layer so that typos in an operator spec fail before data is read."""
-    conv_layer(operator, 1, 1)
+def validate_operator(operator, name="operator", dense=False):
+    """Builds one throwaway layer so that typos in an operator spec fail before data is read.
+
+    Args:
+        operator: the spec.
+        name: str, how errors name it (`'shortcut_operator'`, a config key, ...).
+        dense: bool, check it as a hidden-FC spec (`dense_layer`) instead of a conv spec.
+
+    Raises:
+        ValueError: an unknown kind (naming `name['layer']` and the kinds) or a bad option.
+    """
+    kind_, options = _split(operator, name)
+    if dense:
+        if kind_ != "conv_norm":
+            _DENSE[kind_](1, **options)
+    else:
+        _CONV[kind_](1, 1, **options)

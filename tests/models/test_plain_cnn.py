@@ -53,8 +53,9 @@ def test_registry_rejects_unknown_and_duplicate_names():
 
 
 def test_bad_operator_fails_before_building():
-    with pytest.raises(ValueError, match=r"`operator\['layer'\]`: expected one of \('conv2d', 'decoupled', "
-                                         r"'sphere'\)\. Received: operator\['layer'\]='sphereconv'"):
+    with pytest.raises(ValueError, match=r"`operator\['layer'\]`: expected one of \('conv2d', 'conv_norm', "
+                                         r"'decoupled', 'opt', 'sphere'\)\. "
+                                         r"Received: operator\['layer'\]='sphereconv'"):
         models.operators.validate_operator({"layer": "sphereconv"})
     with pytest.raises(ValueError, match="Unknown magnitude function 'tahn'"):
         models.operators.validate_operator({"layer": "decoupled", "magnitude": "tahn"})

@@ -1,0 +1,144 @@
+"""Building blocks shared by the model families: conv units, hidden FC layers, heads.
+
+Every conv slot goes through `conv_unit` (operator → optional BatchNorm →
+optional activation), so each family takes any operator spec of
+`sphere_tf.models.operators` in every slot, 1×1 shortcuts included.
+
+Heads. ``head=None`` (default) puts a plain `keras.layers.Dense(num_classes)`
+on the features. ``head`` may also be a dict ``{'layer': NAME, **kwargs}`` with
+NAME in `HEADS` (`'dense'`, `'margin'` = `sphere_tf.layers.MarginHead`,
+`'sphere'`, `'decoupled'`) or any Keras layer instance. A `MarginHead` needs the
+labels in training (the margin is put on the target class), so a model with
+one takes two named inputs, ``{'images': x, 'labels': y}`` (`model.input` is
+that dict; `needs_labels(model)` says so). The runner feeds
+``pack_inputs(images, labels)``; at evaluation and inference the head ignores
+the labels (`training=False`) and returns the plain logits, so any integer
+labels in range (zeros, say) do there.
+"""
+
+import keras
+
+from sphere_tf import layers
+from sphere_tf import validation
+from sphere_tf.models import operators
+
+ACTIVATIONS = ("relu", "prelu")
+
+HEADS = {
+    "dense": keras.layers.Dense,
+    "decoupled": layers.DecoupledDense,
+    "margin": layers.MarginHead,
+    "sphere": layers.SphereDense,
+}
+
+
+def check_common(batch_norm, relu, activation, width_multiplier):
+    """Validates the switches every builder shares; returns the width multiplier as a float."""
+    validation.one_of(batch_norm, "batch_norm", (True, False))
+    validation.one_of(relu, "relu", (True, False))
+    validation.one_of(activation, "activation", ACTIVATIONS)
+    return float(validation.positive_float(width_multiplier, "width_multiplier"))
+
+
+def scale_widths(widths, width_multiplier, name="widths"):
+    """`widths` scaled by `width_multiplier` (rounded, at least 1 channel), as a tuple of ints."""
+    widths = tuple(widths) if isinstance(widths, (list, tuple)) else (widths,)
+    for i, width in enumerate(widths):
+        validation.positive_int(width, f"{name}[{i}]")
+    return tuple(max(1, int(round(w * width_multiplier))) for w in widths)
+
+
+def activation_layer(x, activation, name):
+    """`x` through a ReLU or a per-channel PReLU named `name`."""
+    if activation == "prelu":  # one slope per channel, as Caffe's PReLU (channel_shared: false)
+        return keras.layers.PReLU(shared_axes=tuple(range(1, len(x.shape) - 1)) or None, name=name)(x)
+    return keras.layers.ReLU(name=name)(x)
+
+
+def conv_unit(x, operator, filters, kernel_size, strides=1, batch_norm=True, relu=True,
+              activation="relu", name="conv"):
+    """`operator` conv ('same' padding) → BatchNorm (if `batch_norm`) → activation (if `relu`).
+
+    A `'conv_norm'` operator holds its own BatchNorm (the authors' `PreConv`,
+    shengliu66/ConvNorm `models/prec_conv.py`), so `batch_norm` is passed to the
+    layer (unless the spec sets it) and no separate BatchNorm is added.
+    """
+    kind = operators.kind(operator)
+    if kind == "conv_norm":
+        spec = dict(operator) if isinstance(operator, dict) else {"layer": kind}
+        spec.setdefault("batch_norm", batch_norm)
+        x = operators.conv_layer(spec, filters, kernel_size, strides=strides, padding="same", name=name)(x)
+    else:
+        x = operators.conv_layer(
+            operator, filters, kernel_size, strides=strides, padding="same", use_bias=not batch_norm, name=name
+        )(x)
+        if batch_norm:
+            x = keras.layers.BatchNormalization(name=f"bn_{name}")(x)
+    if relu:
+        x = activation_layer(x, activation, f"{activation}_{name}")
+    return x
+
+
+def fc_unit(x, operator, units, batch_norm=True, relu=True, activation="relu", name="fc"):
+    """A hidden FC layer of the kind of `operator` → BatchNorm → activation."""
+    x = operators.dense_layer(operator, units, use_bias=not batch_norm, name=name)(x)
+    if batch_norm:
+        x = keras.layers.BatchNormalization(name=f"bn_{name}")(x)
+    if relu:
+        x = activation_layer(x, activation, f"{activation}_{name}")
+    return x
+
+
+def make_head(head, num_classes):
+    """The classifier layer for `head` (see the module docstring), named 'logits' when built here."""
+    if head is None:
+        return keras.layers.Dense(num_classes, name="logits", dtype="float32")
+    if isinstance(head, keras.layers.Layer):
+        return head
+    if not isinstance(head, dict):
+        try:
+            head = dict(head)
+        except (TypeError, ValueError):
+            raise validation.invalid_argument("head", "None, a dict {'layer': NAME, **kwargs} or a Keras layer", head)
+    options = dict(head)
+    name = validation.one_of(options.pop("layer", "dense"), "head['layer']", tuple(sorted(HEADS)))
+    options.setdefault("name", "logits")
+    if name == "margin":
+        return layers.MarginHead(num_classes, **options)
+    options.setdefault("dtype", "float32")
+    return HEADS[name](num_classes, **options)
+
+
+def finish(images, features, head, num_classes, name):
+    """Puts the head on `features` and returns the functional model (two inputs for a MarginHead)."""
+    num_classes = validation.positive_int(num_classes, "num_classes")
+    layer = make_head(head, num_classes)
+    if isinstance(layer, layers.MarginHead):
+        labels = keras.Input((), dtype="int32", name="labels")
+        logits = layer(features, labels)
+        return keras.Model({"images": images, "labels": labels}, logits, name=name)
+    return keras.Model(images, layer(features), name=name)
+
+
+def needs_labels(model):
+    """True when `model` takes ``{'images': ..., 'labels': ...}`` (a `MarginHead` model)."""
+    return isinstance(model.input, dict) and "labels" in model.input
+
+
+def pack_inputs(images, labels):
+    """The inputs of a `MarginHead` model: ``{'images': images, 'labels': labels}``.
+
+    For a `tf.data` pipeline of ``(x, y)``: ``ds.map(lambda x, y: (pack_inputs(x, y), y))``.
+    """
+    return {"images": images, "labels": labels}
+
+
+def images_input(input_shape):
+    """The image input of every model, named 'images'."""
+    try:
+        shape = tuple(input_shape)
+    except TypeError:
+        shape = ()
+    if len(shape) != 3 or any(not validation.is_int(d) or d <= 0 for d in shape):
+        raise validation.invalid_argument("input_shape", "(height, width, channels) of positive ints", input_shape)
+    return keras.Input(tuple(int(d) for d in shape), name="images")
