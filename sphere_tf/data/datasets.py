@@ -103,7 +103,7 @@ def _subset(arrays, limit, rng):
     return tuple(a[index] if isinstance(a, np.ndarray) else tuple(a[j] for j in index) for a in arrays)
 
 
-def _load_manual(name, manual_dir, split, label_mode, val_labels_file, wnids=None):
+def _load_manual(name, manual_dir, split, label_mode):
     """Per-example arrays of one split from the published files; the last array holds the labels."""
     if name == "cifar10":
         return cifar.load_cifar10(manual_dir, split)
@@ -223,8 +223,8 @@ def get_datasets(
     else:
         label_key = "coarse_label" if label_mode == "coarse" else "label"
         if source == "manual":
-            train_arrays = _load_manual(name, manual_dir, "train", label_mode, val_labels_file)
-            test_arrays = _load_manual(name, manual_dir, "test", label_mode, val_labels_file)
+            train_arrays = _load_manual(name, manual_dir, "train", label_mode)
+            test_arrays = _load_manual(name, manual_dir, "test", label_mode)
         else:
             train_arrays = tfds_source.load_arrays(spec.tfds_name, "train", data_dir, label_key)
             test_arrays = tfds_source.load_arrays(spec.tfds_name, "test", data_dir, label_key)

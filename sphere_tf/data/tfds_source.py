@@ -8,12 +8,18 @@ from the archives in its manual dir (see the tensorflow-datasets catalogue).
 """
 
 import numpy as np
-import tensorflow_datasets as tfds
 
 from sphere_tf.data.errors import DataNotFoundError
 
 
+def _tfds():
+    import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel  (slow import, only this route)
+
+    return tfds
+
+
 def _require_prepared(name, data_dir):
+    tfds = _tfds()
     if data_dir is None:
         raise DataNotFoundError(
             f"source='tfds' needs data_dir, a tensorflow-datasets data folder with {name} prepared."
@@ -45,6 +51,7 @@ def load_arrays(name, split, data_dir, label_key="label"):
     Raises:
         DataNotFoundError: the data set is not prepared in `data_dir`.
     """
+    tfds = _tfds()
     _require_prepared(name, data_dir)
     data = tfds.as_numpy(tfds.load(name, split=split, data_dir=data_dir, download=False, batch_size=-1))
     images = np.asarray(data["image"], np.uint8)
@@ -56,6 +63,7 @@ def load_encoded(name, split, data_dir, shuffle_seed=None):
 
     With `shuffle_seed` the shard files are read in a seeded shuffled order, reshuffled each pass.
     """
+    tfds = _tfds()
     _require_prepared(name, data_dir)
     read_config = tfds.ReadConfig(shuffle_seed=shuffle_seed, shuffle_reshuffle_each_iteration=True)
     ds = tfds.load(
