@@ -114,6 +114,14 @@ def _load_manual(name, manual_dir, split, label_mode):
     raise ValueError(f"no manual reader for {name!r}")
 
 
+def epoch_order(seed, epoch, size):
+    """The order (int32 permutation of `range(size)`) in which epoch `epoch` visits the training examples."""
+    permutation_seed = tf.random.experimental.stateless_fold_in(
+        tf.stack([tf.cast(seed, tf.int64), tf.cast(epoch, tf.int64)]), _PERMUTATION_TAG
+    )
+    return tf.argsort(tf.random.stateless_uniform([size], seed=permutation_seed))
+
+
 def _channel_mean(images):
     return tuple(float(m) for m in images.reshape(-1, images.shape[-1]).mean(axis=0, dtype=np.float64))
 
@@ -250,10 +258,7 @@ def get_datasets(
     start_epoch, start_batch = divmod(initial_step, steps_per_epoch)
 
     def one_epoch(epoch):
-        permutation_seed = tf.random.experimental.stateless_fold_in(
-            tf.stack([tf.constant(seed, tf.int64), epoch]), _PERMUTATION_TAG
-        )
-        order = tf.argsort(tf.random.stateless_uniform([train.size], seed=permutation_seed))
+        order = epoch_order(seed, epoch, train.size)
         skip = tf.where(epoch == start_epoch, tf.constant(start_batch * batch_size, tf.int64), 0)
         return (
             tf.data.Dataset.from_tensor_slices(order)
