@@ -308,7 +308,9 @@ def _imagenet_tfds(
         return normalize(transform(image, preprocessing.element_seed(seed, 0, k)), mean), tf.cast(label, tf.int32)
 
     train_ds = (
-        tfds_source.load_encoded(spec.tfds_name, "train", data_dir, shuffle_seed=seed)
+        # A limited run keeps one fixed subset (the first examples in stored order); a full one reads the shard
+        # files in a seeded order that changes every pass.
+        tfds_source.load_encoded(spec.tfds_name, "train", data_dir, shuffle_seed=None if train_limit else seed)
         .take(train_size)
         .repeat()
         .shuffle(10_000, seed=seed, reshuffle_each_iteration=True)

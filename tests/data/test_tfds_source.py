@@ -74,3 +74,36 @@ def test_unprepared_folder_names_it(tmp_path):
         datasets.get_datasets("cifar100", source="tfds", data_dir=str(tmp_path), batch_size=2)
     with pytest.raises(DataNotFoundError, match="needs data_dir"):
         datasets.get_datasets("mnist", source="tfds", batch_size=2)
+
+
+def test_imagenet2012_prepared_by_the_real_builder_from_generated_tars(tmp_path):
+    # The real `imagenet2012` builder reads ILSVRC2012_img_{train,val}.tar from its manual dir (no download);
+    # it labels validation images by zipping their sorted names with its bundled validation_labels.txt.
+    labels_txt = tfds.core.tfds_path("datasets/imagenet2012/labels.txt").read_text().split()
+    val_txt = tfds.core.tfds_path("datasets/imagenet2012/validation_labels.txt").read_text().split()
+    manual = tmp_path / "manual"
+    manual.mkdir()
+    written = archives.write_imagenet(str(manual), wnids=tuple(labels_txt[:2]), per_class=2, n_val=3,
+                                      size=(256, 300))
+    data_dir = str(tmp_path / "tfds_data")
+    tfds.builder("imagenet2012", data_dir=data_dir).download_and_prepare(
+        download_config=tfds.download.DownloadConfig(manual_dir=str(manual), try_download_gcs=False)
+    )
+    train, test, info = datasets.get_datasets(
+        "imagenet2012", source="tfds", data_dir=data_dir, batch_size=2, augmentation="imagenet_train",
+        normalization="none", seed=1,
+    )
+    assert (info["train_size"], info["test_size"], info["input_shape"]) == (4, 3, (224, 224, 3))
+    x, y = next(iter(train))
+    assert x.shape == (2, 224, 224, 3) and set(y.numpy().tolist()) <= {0, 1}
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+
+    expected = {}
+    for name, data, _ in written["val"]:
+        crop = tf.io.decode_jpeg(data, channels=3).numpy().astype(np.float32)[38:262, 16:240]
+        rank = sorted(n for n, _, _ in written["val"]).index(name)
+        expected[name] = (crop, labels_txt.index(val_txt[rank]))
+    got = [(im, int(lab)) for xb, yb in test for im, lab in zip(xb.numpy(), yb.numpy())]
+    assert len(got) == 3
+    for crop, label in expected.values():
+        assert any(np.allclose(im, crop, atol=1e-3) and lab == label for im, lab in got)
