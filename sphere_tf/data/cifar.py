@@ -138,6 +138,12 @@ def load_cifar100(manual_dir, split, label_mode="fine"):
     label_mode = validation.one_of(label_mode, "label_mode", ("fine", "coarse"))
     index, classes = (1, 100) if label_mode == "fine" else (0, 20)
     ((path, data),) = _read_members(manual_dir, CIFAR100_ARCHIVE, CIFAR100_FOLDER, CIFAR100_FILES[split])
-    # Both bytes are checked whichever is returned: a CIFAR-10 file read as CIFAR-100 fails here.
-    decode_records(data, 2, path, label_index=0, num_classes=20)
-    return decode_records(data, 2, path, label_index=index, num_classes=classes)
+    images, labels = decode_records(data, 2, path, label_index=index, num_classes=classes)
+    if index == 1:  # the coarse byte is checked too, whichever label is returned
+        coarse = np.frombuffer(data, np.uint8).reshape(-1, 2 + _IMAGE_BYTES)[:, 0]
+        if coarse.max() >= 20:
+            raise CorruptDataError(
+                f"{path}: coarse label {int(coarse.max())} is out of range for 20 classes; "
+                "the file is not a CIFAR-100 binary file."
+            )
+    return images, labels

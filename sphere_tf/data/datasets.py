@@ -5,7 +5,7 @@ Data sets (`DATASETS`): 'cifar10', 'cifar100', 'mnist', 'fashion_mnist',
 
 - `source='manual'`: the archives as published, in `manual_dir` (file names in
   `DatasetSpec.manual_files`; Fashion-MNIST defaults to the Debian package's
-  folder, `fashion_mnist.DEBIAN_DIR`).
+  folder, `fashion_mnist.DEBIAN_DIR`, or `$SPHERE_TF_FASHION_MNIST_DIR`).
 - `source='tfds'`: a tensorflow-datasets data folder `data_dir` with the data
   set prepared, read with `tfds.load(..., download=False)`.
 
@@ -19,6 +19,7 @@ the evaluation transform and the same normalisation.
 """
 
 import collections
+import os
 
 import numpy as np
 import tensorflow as tf
@@ -210,7 +211,7 @@ def get_datasets(
             raise DataNotFoundError(
                 f"source='manual' needs manual_dir, the folder holding {', '.join(spec.manual_files)}."
             )
-        manual_dir = fashion_mnist.DEBIAN_DIR
+        manual_dir = os.environ.get("SPHERE_TF_FASHION_MNIST_DIR") or fashion_mnist.DEBIAN_DIR
     rng = np.random.default_rng(seed)
 
     if name == "imagenet2012" and source == "manual":

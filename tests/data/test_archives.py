@@ -154,3 +154,11 @@ def test_imagenet_errors(tmp_path):
     (tmp_path / imagenet.TRAIN_ARCHIVE).write_bytes(b"\x01" * 700)
     with pytest.raises(CorruptDataError, match="cannot read the tar archive"):
         imagenet.index_train_tar(str(tmp_path))
+
+
+def test_cifar100_coarse_byte_is_checked(tmp_path):
+    images = np.zeros((2, 32, 32, 3), np.uint8)
+    with tarfile.open(tmp_path / "cifar-100-binary.tar.gz", "w:gz") as tar:
+        archives._add_bytes(tar, "cifar-100-binary/test.bin", archives.cifar_records(images, [3, 25], [4, 5]))
+    with pytest.raises(CorruptDataError, match="coarse label 25 is out of range for 20 classes"):
+        cifar.load_cifar100(str(tmp_path), "test")

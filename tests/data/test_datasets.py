@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from sphere_tf.data import datasets
+from sphere_tf.data import fashion_mnist
 from sphere_tf.data import preprocessing
 from sphere_tf.data.errors import DataNotFoundError
 from tests.data import archives
@@ -143,3 +144,12 @@ def test_bad_arguments_are_named(cifar_dir):
         datasets.get_datasets("cifar100", batch_size=2)
     with pytest.raises(DataNotFoundError, match=f"cifar-100-binary.tar.gz not found in '{folder}'"):
         datasets.get_datasets("cifar100", manual_dir=folder, batch_size=2)
+
+
+def test_fashion_mnist_defaults_to_the_debian_files():
+    (_, _), (x_test, y_test) = fashion_mnist.load_fashion_mnist(allow_keras_fallback=False)
+    _, test, info = datasets.get_datasets("fashion_mnist", batch_size=8, train_limit=16, test_limit=8)
+    assert (info["train_size"], info["test_size"], info["input_shape"]) == (16, 8, (28, 28, 1))
+    x, y = next(iter(test))
+    np.testing.assert_allclose(x.numpy(), fashion_mnist.as_float_images(x_test[:8]))
+    np.testing.assert_array_equal(y.numpy(), y_test[:8])
