@@ -11,11 +11,11 @@ Augmentations (`AUGMENTATIONS`, `fn(image, seed) -> image` on float32 HWC):
 | name | recipe | source |
 |---|---|---|
 | `none` | identity | SphereNet §4.2 / Table 1-2 "no data augmentation" |
-| `flip` | random horizontal flip | SphereNet §4.1 "CIFAR10 (only with random left-right flipping)"; MHE §3.4.1 |
-| `cifar_plus` | zero-pad 4, random crop back to size, horizontal flip | L-Softmax (ICML 2016) §5.1 / He et al. 2016 "CIFAR-10+" |
+| `flip` | random horizontal flip | SphereNet §4.1 "CIFAR10 (only with random left-right flipping)"; thesis 2020 §3.4.1 |
+| `cifar_plus` | zero-pad 4, random crop back to size, horizontal flip | L-Softmax (ICML 2016) and He et al. (2016) CIFAR-10+ setting |
 | `cifar_plus_symmetric` | as `cifar_plus` with SYMMETRIC (mirror) padding | the authors' TF code: `cifar10plus_input.py` (wy1iu/SphereNet `sphere_resnet/baseline`), OPT |
 | `spherenet_cifar_plus` | `cifar_plus_symmetric` plus a random vertical flip | SphereNet §4.5 "random flip (both horizontal and vertical) and random crop" |
-| `imagenet_train` | shorter side to 256, random 224 crop, horizontal flip | SphereNet §4.6 / DCNet §5 ImageNet "minimum data augmentation" |
+| `imagenet_train` | shorter side to 256, random 224 crop, horizontal flip | SphereNet App. B (thesis 2020, App. B.2) "minimum data augmentation"; DCNet (CVPR 2018) follows it |
 | `imagenet_eval` | shorter side to 256, centre 224 crop | single centre-crop evaluation (SphereNet Fig. 6, DCNet Table 6) |
 
 Note: SphereNet's text says "resize to 256×256"; the shorter-side resize used
