@@ -168,16 +168,13 @@ NORMALIZATIONS = {
 }
 
 
+def _resolve(table, name, kind):
+    return name if callable(name) else registry.lookup(table, name, kind)
+
+
 def register_augmentation(name, fn):
     """Adds `fn(image, seed) -> image` as augmentation `name` (a taken name raises `KeyError`)."""
     return registry.register(AUGMENTATIONS, name, fn, "augmentation")
-
-
-def get_augmentation(name):
-    """The augmentation registered as `name`; a callable passes through."""
-    if callable(name):
-        return name
-    return registry.lookup(AUGMENTATIONS, name, "augmentation")
 
 
 def register_normalization(name, fn):
@@ -185,8 +182,11 @@ def register_normalization(name, fn):
     return registry.register(NORMALIZATIONS, name, fn, "normalization")
 
 
+def get_augmentation(name):
+    """The augmentation registered as `name`; a callable passes through."""
+    return _resolve(AUGMENTATIONS, name, "augmentation")
+
+
 def get_normalization(name):
     """The normalisation registered as `name`; a callable passes through."""
-    if callable(name):
-        return name
-    return registry.lookup(NORMALIZATIONS, name, "normalization")
+    return _resolve(NORMALIZATIONS, name, "normalization")

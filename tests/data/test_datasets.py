@@ -124,27 +124,31 @@ def test_imagenet_from_the_tars(tmp_path):
         assert wnids[label] == wnid
 
 
-def test_bad_arguments_are_named(cifar_dir):
-    folder, _ = cifar_dir
-    with pytest.raises(ValueError, match="argument `name`.*Received: name='cifar'"):
-        datasets.get_datasets("cifar", manual_dir=folder, batch_size=2)
-    with pytest.raises(ValueError, match=r"argument `augmentation`.*'cifar10\+'"):
-        datasets.get_datasets("cifar10", manual_dir=folder, batch_size=2, augmentation="cifar10+")
-    with pytest.raises(ValueError, match="argument `source`"):
-        datasets.get_datasets("cifar10", manual_dir=folder, batch_size=2, source="web")
-    with pytest.raises(ValueError, match="argument `batch_size`"):
-        datasets.get_datasets("cifar10", manual_dir=folder, batch_size=0)
-    with pytest.raises(ValueError, match="argument `label_mode`"):
-        datasets.get_datasets("cifar10", manual_dir=folder, batch_size=2, label_mode="coarse")
-    with pytest.raises(ValueError, match="argument `augmentation`.*ImageNet images differ in size"):
-        datasets.get_datasets("imagenet2012", manual_dir=folder, batch_size=2, augmentation="flip")
-    with pytest.raises(ValueError, match="argument `batch_size`.*training set size"):
-        datasets.get_datasets("cifar10", manual_dir=folder, batch_size=16)
-    with pytest.raises(DataNotFoundError, match="needs manual_dir"):
-        datasets.get_datasets("cifar100", batch_size=2)
+BAD_ARGUMENTS = [
+    (ValueError, "argument `name`.*Received: name='cifar'", dict(name="cifar")),
+    (ValueError, r"argument `augmentation`.*'cifar10\+'", dict(augmentation="cifar10+")),
+    (ValueError, "argument `eval_augmentation`", dict(eval_augmentation="centre")),
+    (ValueError, "argument `normalization`", dict(normalization="zscore")),
+    (ValueError, "argument `source`", dict(source="web")),
+    (ValueError, "argument `batch_size`: expected a positive int", dict(batch_size=0)),
+    (ValueError, "argument `label_mode`", dict(label_mode="coarse")),
+    (ValueError, "argument `augmentation`.*ImageNet images differ in size", dict(name="imagenet2012", augmentation="flip")),
+    (ValueError, "argument `batch_size`.*training set size", dict(batch_size=16)),
+    (DataNotFoundError, "needs manual_dir", dict(name="cifar100", manual_dir=None)),
+]
+
+
+@pytest.mark.parametrize("error, message, changes", BAD_ARGUMENTS)
+def test_bad_arguments_are_named(cifar_dir, error, message, changes):
+    kwargs = {"name": "cifar10", "manual_dir": cifar_dir[0], "batch_size": 2, **changes}
+    with pytest.raises(error, match=message):
+        datasets.get_datasets(kwargs.pop("name"), **kwargs)
+
+
+def test_missing_archive_names_file_and_folder(cifar_dir):
+    folder = cifar_dir[0]
     with pytest.raises(DataNotFoundError, match=f"cifar-100-binary.tar.gz not found in '{folder}'"):
         datasets.get_datasets("cifar100", manual_dir=folder, batch_size=2)
-
 
 def test_fashion_mnist_defaults_to_the_debian_files():
     (_, _), (x_test, y_test) = fashion_mnist.load_fashion_mnist(allow_keras_fallback=False)
