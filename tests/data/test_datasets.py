@@ -157,3 +157,18 @@ def test_fashion_mnist_defaults_to_the_debian_files():
     x, y = next(iter(test))
     np.testing.assert_allclose(x.numpy(), fashion_mnist.as_float_images(x_test[:8]))
     np.testing.assert_array_equal(y.numpy(), y_test[:8])
+
+
+def test_feeds_keras_fit_and_evaluate(cifar_dir):
+    import keras  # pylint: disable=import-outside-toplevel
+
+    train, test, info = datasets.get_datasets(
+        "cifar10", manual_dir=cifar_dir[0], batch_size=5, augmentation="cifar_plus"
+    )
+    model = keras.Sequential(
+        [keras.Input(info["input_shape"]), keras.layers.Flatten(), keras.layers.Dense(info["num_classes"])]
+    )
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    history = model.fit(train, steps_per_epoch=info["steps_per_epoch"], epochs=2, verbose=0, shuffle=False)
+    assert len(history.history["loss"]) == 2 and np.isfinite(history.history["loss"]).all()
+    assert np.isfinite(model.evaluate(test, verbose=0)).all()
