@@ -277,7 +277,7 @@ def get_datasets(
         .batch(batch_size)
         .prefetch(tf.data.AUTOTUNE)
     )
-    input_shape = tuple(int(d) for d in train_ds.element_spec[0].shape[1:])
+    input_shape = tuple(train_ds.element_spec[0].shape[1:].as_list())
     info = {
         "input_shape": input_shape,
         "num_classes": num_classes,
