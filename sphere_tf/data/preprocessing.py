@@ -8,19 +8,27 @@ differently in the next epoch.
 
 Augmentations (`AUGMENTATIONS`, `fn(image, seed) -> image` on float32 HWC):
 
-| name | recipe | source |
-|---|---|---|
-| `none` | identity | SphereNet §4.2 / Table 1-2 "no data augmentation" |
-| `flip` | random horizontal flip | SphereNet §4.1 "CIFAR10 (only with random left-right flipping)"; thesis 2020 §3.4.1 |
-| `cifar_plus` | zero-pad 4, random crop back to size, horizontal flip | L-Softmax (ICML 2016) and He et al. (2016) CIFAR-10+ setting |
-| `cifar_plus_symmetric` | as `cifar_plus` with SYMMETRIC (mirror) padding | the authors' TF code: `cifar10plus_input.py` (wy1iu/SphereNet `sphere_resnet/baseline`), OPT |
-| `spherenet_cifar_plus` | `cifar_plus_symmetric` plus a random vertical flip | SphereNet §4.5 "random flip (both horizontal and vertical) and random crop" |
-| `imagenet_train` | shorter side to 256, random 224 crop, horizontal flip | SphereNet App. B (thesis 2020, App. B.2) "minimum data augmentation"; DCNet (CVPR 2018) follows it |
-| `imagenet_eval` | shorter side to 256, centre 224 crop | single centre-crop evaluation (SphereNet Fig. 6, DCNet Table 6) |
+- `none`: identity. SphereNet (NIPS 2017) §4.2, Tables 1-2: "no data augmentation".
+- `flip`: random horizontal flip. SphereNet §4.1: "CIFAR10 (only with random
+  left-right flipping)"; thesis 2020 §3.4.1.
+- `cifar_plus`: zero-pad 4, random crop back to the input size, horizontal
+  flip. The CIFAR-10+ setting of L-Softmax (ICML 2016) and He et al. (2016).
+- `cifar_plus_symmetric`: as `cifar_plus` with SYMMETRIC (mirror) padding, as
+  the authors' TF code does (`sphere_resnet/baseline/cifar10plus_input.py` in
+  wy1iu/SphereNet; OPT).
+- `spherenet_cifar_plus`: `cifar_plus_symmetric` plus a random vertical flip.
+  SphereNet §4.5: "random flip (both horizontal and vertical) and random crop"
+  (the authors' `cifar10plus_input.py` flips horizontally only).
+- `imagenet_train`: shorter side to 256, random 224 crop, horizontal flip.
+  SphereNet App. B (thesis 2020, App. B.2) "minimum data augmentation"; DCNet
+  (CVPR 2018) follows it.
+- `imagenet_eval`: shorter side to 256, centre 224 crop: the single centre-crop
+  evaluation (SphereNet Fig. 6, DCNet Table 6).
 
-Note: SphereNet's text says "resize to 256×256"; the shorter-side resize used
-here keeps the aspect ratio (the usual ImageNet recipe, Krizhevsky et al.),
-which is the same for square images.
+- `imagenet_train_square`, `imagenet_eval_square`: the same with the image
+  resized to 256×256 first, as SphereNet's text words it ("resize to 256×256");
+  the shorter-side versions keep the aspect ratio, and both agree on square
+  images.
 
 Normalisations (`NORMALIZATIONS`, `fn(image, channel_mean) -> image`):
 `none` (pixels 0..255 as float32), `centered_128` ((x − 127.5)/128, the
@@ -134,6 +142,19 @@ def _imagenet_eval(image, seed):
     return central_crop(resize_shorter_side(image, IMAGENET_RESIZE), IMAGENET_CROP, IMAGENET_CROP)
 
 
+def _square(image):
+    return tf.image.resize(image, [IMAGENET_RESIZE, IMAGENET_RESIZE], method="bilinear")
+
+
+def _imagenet_train_square(image, seed):
+    return random_flip(random_crop(_square(image), seed, IMAGENET_CROP, IMAGENET_CROP), seed)
+
+
+def _imagenet_eval_square(image, seed):
+    del seed
+    return central_crop(_square(image), IMAGENET_CROP, IMAGENET_CROP)
+
+
 AUGMENTATIONS = {
     "none": _none,
     "flip": _flip,
@@ -142,9 +163,13 @@ AUGMENTATIONS = {
     "spherenet_cifar_plus": _spherenet_cifar_plus,
     "imagenet_train": _imagenet_train,
     "imagenet_eval": _imagenet_eval,
+    "imagenet_train_square": _imagenet_train_square,
+    "imagenet_eval_square": _imagenet_eval_square,
 }
 # Augmentations whose output size does not depend on the input size (any ImageNet image batches).
-FIXED_SIZE_AUGMENTATIONS = frozenset({"imagenet_train", "imagenet_eval"})
+FIXED_SIZE_AUGMENTATIONS = frozenset(
+    {"imagenet_train", "imagenet_eval", "imagenet_train_square", "imagenet_eval_square"}
+)
 
 
 def _no_normalization(image, channel_mean):

@@ -132,7 +132,8 @@ BAD_ARGUMENTS = [
     (ValueError, "argument `source`", dict(source="web")),
     (ValueError, "argument `batch_size`: expected a positive int", dict(batch_size=0)),
     (ValueError, "argument `label_mode`", dict(label_mode="coarse")),
-    (ValueError, "argument `augmentation`.*ImageNet images differ in size", dict(name="imagenet2012", augmentation="flip")),
+    (ValueError, "argument `augmentation`.*ImageNet images differ in size",
+     dict(name="imagenet2012", augmentation="flip")),
     (ValueError, "argument `batch_size`.*training set size", dict(batch_size=16)),
     (DataNotFoundError, "needs manual_dir", dict(name="cifar100", manual_dir=None)),
 ]

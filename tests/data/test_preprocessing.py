@@ -67,6 +67,22 @@ def test_imagenet_crops_match_numpy():
         np.testing.assert_allclose(out, expected, atol=1e-3)
 
 
+def test_square_imagenet_variants_match_numpy():
+    image = np.random.default_rng(2).integers(0, 256, (256, 256, 3)).astype(np.float32)
+    out = preprocessing.get_augmentation("imagenet_eval_square")(tf.constant(image), SEEDS[0]).numpy()
+    np.testing.assert_allclose(out, image[16:240, 16:240], atol=1e-3)
+    row, col, hflip, _ = _draws(SEEDS[3], 256, 256, 224, 224)
+    expected = image[row : row + 224, col : col + 224]
+    out = preprocessing.get_augmentation("imagenet_train_square")(tf.constant(image), SEEDS[3]).numpy()
+    np.testing.assert_allclose(out, expected[:, ::-1] if hflip else expected, atol=1e-3)
+    # A non-square image is squashed to 256 x 256, not cropped to its shorter side.
+    stripes = np.zeros((256, 512, 1), np.float32)
+    stripes[:, 256:] = 100.0
+    out = preprocessing.get_augmentation("imagenet_eval_square")(tf.constant(stripes), SEEDS[0]).numpy()
+    np.testing.assert_allclose(out[:, :100], 0.0)
+    np.testing.assert_allclose(out[:, -100:], 100.0)
+
+
 def test_resize_shorter_side_keeps_aspect_ratio():
     out = preprocessing.resize_shorter_side(tf.fill([100, 150, 3], 7.0), 256)
     assert out.shape == (256, 384, 3)
@@ -106,7 +122,9 @@ def test_registry_names():
 def test_every_augmentation_runs_in_tf_data(name):
     size = 256 if name.startswith("imagenet") else 32
     ds = tf.data.Dataset.range(2).map(
-        lambda i: preprocessing.get_augmentation(name)(tf.fill([size, size, 3], 5.0), preprocessing.element_seed(0, 0, i))
+        lambda i: preprocessing.get_augmentation(name)(
+            tf.fill([size, size, 3], 5.0), preprocessing.element_seed(0, 0, i)
+        )
     )
     for out in ds:
         assert out.shape == ((224, 224, 3) if name.startswith("imagenet") else (32, 32, 3))

@@ -70,7 +70,8 @@ def test_same_stream_as_manual_up_to_the_stored_order(prepared, tmp_path):
 
 
 def test_unprepared_folder_names_it(tmp_path):
-    with pytest.raises(DataNotFoundError, match=rf"cifar100 is not prepared in the tensorflow-datasets folder '{tmp_path}'"):
+    message = rf"cifar100 is not prepared in the tensorflow-datasets folder '{tmp_path}'"
+    with pytest.raises(DataNotFoundError, match=message):
         datasets.get_datasets("cifar100", source="tfds", data_dir=str(tmp_path), batch_size=2)
     with pytest.raises(DataNotFoundError, match="needs data_dir"):
         datasets.get_datasets("mnist", source="tfds", batch_size=2)
