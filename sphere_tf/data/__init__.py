@@ -1,5 +1,6 @@
 """Data sets from local files (published archives or a tensorflow-datasets folder); nothing downloads unless asked."""
 
+from sphere_tf.data import archive_writers
 from sphere_tf.data import cifar
 from sphere_tf.data import fashion_mnist
 from sphere_tf.data import imagenet

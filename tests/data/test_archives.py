@@ -13,7 +13,7 @@ from sphere_tf.data import imagenet
 from sphere_tf.data import mnist
 from sphere_tf.data.errors import CorruptDataError
 from sphere_tf.data.errors import DataNotFoundError
-from tests.data import archives
+from sphere_tf.data import archive_writers as archives
 
 
 def test_cifar10_pixels_labels_and_order(tmp_path):
@@ -63,7 +63,7 @@ def test_cifar_missing_archive_names_file_and_folder(tmp_path):
 def test_cifar_truncated_record_is_named(tmp_path):
     with tarfile.open(tmp_path / "cifar-100-binary.tar.gz", "w:gz") as tar:
         for split in ("train", "test"):
-            archives._add_bytes(tar, f"cifar-100-binary/{split}.bin", bytes(3074 * 2 - 5))
+            archives.add_bytes(tar, f"cifar-100-binary/{split}.bin", bytes(3074 * 2 - 5))
     with pytest.raises(CorruptDataError, match=r"train.bin: 6143 bytes is not a whole number of 3074-byte"):
         cifar.load_cifar100(str(tmp_path), "train")
 
@@ -71,14 +71,14 @@ def test_cifar_truncated_record_is_named(tmp_path):
 def test_cifar_wrong_format_and_broken_archive(tmp_path):
     # CIFAR-10 records (3073 bytes) inside a CIFAR-100 archive: the length check fails.
     with tarfile.open(tmp_path / "cifar-100-binary.tar.gz", "w:gz") as tar:
-        archives._add_bytes(tar, "cifar-100-binary/test.bin", bytes(3073 * 5))
+        archives.add_bytes(tar, "cifar-100-binary/test.bin", bytes(3073 * 5))
     with pytest.raises(CorruptDataError, match="3074-byte records"):
         cifar.load_cifar100(str(tmp_path), "test")
     (tmp_path / "cifar-10-binary.tar.gz").write_bytes(b"not a gzip file at all")
     with pytest.raises(CorruptDataError, match="cannot read the tar.gz archive"):
         cifar.load_cifar10(str(tmp_path), "test")
     with tarfile.open(tmp_path / "cifar-10-binary.tar.gz", "w:gz") as tar:
-        archives._add_bytes(tar, "cifar-10-batches-bin/test_batch.bin", bytes([12]) + bytes(3072))
+        archives.add_bytes(tar, "cifar-10-batches-bin/test_batch.bin", bytes([12]) + bytes(3072))
     with pytest.raises(CorruptDataError, match="lacks cifar-10-batches-bin/data_batch_1.bin"):
         cifar.load_cifar10(str(tmp_path), "train")
     with pytest.raises(CorruptDataError, match="label 12 is out of range for 10 classes"):
@@ -159,6 +159,6 @@ def test_imagenet_errors(tmp_path):
 def test_cifar100_coarse_byte_is_checked(tmp_path):
     images = np.zeros((2, 32, 32, 3), np.uint8)
     with tarfile.open(tmp_path / "cifar-100-binary.tar.gz", "w:gz") as tar:
-        archives._add_bytes(tar, "cifar-100-binary/test.bin", archives.cifar_records(images, [3, 25], [4, 5]))
+        archives.add_bytes(tar, "cifar-100-binary/test.bin", archives.cifar_records(images, [3, 25], [4, 5]))
     with pytest.raises(CorruptDataError, match="coarse label 25 is out of range for 20 classes"):
         cifar.load_cifar100(str(tmp_path), "test")

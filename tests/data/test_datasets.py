@@ -7,7 +7,7 @@ from sphere_tf.data import datasets
 from sphere_tf.data import fashion_mnist
 from sphere_tf.data import preprocessing
 from sphere_tf.data.errors import DataNotFoundError
-from tests.data import archives
+from sphere_tf.data import archive_writers as archives
 
 
 def _batches(ds, n):
@@ -173,3 +173,16 @@ def test_feeds_keras_fit_and_evaluate(cifar_dir):
     history = model.fit(train, steps_per_epoch=info["steps_per_epoch"], epochs=2, verbose=0, shuffle=False)
     assert len(history.history["loss"]) == 2 and np.isfinite(history.history["loss"]).all()
     assert np.isfinite(model.evaluate(test, verbose=0)).all()
+
+
+@pytest.mark.parametrize("name", sorted(archives.WRITERS))
+def test_every_writer_feeds_get_datasets(tmp_path, name):
+    written = archives.write(name, str(tmp_path))
+    kwargs = {}
+    if name == "imagenet2012":
+        kwargs = {"val_labels_file": written["labels_file"], "augmentation": "imagenet_train"}
+    train, test, info = datasets.get_datasets(name, manual_dir=str(tmp_path), batch_size=2, **kwargs)
+    x, y = next(iter(train))
+    assert x.shape[1:] == info["input_shape"] and x.shape[0] == 2
+    assert 0 <= y.numpy().min() and y.numpy().max() < info["num_classes"]
+    assert sum(int(b[1].shape[0]) for b in test) == info["test_size"] > 0

@@ -15,7 +15,7 @@ import pytest
 
 from sphere_tf.data import datasets
 from sphere_tf.data.errors import DataNotFoundError
-from tests.data import archives
+from sphere_tf.data import archive_writers as archives
 
 tfds = pytest.importorskip("tensorflow_datasets")
 
