@@ -203,6 +203,11 @@ def get_datasets(
                 )
     if not callable(normalization):
         validation.one_of(normalization, "normalization", tuple(preprocessing.NORMALIZATIONS))
+    if channel_mean is not None:
+        try:
+            channel_mean = tuple(validation.real(m, "channel_mean") for m in channel_mean)
+        except (TypeError, ValueError):
+            raise validation.invalid_argument("channel_mean", "a sequence of finite floats or None", channel_mean)
     augment = preprocessing.get_augmentation(augmentation)
     augment_eval = preprocessing.get_augmentation(eval_augmentation)
     normalize = preprocessing.get_normalization(normalization)
@@ -221,8 +226,8 @@ def get_datasets(
         keys = ("offsets", "lengths", "labels")
         train_arrays = _subset(tuple(train_index[k] for k in keys), train_limit, rng)
         test_arrays = tuple(val_index[k][: test_limit or None] for k in keys)
-        train = _tar_examples(f"{manual_dir}/{imagenet.TRAIN_ARCHIVE}", *train_arrays)
-        test = _tar_examples(f"{manual_dir}/{imagenet.VAL_ARCHIVE}", *test_arrays)
+        train = _tar_examples(os.path.join(manual_dir, imagenet.TRAIN_ARCHIVE), *train_arrays)
+        test = _tar_examples(os.path.join(manual_dir, imagenet.VAL_ARCHIVE), *test_arrays)
         mean = spec.channel_mean
     elif name == "imagenet2012":
         return _imagenet_tfds(
@@ -244,7 +249,7 @@ def get_datasets(
         train = _array_examples(*train_arrays)
         test = _array_examples(*test_arrays)
     if channel_mean is not None:
-        mean = tuple(validation.real(m, "channel_mean") for m in channel_mean)
+        mean = channel_mean
     steps_per_epoch = train.size // batch_size if drop_remainder else -(-train.size // batch_size)
     if steps_per_epoch == 0:
         raise validation.invalid_argument(

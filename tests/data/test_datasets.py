@@ -91,6 +91,11 @@ def test_mean_subtraction_uses_the_training_mean(cifar_dir):
     mean = data["x_train"].reshape(-1, 3).astype(np.float64).mean(axis=0)
     np.testing.assert_allclose(info["channel_mean"], mean)
     np.testing.assert_allclose(next(iter(test))[0].numpy(), data["x_test"][:4] - mean.astype(np.float32), rtol=1e-6)
+    _, test, info = datasets.get_datasets(
+        "cifar10", manual_dir=folder, batch_size=4, normalization="mean_subtraction", channel_mean=[1, 2, 3]
+    )
+    assert info["channel_mean"] == (1.0, 2.0, 3.0)
+    np.testing.assert_allclose(next(iter(test))[0].numpy(), data["x_test"][:4] - np.float32([1, 2, 3]))
 
 
 def test_cifar100_and_mnist(tmp_path):
@@ -135,6 +140,8 @@ BAD_ARGUMENTS = [
     (ValueError, "argument `augmentation`.*ImageNet images differ in size",
      dict(name="imagenet2012", augmentation="flip")),
     (ValueError, "argument `batch_size`.*training set size", dict(batch_size=16)),
+    (ValueError, "argument `channel_mean`", dict(channel_mean=("a", 1.0, 2.0))),
+    (ValueError, "argument `channel_mean`", dict(channel_mean=3.0)),
     (DataNotFoundError, "needs manual_dir", dict(name="cifar100", manual_dir=None)),
 ]
 
