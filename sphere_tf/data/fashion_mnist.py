@@ -13,6 +13,9 @@ import struct
 
 import numpy as np
 
+from sphere_tf.data.errors import CorruptDataError
+from sphere_tf.data.errors import DataNotFoundError
+
 DEBIAN_DIR = "/usr/share/datasets/fashion-mnist"
 FILES = {
     "train_images": "train-images-idx3-ubyte.gz",
@@ -29,36 +32,34 @@ _IMAGES_MAGIC = 2051
 _LABELS_MAGIC = 2049
 
 
-class DataNotFoundError(FileNotFoundError):
-    """No usable copy of a data set was found; the message lists where we looked."""
-
-
 def read_idx(path):
     """Reads one (optionally gzipped) idx file of unsigned bytes into a NumPy array.
 
     Raises:
-        ValueError: the file is not an idx file of the expected size.
+        CorruptDataError: (a `ValueError`) the file is not an idx file of the expected size.
     """
     opener = gzip.open if path.endswith(".gz") else open
     try:
         with opener(path, "rb") as f:
             data = f.read()
     except (OSError, EOFError) as e:
-        raise ValueError(f"{path}: cannot read an idx file ({e}).") from e
+        raise CorruptDataError(f"{path}: cannot read an idx file ({e}).") from e
     if len(data) < 8:
-        raise ValueError(f"{path}: {len(data)} bytes is too short for an idx header.")
+        raise CorruptDataError(f"{path}: {len(data)} bytes is too short for an idx header.")
     magic = struct.unpack(">I", data[:4])[0]
     if magic not in (_IMAGES_MAGIC, _LABELS_MAGIC):
-        raise ValueError(
+        raise CorruptDataError(
             f"{path}: bad idx magic number {magic:#x}; expected {_IMAGES_MAGIC:#x} (images) "
             f"or {_LABELS_MAGIC:#x} (labels)."
         )
     ndim = magic & 0xFF
+    if len(data) < 4 + 4 * ndim:
+        raise CorruptDataError(f"{path}: {len(data)} bytes is too short for a {ndim}-d idx header.")
     dims = struct.unpack(">" + "I" * ndim, data[4 : 4 + 4 * ndim])
     payload = data[4 + 4 * ndim :]
     expected = int(np.prod(dims))
     if len(payload) != expected:
-        raise ValueError(
+        raise CorruptDataError(
             f"{path}: header says shape {dims} ({expected} bytes) but the file holds "
             f"{len(payload)} bytes; the file is truncated or corrupt."
         )
