@@ -2,18 +2,12 @@
 
 import gzip
 import os
-import struct
 
 import numpy as np
 import pytest
 
+from sphere_tf.data import archive_writers
 from sphere_tf.data import fashion_mnist
-
-
-def _write_idx(path, array, magic):
-    header = struct.pack(">I", magic) + b"".join(struct.pack(">I", d) for d in array.shape)
-    with gzip.open(path, "wb") as f:
-        f.write(header + array.astype(np.uint8).tobytes())
 
 
 def _write_set(folder, n_train=5, n_test=3, seed=0):
@@ -26,7 +20,7 @@ def _write_set(folder, n_train=5, n_test=3, seed=0):
     }
     for key, array in arrays.items():
         magic = 2051 if key.endswith("images") else 2049
-        _write_idx(os.path.join(folder, fashion_mnist.FILES[key]), array, magic)
+        archive_writers.write_idx(os.path.join(folder, fashion_mnist.FILES[key]), array, magic)
     return arrays
 
 
@@ -62,7 +56,7 @@ def test_bad_magic_is_an_error(tmp_path):
 
 def test_mismatched_counts_are_an_error(tmp_path):
     _write_set(str(tmp_path))
-    _write_idx(os.path.join(str(tmp_path), fashion_mnist.FILES["train_labels"]), np.zeros(4), 2049)
+    archive_writers.write_idx(os.path.join(str(tmp_path), fashion_mnist.FILES["train_labels"]), np.zeros(4), 2049)
     with pytest.raises(ValueError, match="do not match"):
         fashion_mnist.load_fashion_mnist(str(tmp_path))
 
