@@ -255,3 +255,13 @@ def test_step_checkpoint_config_round_trip(tmp_path):
     assert config == {"directory": str(tmp_path), "every_steps": 7, "max_to_keep": 3}
     clone = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(callback))
     assert isinstance(clone, checkpoint.StepCheckpoint) and clone.get_config() == config
+
+
+def test_mismatch_found_by_the_snapshot_beside_the_checkpoints(idx_dir, tmp_path):
+    """The trainer writes `config.json` before training; the copy kept with the checkpoints still refuses."""
+    config = tiny_config(idx_dir)
+    checkpoint.record_config(str(tmp_path / "checkpoints" / "train"), config)
+    changed = tiny_config(idx_dir, epochs=3)
+    checkpoint.record_config(str(tmp_path), changed)  # what the trainer's main writes first
+    with pytest.raises(checkpoint.ConfigMismatchError, match=r"differing keys: train.epochs.\n  train.epochs: 2 in"):
+        classifier.train_and_evaluate(changed, str(tmp_path))
