@@ -42,6 +42,7 @@ import os
 
 import keras
 import tensorflow as tf
+from absl import logging
 
 from sphere_tf import validation
 
@@ -55,11 +56,6 @@ RESUME_INSENSITIVE_KEYS = ("train.verbose", "data.data_dir", "data.manual_dir")
 
 class ConfigMismatchError(ValueError):
     """A workdir holds the config of a different run."""
-
-
-def _tf_variable(variable):
-    """The `tf.Variable` behind a Keras 3 variable (or the variable itself)."""
-    return getattr(variable, "value", variable) if isinstance(variable, keras.Variable) else variable
 
 
 def _build_optimizer(model):
@@ -113,8 +109,8 @@ class StepCheckpoint(keras.callbacks.Callback):
         optimizer = _build_optimizer(model)
         self._step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         checkpoint = tf.train.Checkpoint(
-            model_variables=[_tf_variable(v) for v in model.variables],
-            optimizer_variables=[_tf_variable(v) for v in optimizer.variables],
+            model_variables=list(model.variables),  # Keras 3 variables are trackable on TensorFlow
+            optimizer_variables=list(optimizer.variables),
             step=self._step,
             **self.extra,
         )
@@ -318,6 +314,8 @@ def fit_resumable(model, train_data, epochs, directory, steps_per_epoch=None, ev
     saver.set_model(model)
     initial_step = saver.restore()
     saver.keep_epochs(initial_step // steps_per_epoch)
+    if initial_step:
+        logging.info("Resuming from step %d (%s).", initial_step, saver.latest_checkpoint)
     total = epochs * steps_per_epoch
     if initial_step > total:
         raise ValueError(
