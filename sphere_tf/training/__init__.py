@@ -4,9 +4,17 @@
 [D §4.1] and weighted gradients [D-18] inside `train_step`; `wrap` turns an
 existing functional or Sequential model into a `SphereModel`;
 `initialize_from_pretrained` copies a trained Conv2D/Dense model into its
-decoupled twin [D §4.3]. The config-driven loop lives in `training.classifier`.
+decoupled twin [D §4.3]. `fit_resumable` / `StepCheckpoint` checkpoint every N
+steps and resume exactly (`training.checkpoint`). The config-driven loop lives
+in `training.classifier`.
 """
 
+from sphere_tf.training.checkpoint import ConfigMismatchError
+from sphere_tf.training.checkpoint import StepCheckpoint
+from sphere_tf.training.checkpoint import check_workdir_config
+from sphere_tf.training.checkpoint import fit_resumable
+from sphere_tf.training.checkpoint import positioned_stream
+from sphere_tf.training.checkpoint import record_config
 from sphere_tf.training.model import SphereModel
 from sphere_tf.training.model import SphereSequential
 from sphere_tf.training.model import SphereTrainingMixin

@@ -12,6 +12,7 @@ from absl import logging
 from sphere_tf import data as data_lib
 from sphere_tf import export as export_lib
 from sphere_tf import models as models_lib
+from sphere_tf.training import checkpoint as checkpoint_lib
 
 OPTIMIZERS = {
     "adam": keras.optimizers.Adam,
@@ -57,9 +58,14 @@ def validate(config):
 def train_and_evaluate(config, workdir):
     """Trains the configured classifier, evaluates it on the test split, exports it.
 
-    Writes to `workdir`: `checkpoints/model.keras` (each epoch), `backup/` (resume
-    state, removed when training completes), `tensorboard/`, `export/` (SavedModel
-    with a `serve` endpoint) and `results.json`.
+    Writes to `workdir`: `config.json`, `checkpoints/train/` (the whole training
+    state every `train.checkpoint_every_steps` steps, see
+    `sphere_tf.training.checkpoint`), `checkpoints/model.keras` (each epoch),
+    `tensorboard/`, `export/` (SavedModel with a `serve` endpoint) and
+    `results.json`. An interrupted run (even `kill -9` mid-epoch) continues
+    from its latest checkpoint and ends as the uninterrupted run would; a
+    finished workdir is not trained again (its `results.json` is returned); a
+    workdir written by a different config is refused, naming the differing keys.
 
     Args:
         config: ConfigDict or dict with `seed`, `data`, `model`, `optimizer`, `train`, `export`.
@@ -67,15 +73,31 @@ def train_and_evaluate(config, workdir):
 
     Returns:
         dict with `test_accuracy`, `test_loss`, `history` and `export_dir`.
+
+    Raises:
+        checkpoint.ConfigMismatchError: `workdir` holds another config's run.
     """
     config = validate(config)
+    train_cfg = config["train"]
+    state_dir = os.path.join(workdir, "checkpoints", "train")
+    checkpoint_lib.check_workdir_config(workdir, config)
+    checkpoint_lib.record_config(state_dir, config)  # the snapshot kept beside the checkpoints it describes
+    checkpoint_lib.record_config(workdir, config)
+    results_path = os.path.join(workdir, "results.json")
     keras.utils.set_random_seed(config["seed"])
-    os.makedirs(workdir, exist_ok=True)
 
     data_cfg = dict(config["data"])
     train_ds, test_ds, info = DATASETS[data_cfg.pop("name")](
-        batch_size=config["train"]["batch_size"], seed=config["seed"], **data_cfg
+        batch_size=train_cfg["batch_size"], seed=config["seed"], **data_cfg
     )
+    steps_per_epoch = train_cfg.get("steps_per_epoch") or checkpoint_lib.steps_per_pass(train_ds)
+    total_steps = train_cfg["epochs"] * steps_per_epoch
+    if os.path.exists(results_path) and checkpoint_lib.latest_step(state_dir) == total_steps:
+        with open(results_path) as f:
+            results = json.load(f)
+        print(f"{workdir} already holds a finished run (step {total_steps}); "
+              f"test accuracy {results['test_accuracy']:.4f}. Not training again.")
+        return results
     logging.info("Data: %s", info)
     model_cfg = dict(config["model"])
     model = models_lib.create_model(
@@ -87,17 +109,18 @@ def train_and_evaluate(config, workdir):
         metrics=["accuracy"],
     )
     model.summary(print_fn=logging.info)
+    os.makedirs(os.path.join(workdir, "checkpoints"), exist_ok=True)
     callbacks = [
-        keras.callbacks.BackupAndRestore(os.path.join(workdir, "backup")),
         keras.callbacks.ModelCheckpoint(os.path.join(workdir, "checkpoints", "model.keras")),
         keras.callbacks.TensorBoard(os.path.join(workdir, "tensorboard")),
     ]
-    os.makedirs(os.path.join(workdir, "checkpoints"), exist_ok=True)
-    steps = config["train"].get("steps_per_epoch") or None
-    history = model.fit(
-        train_ds, epochs=config["train"]["epochs"], steps_per_epoch=steps, callbacks=callbacks,
-        verbose=config["train"].get("verbose", 1),
+    fitted = checkpoint_lib.fit_resumable(
+        model, train_ds, epochs=train_cfg["epochs"], directory=state_dir, steps_per_epoch=steps_per_epoch,
+        every_steps=train_cfg.get("checkpoint_every_steps") or checkpoint_lib.DEFAULT_EVERY_STEPS,
+        callbacks=callbacks, verbose=train_cfg.get("verbose", 1),
     )
+    if fitted["initial_step"]:
+        print(f"Resumed from step {fitted['initial_step']} of {total_steps} ({state_dir}).")
     test_loss, test_accuracy = model.evaluate(test_ds, verbose=0)
     print(f"Test accuracy: {test_accuracy:.4f} (loss {test_loss:.4f}, {info['test_size']} images)")
 
@@ -109,9 +132,9 @@ def train_and_evaluate(config, workdir):
     results = {
         "test_accuracy": float(test_accuracy),
         "test_loss": float(test_loss),
-        "history": {k: [float(v) for v in vals] for k, vals in history.history.items()},
+        "history": fitted["history"],
         "export_dir": export_dir,
     }
-    with open(os.path.join(workdir, "results.json"), "w") as f:
+    with open(results_path, "w") as f:
         json.dump(results, f, indent=2)
     return results

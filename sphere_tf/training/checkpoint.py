@@ -1,0 +1,423 @@
+"""Step-level checkpoints with exact resume for `model.fit`, and the workdir's config guard.
+
+A training run is a pure function of its starting state and the sequence of
+batches it sees. Resuming exactly therefore needs two things:
+
+1. **All the state**, saved every N optimizer steps: every model variable
+   (trainable and not: BatchNorm moving statistics, the E{‖x‖} moving averages
+   `norm_mean_biased` / `norm_mean_weight` of the TanhConv-style magnitudes of
+   Decoupled Networks (Liu et al., CVPR 2018, Eq. 5-6), `MarginHead`'s
+   `iteration` counter behind the λ annealing of SphereFace / L-Softmax, random
+   seed states), every optimizer variable (slots such as Adam's m and v, and
+   `iterations`) and the global step. They are written with
+   `tf.train.Checkpoint` and `tf.train.CheckpointManager`: a checkpoint becomes
+   the latest only after all its files exist, so `kill -9` during a save leaves
+   the previous one in charge.
+2. **The input position.** `keras.callbacks.BackupAndRestore` restores the
+   variables at an epoch boundary but builds a fresh iterator over the
+   training set, and a `Dataset.shuffle(..., seed=s, reshuffle_each_iteration=True)`
+   starts its sequence of orders again: the resumed epoch sees the order of the
+   *first* epoch, not the one the uninterrupted run sees. That is the state it
+   loses (`tests/training/test_checkpoint.py` shows it). Here the training data
+   is one stream of batches indexed by the global step, `dataset.repeat()`:
+   each pass reshuffles deterministically under the pipeline's seed, and a run
+   resumed at step s reads `dataset.repeat().skip(s)`, exactly the batches the
+   uninterrupted run reads from step s on. A pipeline that can jump to a step
+   without reading the skipped batches passes a callable `step -> dataset`.
+
+`fit_resumable` is a small driver around `model.fit` rather than a callback
+alone: a callback cannot hand `fit` a repositioned dataset, nor start it in the
+middle of an epoch. The driver restores the latest checkpoint, finishes a
+partial epoch with one `fit` call of the remaining steps, runs the remaining
+epochs with a second, and leaves everything else (callbacks, progress bars,
+`tf.distribute`, mixed precision) to `fit`. `StepCheckpoint` is the callback it
+uses to count steps and save.
+
+`check_workdir_config` / `record_config` refuse a workdir written by a
+different config, naming the keys that differ.
+"""
+
+import json
+import os
+
+import keras
+import tensorflow as tf
+from absl import logging
+
+from sphere_tf import validation
+
+DEFAULT_EVERY_STEPS = 100
+DEFAULT_MAX_TO_KEEP = 2
+CONFIG_FILE = "config.json"
+HISTORY_FILE = "history.json"
+# Keys that change what a run prints or where it reads the same files from, not what it computes.
+RESUME_INSENSITIVE_KEYS = ("train.verbose", "data.data_dir", "data.manual_dir")
+
+
+class ConfigMismatchError(ValueError):
+    """A workdir holds the config of a different run."""
+
+
+def _build_optimizer(model):
+    optimizer = getattr(model, "optimizer", None)
+    if optimizer is None:
+        raise ValueError("The model has no optimizer; call `model.compile(optimizer=...)` before checkpointing.")
+    if not model.built:
+        raise ValueError(f"Model {model.name!r} is not built; build it (or call it on a batch) before checkpointing.")
+    if not optimizer.built:
+        optimizer.build(model.trainable_variables)
+    return optimizer
+
+
+@keras.saving.register_keras_serializable(package="sphere_tf")
+class StepCheckpoint(keras.callbacks.Callback):
+    """Saves the whole training state every `every_steps` optimizer steps and when `fit` ends.
+
+    The state is every variable of the model (`model.variables`: trainable and
+    non-trainable weights, seed states) and of its optimizer
+    (`optimizer.variables`: `iterations` and all slots), plus the global step
+    counted by this callback, plus any `extra` trackables (objects holding
+    `tf.Variable`s, e.g. a callback's counters kept as variables).
+
+    Call `restore()` (after `set_model`) before `fit` to continue from the
+    latest checkpoint; `fit_resumable` does this and positions the data.
+
+    Args:
+        directory: str, the checkpoint folder (created on the first save).
+        every_steps: int > 0, save after every this many steps.
+        max_to_keep: int > 0, checkpoints kept on disk (oldest deleted first).
+        extra: optional dict name -> trackable, saved and restored with the rest.
+    """
+
+    def __init__(self, directory, every_steps=DEFAULT_EVERY_STEPS, max_to_keep=DEFAULT_MAX_TO_KEEP, extra=None):
+        super().__init__()
+        if not isinstance(directory, (str, os.PathLike)) or not str(directory):
+            raise validation.invalid_argument("directory", "a non-empty path", directory)
+        self.directory = os.fspath(directory)
+        self.every_steps = validation.positive_int(every_steps, "every_steps")
+        self.max_to_keep = validation.positive_int(max_to_keep, "max_to_keep")
+        self.extra = dict(extra or {})
+        self._step = None
+        self._manager = None
+        self._epoch_start = 0
+        self._history = {}
+
+    def set_model(self, model):
+        if self._manager is not None and model is self.model:
+            return  # `fit` sets the model again: keep the restored step
+        super().set_model(model)
+        optimizer = _build_optimizer(model)
+        self._step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        checkpoint = tf.train.Checkpoint(
+            model_variables=list(model.variables),  # Keras 3 variables are trackable on TensorFlow
+            optimizer_variables=list(optimizer.variables),
+            step=self._step,
+            **self.extra,
+        )
+        self._manager = tf.train.CheckpointManager(
+            checkpoint, self.directory, max_to_keep=self.max_to_keep, step_counter=self._step
+        )
+        self._history = self._read_history()
+
+    def _require_model(self):
+        if self._manager is None:
+            raise ValueError("StepCheckpoint has no model yet; call `set_model(model)` (or `fit`) first.")
+
+    @property
+    def step(self):
+        """int, the global step: optimizer steps taken over all runs of this directory."""
+        self._require_model()
+        return int(self._step.numpy())
+
+    @property
+    def latest_checkpoint(self):
+        """str or None, the prefix of the newest complete checkpoint in `directory`."""
+        self._require_model()
+        return self._manager.latest_checkpoint
+
+    @property
+    def history(self):
+        """dict metric -> list of per-epoch values over all runs (epochs completed so far)."""
+        return {key: list(values) for key, values in self._history.items()}
+
+    def restore(self):
+        """Loads the latest checkpoint (if any) into the model, optimizer, step and extras.
+
+        Returns:
+            int, the restored global step (0 when the directory holds no checkpoint).
+
+        Raises:
+            ValueError: the checkpoint does not hold exactly the model's and
+                optimizer's variables (another architecture or optimizer wrote it).
+        """
+        self._require_model()
+        latest = self._manager.latest_checkpoint
+        if latest is None:
+            self._step.assign(0)
+            return 0
+        try:
+            self._manager.checkpoint.restore(latest).assert_consumed()
+        except (AssertionError, ValueError) as error:
+            raise ValueError(
+                f"The checkpoint {latest} does not match this model and optimizer "
+                f"({len(self.model.variables)} model variables, {len(self.model.optimizer.variables)} optimizer "
+                f"variables): {error}"
+            ) from error
+        return self.step
+
+    def keep_epochs(self, count):
+        """Drops history entries past the first `count` epochs (ones a restored checkpoint predates)."""
+        self._history = {key: values[:count] for key, values in self._history.items()}
+
+    def save(self):
+        """Writes a checkpoint at the current step now; returns its prefix."""
+        self._require_model()
+        return self._manager.save(checkpoint_number=self._step)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch_start = self.step
+
+    def on_train_batch_end(self, batch, logs=None):
+        # `batch` is the last batch of the execution (several with steps_per_execution > 1).
+        previous = self.step
+        current = self._epoch_start + batch + 1
+        self._step.assign(current)
+        if current // self.every_steps > previous // self.every_steps:
+            self.save()
+
+    def on_epoch_end(self, epoch, logs=None):
+        for key, value in (logs or {}).items():
+            self._history.setdefault(key, []).append(float(value))
+        os.makedirs(self.directory, exist_ok=True)
+        _write_json_atomically(os.path.join(self.directory, HISTORY_FILE), {"epochs": epoch + 1, **self._history})
+
+    def on_train_end(self, logs=None):
+        latest = self._manager.latest_checkpoint
+        if latest is None or _checkpoint_step(latest) != self.step:
+            self.save()
+
+    def _read_history(self):
+        path = os.path.join(self.directory, HISTORY_FILE)
+        if not os.path.exists(path):
+            return {}
+        with open(path) as f:
+            stored = json.load(f)
+        stored.pop("epochs", None)
+        return stored
+
+    def get_config(self):
+        return {"directory": self.directory, "every_steps": self.every_steps, "max_to_keep": self.max_to_keep}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
+
+def _checkpoint_step(prefix):
+    """The step a `CheckpointManager` prefix (`.../ckpt-<step>`) was saved at."""
+    return int(prefix.rsplit("-", 1)[1])
+
+
+def _write_json_atomically(path, value):
+    temporary = f"{path}.tmp"
+    with open(temporary, "w") as f:
+        json.dump(value, f, indent=2)
+    os.replace(temporary, path)
+
+
+def positioned_stream(dataset, step):
+    """The training batches from global step `step` on: `dataset.repeat().skip(step)`.
+
+    `dataset` yields the batches of one pass; with a seeded
+    `shuffle(..., reshuffle_each_iteration=True)` before the batching, every
+    pass of the repeated stream has its own order, the same in every process
+    built with the same seeds.
+
+    Args:
+        dataset: `tf.data.Dataset` of batches.
+        step: int >= 0, the number of batches already consumed.
+
+    Returns:
+        `tf.data.Dataset`.
+    """
+    if not isinstance(dataset, tf.data.Dataset):
+        raise validation.invalid_argument("dataset", "a tf.data.Dataset", dataset)
+    step = validation.integer(step, "step", minimum=0)
+    stream = dataset.repeat()
+    return stream.skip(step) if step else stream
+
+
+def steps_per_pass(dataset):
+    """int, the number of batches in one pass of `dataset` (its cardinality).
+
+    Raises:
+        ValueError: the cardinality is infinite or unknown; pass `steps_per_epoch`.
+    """
+    cardinality = int(dataset.cardinality())
+    if cardinality <= 0:
+        raise ValueError(
+            f"Cannot tell the number of batches of the training data (cardinality {cardinality}); "
+            "pass `steps_per_epoch`."
+        )
+    return cardinality
+
+
+def fit_resumable(model, train_data, epochs, directory, steps_per_epoch=None, every_steps=DEFAULT_EVERY_STEPS,
+                  max_to_keep=DEFAULT_MAX_TO_KEEP, callbacks=None, verbose="auto", extra=None, **fit_kwargs):
+    """`model.fit` that checkpoints every `every_steps` steps and continues from the latest checkpoint.
+
+    A first call trains from step 0; a call after an interruption (even
+    `kill -9` in the middle of an epoch) restores the latest checkpoint of
+    `directory` and trains the remaining `epochs * steps_per_epoch - step`
+    steps on the same batches the uninterrupted run would have read, so it ends
+    with the same variables. A call on a finished directory trains nothing.
+
+    Args:
+        model: a compiled, built `keras.Model`.
+        train_data: `tf.data.Dataset` of the batches of one pass over the
+            training set (deterministic under its seeds; see
+            `positioned_stream`), or a callable `step -> tf.data.Dataset`
+            yielding the batches from global step `step` on.
+        epochs: int > 0, the epochs of the whole run.
+        directory: str, the checkpoint folder.
+        steps_per_epoch: int > 0, or None for one pass of `train_data` (a Dataset).
+        every_steps: int > 0, save every this many steps.
+        max_to_keep: int > 0, checkpoints kept.
+        callbacks: list of Keras callbacks, passed to `fit`.
+        verbose: `fit`'s verbosity.
+        extra: optional dict name -> trackable saved with the checkpoint.
+        **fit_kwargs: passed to `model.fit` (e.g. `validation_data`).
+
+    Returns:
+        dict with `history` (metric -> per-epoch values over all runs; the
+        epoch in which a run resumed averages its metrics over the steps after
+        the resume), `initial_step` (restored) and `step` (final global step).
+    """
+    epochs = validation.positive_int(epochs, "epochs")
+    if isinstance(train_data, tf.data.Dataset):
+        if steps_per_epoch is None:
+            steps_per_epoch = steps_per_pass(train_data)
+        dataset = train_data
+        make_stream = lambda step: positioned_stream(dataset, step)  # noqa: E731
+    elif callable(train_data):
+        if steps_per_epoch is None:
+            raise ValueError("`steps_per_epoch` is required when `train_data` is a callable.")
+        make_stream = train_data
+    else:
+        raise validation.invalid_argument("train_data", "a tf.data.Dataset or a callable step -> Dataset", train_data)
+    steps_per_epoch = validation.positive_int(steps_per_epoch, "steps_per_epoch")
+    for key in ("epochs", "initial_epoch", "steps_per_epoch", "x", "y"):
+        if key in fit_kwargs:
+            raise ValueError(f"`{key}` is set by fit_resumable; do not pass it in fit_kwargs.")
+
+    saver = StepCheckpoint(directory, every_steps=every_steps, max_to_keep=max_to_keep, extra=extra)
+    saver.set_model(model)
+    initial_step = saver.restore()
+    saver.keep_epochs(initial_step // steps_per_epoch)
+    if initial_step:
+        logging.info("Resuming from step %d (%s).", initial_step, saver.latest_checkpoint)
+    total = epochs * steps_per_epoch
+    if initial_step > total:
+        raise ValueError(
+            f"The checkpoint in {directory} is at step {initial_step}, past this run's {total} steps "
+            f"(epochs={epochs} × steps_per_epoch={steps_per_epoch})."
+        )
+    all_callbacks = [saver] + list(callbacks or [])
+    step = initial_step
+    epoch, offset = divmod(step, steps_per_epoch)
+    if offset:  # finish the interrupted epoch
+        model.fit(make_stream(step), initial_epoch=epoch, epochs=epoch + 1, steps_per_epoch=steps_per_epoch - offset,
+                  callbacks=all_callbacks, verbose=verbose, **fit_kwargs)
+        step, epoch = (epoch + 1) * steps_per_epoch, epoch + 1
+    if epoch < epochs:
+        model.fit(make_stream(step), initial_epoch=epoch, epochs=epochs, steps_per_epoch=steps_per_epoch,
+                  callbacks=all_callbacks, verbose=verbose, **fit_kwargs)
+    return {"history": saver.history, "initial_step": initial_step, "step": saver.step}
+
+
+def latest_step(directory):
+    """int, the global step of the newest checkpoint in `directory` (0 when there is none)."""
+    latest = tf.train.latest_checkpoint(directory) if os.path.isdir(directory) else None
+    return 0 if latest is None else _checkpoint_step(latest)
+
+
+def _plain(value):
+    """ConfigDict / tuples -> JSON-like plain values (tuples become lists, as in config.json)."""
+    if hasattr(value, "to_dict"):
+        value = value.to_dict()
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _flatten(value, prefix=""):
+    if isinstance(value, dict) and value:
+        flat = {}
+        for key, item in value.items():
+            flat.update(_flatten(item, f"{prefix}{key}."))
+        return flat
+    return {prefix[:-1]: value}
+
+
+def config_differences(stored, config, ignore=RESUME_INSENSITIVE_KEYS):
+    """The dotted keys whose values differ between two configs.
+
+    Args:
+        stored, config: dict / ConfigDict (nested).
+        ignore: dotted keys (or prefixes of them) left out of the comparison.
+
+    Returns:
+        sorted list of `(key, stored_value, new_value)`; a key missing on one
+        side has the value `"<missing>"` there.
+    """
+    missing = "<missing>"
+    old = _flatten(json.loads(json.dumps(_plain(stored), default=repr)))
+    new = _flatten(json.loads(json.dumps(_plain(config), default=repr)))
+    ignored = tuple(ignore or ())
+
+    def skipped(key):
+        return any(key == k or key.startswith(k + ".") for k in ignored)
+
+    return [(key, old.get(key, missing), new.get(key, missing)) for key in sorted(set(old) | set(new))
+            if not skipped(key) and old.get(key, missing) != new.get(key, missing)]
+
+
+def check_workdir_config(workdir, config, ignore=RESUME_INSENSITIVE_KEYS):
+    """Refuses to reuse `workdir` when its `config.json` records a different config.
+
+    Args:
+        workdir: str, the run folder.
+        config: dict / ConfigDict of this run.
+        ignore: dotted keys not compared (by default the ones that do not
+            change the computation: verbosity and data folders).
+
+    Returns:
+        bool, whether `workdir` already held a (matching) `config.json`.
+
+    Raises:
+        ConfigMismatchError: the configs differ; the message names every
+            differing key with both values.
+    """
+    path = os.path.join(workdir, CONFIG_FILE)
+    if not os.path.exists(path):
+        return False
+    with open(path) as f:
+        stored = json.load(f)
+    differences = config_differences(stored, config, ignore)
+    if differences:
+        lines = "\n".join(f"  {key}: {old!r} in the workdir, {new!r} now" for key, old, new in differences)
+        raise ConfigMismatchError(
+            f"{workdir} holds a run of a different config ({path}); differing keys: "
+            f"{', '.join(key for key, _, _ in differences)}.\n{lines}\n"
+            "Use a new --workdir, or the workdir's config."
+        )
+    return True
+
+
+def record_config(workdir, config, ignore=RESUME_INSENSITIVE_KEYS):
+    """`check_workdir_config`, then writes `config` to `workdir/config.json` (creating `workdir`)."""
+    check_workdir_config(workdir, config, ignore)
+    os.makedirs(workdir, exist_ok=True)
+    _write_json_atomically(os.path.join(workdir, CONFIG_FILE), _plain(config))

@@ -1,0 +1,266 @@
+"""Tests for sphere_tf.training.checkpoint: step checkpoints, exact resume after kill -9, the config guard."""
+
+import gzip
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from sphere_tf import data as data_lib
+from sphere_tf import models
+from sphere_tf.training import checkpoint
+from sphere_tf.training import classifier
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TRAIN_IMAGES, TEST_IMAGES, BATCH = 60, 20, 10  # 6 steps per epoch
+
+
+def write_idx(path, array):
+    """Writes a gzipped idx file of unsigned bytes (LeCun's MNIST format, used by Fashion-MNIST)."""
+    array = np.asarray(array, dtype=np.uint8)
+    header = struct.pack(">I", 0x0800 | array.ndim) + struct.pack(">" + "I" * array.ndim, *array.shape)
+    with gzip.open(path, "wb") as f:
+        f.write(header + array.tobytes())
+
+
+@pytest.fixture(scope="module")
+def idx_dir(tmp_path_factory):
+    """A tiny Fashion-MNIST folder: 60 + 20 images, 28×28, label-dependent brightness plus noise."""
+    folder = tmp_path_factory.mktemp("fashion_mnist")
+    rng = np.random.default_rng(7)
+    for split, count in (("train", TRAIN_IMAGES), ("t10k", TEST_IMAGES)):
+        labels = rng.integers(0, 10, size=count)
+        images = np.clip(labels[:, None, None] * 20 + rng.integers(0, 60, size=(count, 28, 28)), 0, 255)
+        write_idx(os.path.join(folder, f"{split}-images-idx3-ubyte.gz"), images)
+        write_idx(os.path.join(folder, f"{split}-labels-idx1-ubyte.gz"), labels)
+    return str(folder)
+
+
+def tiny_config(data_dir, **train):
+    return {
+        "seed": 3,
+        "data": {"name": "fashion_mnist", "train_limit": 0, "test_limit": 0, "data_dir": data_dir},
+        "model": {"name": "small_cnn", "widths": [4], "convs_per_stage": 1, "dense_units": 8, "batch_norm": True,
+                  "operator": {"layer": "decoupled", "magnitude": "tanh", "angular": "cosine"}},
+        "optimizer": {"name": "adam", "learning_rate": 0.01},
+        "train": {"batch_size": BATCH, "epochs": 2, "steps_per_epoch": 0, "verbose": 0,
+                  "checkpoint_every_steps": 2, **train},
+        "export": False,
+    }
+
+
+def checkpoint_values(workdir):
+    reader = tf.train.load_checkpoint(os.path.join(workdir, "checkpoints", "train"))
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+            if name != "_CHECKPOINTABLE_OBJECT_GRAPH"}
+
+
+# A run killed with SIGKILL one step after the checkpoint at step 8 (epoch 2 of 2, 6 steps an epoch):
+# the library path is untouched, the process simply dies there.
+CHILD = r"""
+import json, os, signal, sys
+from sphere_tf.training import checkpoint, classifier
+config, workdir, kill_at = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+original = checkpoint.StepCheckpoint.on_train_batch_end
+def on_train_batch_end(self, batch, logs=None):
+    original(self, batch, logs)
+    if self.step == kill_at:
+        os.kill(os.getpid(), signal.SIGKILL)
+checkpoint.StepCheckpoint.on_train_batch_end = on_train_batch_end
+classifier.train_and_evaluate(config, workdir)
+"""
+
+
+def test_kill_mid_epoch_then_resume_matches_uninterrupted_run(idx_dir, tmp_path):
+    config = tiny_config(idx_dir)
+    killed = str(tmp_path / "killed")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
+    process = subprocess.run([sys.executable, "-c", CHILD, json.dumps(config), killed, "9"], cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert process.returncode == -signal.SIGKILL, process.stderr[-2000:]
+    assert checkpoint.latest_step(os.path.join(killed, "checkpoints", "train")) == 8
+    assert not os.path.exists(os.path.join(killed, "results.json"))
+
+    resumed = classifier.train_and_evaluate(config, killed)  # the same command again
+    straight = str(tmp_path / "straight")
+    uninterrupted = classifier.train_and_evaluate(config, straight)
+
+    got, want = checkpoint_values(killed), checkpoint_values(straight)
+    assert sorted(got) == sorted(want)
+    assert int(got["step/.ATTRIBUTES/VARIABLE_VALUE"]) == 12
+    optimizer_iterations = [v for k, v in want.items() if k.startswith("optimizer_variables") and v.shape == ()
+                            and v.dtype == np.int64]
+    assert optimizer_iterations and all(int(v) == 12 for v in optimizer_iterations)
+    for name in want:  # bitwise: same variables at step 8, same batches 9..12, deterministic CPU kernels
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    assert resumed["test_accuracy"] == uninterrupted["test_accuracy"]
+    assert resumed["test_loss"] == uninterrupted["test_loss"]
+    assert len(resumed["history"]["loss"]) == len(uninterrupted["history"]["loss"]) == 2
+    assert resumed["history"]["loss"][0] == uninterrupted["history"]["loss"][0]  # epoch 1 came from the killed run
+
+
+def test_backup_and_restore_replays_the_first_shuffle_order(idx_dir):
+    """The state today's epoch-level resume loses: the shuffle position of the input pipeline.
+
+    `BackupAndRestore` restores the variables, but the restarted process iterates a new
+    dataset, whose first pass has the *first* epoch's order; the uninterrupted run's second
+    epoch has another order. `positioned_stream` hands the resumed run the batches the
+    uninterrupted one reads.
+    """
+    def labels(batches, count):
+        return [batch[1].numpy().tolist() for batch in batches.take(count)]
+
+    def dataset():  # what a (re)started process builds
+        return data_lib.fashion_mnist_datasets(batch_size=BATCH, seed=3, data_dir=idx_dir)[0]
+
+    steps = TRAIN_IMAGES // BATCH
+    uninterrupted = labels(checkpoint.positioned_stream(dataset(), 0), 3 * steps)
+    epoch_1, epoch_2 = uninterrupted[:steps], uninterrupted[steps:2 * steps]
+    restarted = labels(dataset(), steps)  # BackupAndRestore's resumed epoch 2
+    assert restarted == epoch_1
+    assert restarted != epoch_2
+    assert sorted(sum(epoch_2, [])) == sorted(sum(epoch_1, []))  # a reshuffle of the same images
+    for step in (steps, steps + 2, 2 * steps + 1):  # epoch boundary and mid-epoch
+        assert labels(checkpoint.positioned_stream(dataset(), step), 3 * steps - step) == uninterrupted[step:]
+
+
+def test_model_and_optimizer_state_survive_a_checkpoint(tmp_path):
+    """Every model variable (BN and E‖x‖ moving averages included) and optimizer variable is saved."""
+    def build():
+        keras.utils.set_random_seed(1)
+        model = models.create_model("small_cnn", input_shape=(8, 8, 1), num_classes=3, widths=(4,),
+                                    convs_per_stage=1, dense_units=6, batch_norm=True,
+                                    operator={"layer": "decoupled", "magnitude": "tanh", "angular": "cosine"})
+        model.compile(optimizer=keras.optimizers.Adam(0.01),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        return model
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(8, 8, 8, 1)).astype("float32"), rng.integers(0, 3, size=8)
+    trained = build()
+    trained.fit(x, y, batch_size=4, epochs=1, verbose=0)
+    saver = checkpoint.StepCheckpoint(str(tmp_path), every_steps=5)
+    saver.set_model(trained)
+    saver._step.assign(2)
+    saver.save()
+
+    fresh = build()
+    loader = checkpoint.StepCheckpoint(str(tmp_path))
+    loader.set_model(fresh)
+    assert loader.restore() == 2
+    names = [v.path for v in trained.variables]
+    assert any("norm_mean_biased" in n for n in names) and any("moving_variance" in n for n in names)
+    for a, b in zip(trained.variables + trained.optimizer.variables, fresh.variables + fresh.optimizer.variables):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=a.path)
+    assert int(fresh.optimizer.iterations) == 2
+
+    other = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Flatten(), keras.layers.Dense(3)])
+    other.compile(optimizer="adam", loss="mse")
+    wrong = checkpoint.StepCheckpoint(str(tmp_path))
+    wrong.set_model(other)
+    with pytest.raises(ValueError, match="does not match this model and optimizer"):
+        wrong.restore()
+
+
+def test_fit_resumable_saves_every_n_steps_and_does_not_retrain_when_finished(tmp_path, monkeypatch):
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
+    data = tf.data.Dataset.from_tensor_slices((np.ones((10, 3), "float32"), np.zeros((10, 2), "float32"))).batch(2)
+    saved = []
+    original = checkpoint.StepCheckpoint.save
+    monkeypatch.setattr(checkpoint.StepCheckpoint, "save", lambda self: saved.append(self.step) or original(self))
+    out = checkpoint.fit_resumable(model, data, epochs=2, directory=str(tmp_path), every_steps=3, verbose=0)
+    assert saved == [3, 6, 9, 10]  # every 3 steps, then the final step
+    assert (out["initial_step"], out["step"]) == (0, 10)
+    assert len(out["history"]["loss"]) == 2
+    assert checkpoint.latest_step(str(tmp_path)) == 10
+
+    monkeypatch.setattr(keras.Model, "fit", lambda *a, **k: pytest.fail("fit called on a finished directory"))
+    again = checkpoint.fit_resumable(model, data, epochs=2, directory=str(tmp_path), every_steps=3, verbose=0)
+    assert again["initial_step"] == again["step"] == 10
+    assert again["history"] == out["history"]
+    with pytest.raises(ValueError, match="past this run's 5 steps"):
+        checkpoint.fit_resumable(model, data, epochs=1, directory=str(tmp_path), verbose=0)
+
+
+def test_finished_workdir_is_not_trained_again(idx_dir, tmp_path, monkeypatch):
+    config = tiny_config(idx_dir, epochs=1)
+    first = classifier.train_and_evaluate(config, str(tmp_path))
+    monkeypatch.setattr(checkpoint, "fit_resumable", lambda *a, **k: pytest.fail("retrained a finished workdir"))
+    again = classifier.train_and_evaluate(config, str(tmp_path))
+    assert again == json.loads(json.dumps(first))
+
+
+def test_workdir_with_another_config_is_refused_naming_the_keys(idx_dir, tmp_path):
+    config = tiny_config(idx_dir)
+    checkpoint.record_config(str(tmp_path), config)
+    changed = tiny_config(idx_dir, batch_size=5)
+    changed["model"]["operator"]["magnitude"] = "linear"
+    del changed["export"]
+    with pytest.raises(checkpoint.ConfigMismatchError) as error:
+        classifier.train_and_evaluate(changed, str(tmp_path))
+    message = str(error.value)
+    assert "differing keys: export, model.operator.magnitude, train.batch_size." in message
+    assert "model.operator.magnitude: 'tanh' in the workdir, 'linear' now" in message
+    assert "export: False in the workdir, '<missing>' now" in message
+    assert not os.path.exists(os.path.join(tmp_path, "checkpoints"))  # refused before anything was written
+    # Verbosity and data folders do not change the computation.
+    same = tiny_config(idx_dir, verbose=2)
+    same["data"]["data_dir"] = "/elsewhere"
+    assert checkpoint.check_workdir_config(str(tmp_path), same) is True
+    assert checkpoint.check_workdir_config(str(tmp_path / "new"), changed) is False
+
+
+def test_config_differences_on_nested_and_tuple_values():
+    stored = {"a": {"b": [1, 2], "c": 1.0}, "d": "x"}
+    assert checkpoint.config_differences(stored, {"a": {"b": (1, 2), "c": 1.0}, "d": "x"}) == []
+    assert checkpoint.config_differences(stored, {"a": {"b": (1, 3), "c": 1.0}, "e": 1}) == [
+        ("a.b", [1, 2], [1, 3]), ("d", "x", "<missing>"), ("e", "<missing>", 1)]
+    assert checkpoint.config_differences(stored, {"a": {"b": [1, 2], "c": 2.0}, "d": "x"}, ignore=("a",)) == []
+
+
+def test_bad_arguments_name_the_argument(tmp_path):
+    with pytest.raises(ValueError, match="every_steps"):
+        checkpoint.StepCheckpoint(str(tmp_path), every_steps=0)
+    with pytest.raises(ValueError, match="max_to_keep"):
+        checkpoint.StepCheckpoint(str(tmp_path), max_to_keep=-1)
+    with pytest.raises(ValueError, match="directory"):
+        checkpoint.StepCheckpoint("")
+    with pytest.raises(ValueError, match="step"):
+        checkpoint.positioned_stream(tf.data.Dataset.range(3), -1)
+    with pytest.raises(ValueError, match="steps_per_epoch"):
+        checkpoint.steps_per_pass(tf.data.Dataset.range(3).repeat())
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    with pytest.raises(ValueError, match="optimizer"):
+        checkpoint.StepCheckpoint(str(tmp_path)).set_model(model)
+    model.compile(optimizer="sgd", loss="mse")
+    with pytest.raises(ValueError, match="train_data"):
+        checkpoint.fit_resumable(model, [1, 2], epochs=1, directory=str(tmp_path))
+    with pytest.raises(ValueError, match="steps_per_epoch"):
+        checkpoint.fit_resumable(model, lambda step: None, epochs=1, directory=str(tmp_path))
+
+
+def test_step_checkpoint_config_round_trip(tmp_path):
+    callback = checkpoint.StepCheckpoint(str(tmp_path), every_steps=7, max_to_keep=3)
+    config = callback.get_config()
+    assert config == {"directory": str(tmp_path), "every_steps": 7, "max_to_keep": 3}
+    clone = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(callback))
+    assert isinstance(clone, checkpoint.StepCheckpoint) and clone.get_config() == config
+
+
+def test_mismatch_found_by_the_snapshot_beside_the_checkpoints(idx_dir, tmp_path):
+    """The trainer writes `config.json` before training; the copy kept with the checkpoints still refuses."""
+    config = tiny_config(idx_dir)
+    checkpoint.record_config(str(tmp_path / "checkpoints" / "train"), config)
+    changed = tiny_config(idx_dir, epochs=3)
+    checkpoint.record_config(str(tmp_path), changed)  # what the trainer's main writes first
+    with pytest.raises(checkpoint.ConfigMismatchError, match=r"differing keys: train.epochs.\n  train.epochs: 2 in"):
+        classifier.train_and_evaluate(changed, str(tmp_path))
