@@ -3,12 +3,13 @@ r"""Trains an image classifier from a config file; exports a SavedModel.
   python -m trainers.train_classifier --config configs/dcnet/fashion_mnist_tanh_cosine.py \
       --workdir runs/fashion_mnist
 
-The resolved config is written to `<workdir>/config.json`; an interrupted run
-resumes from `<workdir>/backup`.
+The resolved config is written to `<workdir>/config.json` (a workdir holding a
+different config is refused, naming the differing keys); an interrupted run
+resumes from its last step checkpoint in `<workdir>/checkpoints/train`, and a
+finished one is not trained again.
 """
 
 import json
-import os
 
 from absl import app
 from absl import flags
@@ -34,9 +35,6 @@ def main(argv):
     if _CPU_ALLOCATOR.value == "bfc":
         runtime.use_bfc_cpu_allocator()  # before any tensor exists
     config = _CONFIG.value
-    os.makedirs(_WORKDIR.value, exist_ok=True)
-    with open(os.path.join(_WORKDIR.value, "config.json"), "w") as f:
-        f.write(config.to_json_best_effort(indent=2))
     logging.info("Config:\n%s", config)
     results = classifier.train_and_evaluate(config, _WORKDIR.value)
     logging.info("Results: %s", json.dumps({k: v for k, v in results.items() if k != "history"}))

@@ -40,6 +40,18 @@ def test_quick_run_trains_evaluates_and_exports(tmp_path):
     assert logits.shape == (3, 10)
     np.testing.assert_allclose(logits, keras.ops.convert_to_numpy(model(x, training=False)), rtol=1e-5, atol=1e-5)
 
+    # The same workdir with another config is refused before anything is written, naming the key.
+    with open(os.path.join(workdir, "config.json")) as f:
+        recorded = f.read()
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainers.train_classifier", f"--config={CONFIG}:quick", f"--workdir={workdir}",
+         f"--config.seed={json.loads(recorded)['seed'] + 1}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode != 0 and "seed" in proc.stderr, proc.stderr[-3000:]
+    with open(os.path.join(workdir, "config.json")) as f:
+        assert f.read() == recorded
+
 
 def test_missing_flags_are_a_usage_error(tmp_path):
     proc = subprocess.run(
