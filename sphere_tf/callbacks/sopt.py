@@ -11,10 +11,17 @@ included) at each episode and kept the optimizer's momentum of R̃; here only R�
 is reset (to the identity) and, by default, so are the optimizer slots of R̃
 (their directions referred to the previous rows).  The episode length is the
 same for every S-OPT layer of the model.
+
+The callback's state (steps into the current episode, episodes completed, the
+seed) is kept in `tf.Variable`s and returned by `checkpoint_state()`, so that
+`training.fit_resumable` saves it with the model; the rows of episode k are
+drawn from a NumPy generator keyed by (seed, k), so a resumed run draws the
+rows the uninterrupted run draws.
 """
 
 import keras
 import numpy as np
+import tensorflow as tf
 
 from sphere_tf import validation
 from sphere_tf.layers import opt as opt_lib
@@ -68,7 +75,8 @@ class SOPTEpisodes(keras.callbacks.Callback):
 
     Args:
         episode_length: int > 0, training steps per episode (upstream 750).
-        seed: None or int, seeds the row sampling.
+        seed: None or int >= 0, seeds the row sampling (None: a random seed,
+            drawn once and saved with `checkpoint_state()`).
         reset_optimizer_state: bool, zero the optimizer slots of R̃ at each episode.
         merge_on_train_end: bool, merge R̃ into V when `fit` ends (W is unchanged
             either way; merging leaves V = W and R̃ = I).
@@ -78,12 +86,36 @@ class SOPTEpisodes(keras.callbacks.Callback):
                  merge_on_train_end=False):
         super().__init__()
         self.episode_length = validation.positive_int(episode_length, "episode_length")
-        self.seed = validation.integer(seed, "seed", allow_none=True)
+        self.seed = validation.integer(seed, "seed", minimum=0, allow_none=True)
         self.reset_optimizer_state = bool(reset_optimizer_state)
         self.merge_on_train_end = bool(merge_on_train_end)
-        self._rng = np.random.default_rng(seed)
-        self.steps_in_episode = 0
-        self.episodes_completed = 0
+        drawn = self.seed if self.seed is not None else int(np.random.SeedSequence().generate_state(1, np.uint64)[0] >> 1)
+        self._seed = tf.Variable(drawn, dtype=tf.int64, trainable=False, name="sopt_seed")
+        self._steps_in_episode = tf.Variable(0, dtype=tf.int64, trainable=False, name="sopt_steps_in_episode")
+        self._episodes_completed = tf.Variable(0, dtype=tf.int64, trainable=False, name="sopt_episodes_completed")
+
+    @property
+    def steps_in_episode(self):
+        """int, training steps taken in the current episode."""
+        return int(self._steps_in_episode.numpy())
+
+    @property
+    def episodes_completed(self):
+        """int, episodes ended so far (over every run resumed from the same checkpoints)."""
+        return int(self._episodes_completed.numpy())
+
+    def checkpoint_state(self):
+        """dict name -> `tf.Variable`: the state to save and restore with the model."""
+        return {
+            "seed": self._seed,
+            "steps_in_episode": self._steps_in_episode,
+            "episodes_completed": self._episodes_completed,
+        }
+
+    def episode_rng(self, episode):
+        """The `numpy.random.Generator` that draws the rows of episode `episode` (1 for the first new episode)."""
+        episode = validation.integer(episode, "episode", minimum=0)
+        return np.random.default_rng([int(self._seed.numpy()), episode])
 
     def _sopt_layers(self):
         return [layer for layer in opt_lib.opt_layers(self.model) if layer.stochastic_dims is not None]
@@ -93,19 +125,20 @@ class SOPTEpisodes(keras.callbacks.Callback):
             raise ValueError("SOPTEpisodes: the model has no OPT layer with `stochastic_dims` set.")
 
     def on_train_batch_end(self, batch, logs=None):
-        self.steps_in_episode += 1
+        self._steps_in_episode.assign_add(1)
         if self.steps_in_episode >= self.episode_length:
             self.new_episode()
 
     def new_episode(self):
         """Merge, reset and resample every S-OPT layer now."""
         layers = self._sopt_layers()
+        rng = self.episode_rng(self.episodes_completed + 1)
         for layer in layers:
-            layer.start_episode(self._rng)
+            layer.start_episode(rng)
         if self.reset_optimizer_state and getattr(self.model, "optimizer", None) is not None:
             reset_optimizer_slots(self.model.optimizer, [layer.rotation_param for layer in layers])
-        self.steps_in_episode = 0
-        self.episodes_completed += 1
+        self._steps_in_episode.assign(0)
+        self._episodes_completed.assign_add(1)
 
     def on_train_end(self, logs=None):
         if self.merge_on_train_end:

@@ -33,6 +33,13 @@ epochs with a second, and leaves everything else (callbacks, progress bars,
 `tf.distribute`, mixed precision) to `fit`. `StepCheckpoint` is the callback it
 uses to count steps and save.
 
+Under `tf.distribute.MultiWorkerMirroredStrategy` every worker saves (as the
+strategy requires) but only the chief writes to `directory`; the others write
+to a temporary folder inside it and delete it after each save, and every
+worker restores from the chief's checkpoints (`training.distribute`). Callbacks
+whose state must survive a resume (e.g. `callbacks.SOPTEpisodes`) expose it
+through a `checkpoint_state()` method; `fit_resumable` saves it with the rest.
+
 `check_workdir_config` / `record_config` refuse a workdir written by a
 different config, naming the keys that differ.
 """
@@ -45,6 +52,7 @@ import tensorflow as tf
 from absl import logging
 
 from sphere_tf import validation
+from sphere_tf.training import distribute
 
 DEFAULT_EVERY_STEPS = 100
 DEFAULT_MAX_TO_KEEP = 2
@@ -82,6 +90,11 @@ class StepCheckpoint(keras.callbacks.Callback):
     Call `restore()` (after `set_model`) before `fit` to continue from the
     latest checkpoint; `fit_resumable` does this and positions the data.
 
+    Under `MultiWorkerMirroredStrategy` (the model's `distribute_strategy`)
+    only the chief writes `directory` (checkpoints and `history.json`); the
+    other workers save to `distribute.checkpoint_directory(...)`, a temporary
+    folder removed after each save, and restore from the chief's `directory`.
+
     Args:
         directory: str, the checkpoint folder (created on the first save).
         every_steps: int > 0, save after every this many steps.
@@ -101,12 +114,17 @@ class StepCheckpoint(keras.callbacks.Callback):
         self._manager = None
         self._epoch_start = 0
         self._history = {}
+        self._chief = True
+        self._strategy = None
+        self._saved_step = None
 
     def set_model(self, model):
         if self._manager is not None and model is self.model:
             return  # `fit` sets the model again: keep the restored step
         super().set_model(model)
         optimizer = _build_optimizer(model)
+        self._strategy = model.distribute_strategy
+        self._chief = distribute.is_chief(self._strategy)
         self._step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         checkpoint = tf.train.Checkpoint(
             model_variables=list(model.variables),  # Keras 3 variables are trackable on TensorFlow
@@ -115,7 +133,10 @@ class StepCheckpoint(keras.callbacks.Callback):
             **self.extra,
         )
         self._manager = tf.train.CheckpointManager(
-            checkpoint, self.directory, max_to_keep=self.max_to_keep, step_counter=self._step
+            checkpoint,
+            distribute.checkpoint_directory(self.directory, self._strategy),
+            max_to_keep=self.max_to_keep,
+            step_counter=self._step,
         )
         self._history = self._read_history()
 
@@ -131,9 +152,11 @@ class StepCheckpoint(keras.callbacks.Callback):
 
     @property
     def latest_checkpoint(self):
-        """str or None, the prefix of the newest complete checkpoint in `directory`."""
+        """str or None, the prefix of the newest complete checkpoint in `directory` (the chief's)."""
         self._require_model()
-        return self._manager.latest_checkpoint
+        if self._chief:
+            return self._manager.latest_checkpoint
+        return tf.train.latest_checkpoint(self.directory) if os.path.isdir(self.directory) else None
 
     @property
     def history(self):
@@ -151,9 +174,10 @@ class StepCheckpoint(keras.callbacks.Callback):
                 optimizer's variables (another architecture or optimizer wrote it).
         """
         self._require_model()
-        latest = self._manager.latest_checkpoint
+        latest = self.latest_checkpoint
         if latest is None:
             self._step.assign(0)
+            self._saved_step = None
             return 0
         try:
             self._manager.checkpoint.restore(latest).assert_consumed()
@@ -163,6 +187,7 @@ class StepCheckpoint(keras.callbacks.Callback):
                 f"({len(self.model.variables)} model variables, {len(self.model.optimizer.variables)} optimizer "
                 f"variables): {error}"
             ) from error
+        self._saved_step = self.step
         return self.step
 
     def keep_epochs(self, count):
@@ -172,7 +197,12 @@ class StepCheckpoint(keras.callbacks.Callback):
     def save(self):
         """Writes a checkpoint at the current step now; returns its prefix."""
         self._require_model()
-        return self._manager.save(checkpoint_number=self._step)
+        prefix = self._manager.save(checkpoint_number=self._step)
+        self._saved_step = self.step
+        if not self._chief:
+            distribute.remove_worker_directory(self.directory, self._strategy)
+            return os.path.join(self.directory, os.path.basename(prefix))
+        return prefix
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch_start = self.step
@@ -188,12 +218,14 @@ class StepCheckpoint(keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         for key, value in (logs or {}).items():
             self._history.setdefault(key, []).append(float(value))
+        if not self._chief:
+            return
         os.makedirs(self.directory, exist_ok=True)
         _write_json_atomically(os.path.join(self.directory, HISTORY_FILE), {"epochs": epoch + 1, **self._history})
 
     def on_train_end(self, logs=None):
-        latest = self._manager.latest_checkpoint
-        if latest is None or _checkpoint_step(latest) != self.step:
+        # Decided on the step alone, the same on every worker (all of them take part in a save).
+        if self._saved_step != self.step:
             self.save()
 
     def _read_history(self):
@@ -285,7 +317,9 @@ def fit_resumable(model, train_data, epochs, directory, steps_per_epoch=None, ev
         max_to_keep: int > 0, checkpoints kept.
         callbacks: list of Keras callbacks, passed to `fit`.
         verbose: `fit`'s verbosity.
-        extra: optional dict name -> trackable saved with the checkpoint.
+        extra: optional dict name -> trackable saved with the checkpoint. The
+            `checkpoint_state()` of every callback that has one is added
+            (named `<class name>_<index>_<key>`).
         **fit_kwargs: passed to `model.fit` (e.g. `validation_data`).
 
     Returns:
@@ -310,7 +344,8 @@ def fit_resumable(model, train_data, epochs, directory, steps_per_epoch=None, ev
         if key in fit_kwargs:
             raise ValueError(f"`{key}` is set by fit_resumable; do not pass it in fit_kwargs.")
 
-    saver = StepCheckpoint(directory, every_steps=every_steps, max_to_keep=max_to_keep, extra=extra)
+    saver = StepCheckpoint(directory, every_steps=every_steps, max_to_keep=max_to_keep,
+                           extra={**(extra or {}), **callback_states(callbacks)})
     saver.set_model(model)
     initial_step = saver.restore()
     saver.keep_epochs(initial_step // steps_per_epoch)
@@ -333,6 +368,29 @@ def fit_resumable(model, train_data, epochs, directory, steps_per_epoch=None, ev
         model.fit(make_stream(step), initial_epoch=epoch, epochs=epochs, steps_per_epoch=steps_per_epoch,
                   callbacks=all_callbacks, verbose=verbose, **fit_kwargs)
     return {"history": saver.history, "initial_step": initial_step, "step": saver.step}
+
+
+def callback_states(callbacks):
+    """The trackables of the callbacks that keep state across a resume.
+
+    Args:
+        callbacks: list of Keras callbacks (or None).
+
+    Returns:
+        dict `<class name>_<index>_<key>` -> trackable, from every callback with
+        a `checkpoint_state()` method (dict key -> `tf.Variable` / trackable);
+        the index counts callbacks of the same class in list order.
+    """
+    states, seen = {}, {}
+    for callback in callbacks or ():
+        method = getattr(callback, "checkpoint_state", None)
+        if not callable(method):
+            continue
+        name = type(callback).__name__
+        index = seen[name] = seen.get(name, -1) + 1
+        for key, trackable in method().items():
+            states[f"{name}_{index}_{key}"] = trackable
+    return states
 
 
 def latest_step(directory):

@@ -1,0 +1,215 @@
+"""`tf.distribute` strategies for the runner, and which worker writes checkpoints.
+
+`make_strategy(name)` builds the strategy a run trains under:
+
+* ``"auto"``: `MirroredStrategy` over the visible GPUs when there are more than
+  one, otherwise TensorFlow's default strategy (one device, no replication).
+* ``"one_device"``: `OneDeviceStrategy` on the first GPU, or on the CPU.
+* ``"mirrored"``: `MirroredStrategy` over every local device: the GPUs, or on a
+  host without GPUs every logical CPU (`configure_logical_cpus` splits the CPU
+  into several, as tests do to replicate on one machine).
+* ``"multi_worker"``: `MultiWorkerMirroredStrategy`, the cluster read from the
+  ``TF_CONFIG`` environment variable (checked first: `parse_tf_config`).
+* ``"tpu"``: `TPUStrategy` on the TPU found by `TPUClusterResolver`.
+
+**Batch size and learning rate.** The batch of a config is the *global* batch:
+with R replicas each one computes the gradient on ``batch / R`` examples, and
+the replicas' gradients are summed after each has been scaled by 1/R (Keras
+losses average over the global batch), so one step under a strategy is one step
+of the global batch on one device (`tests/training/test_distribute.py` checks
+the weights agree). Keeping the global batch keeps the learning rate. Growing
+the global batch by a factor k (e.g. keeping the per-replica batch while adding
+replicas) calls for the linear scaling rule with warm-up of Goyal et al.,
+"Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour" (2017, §2.1):
+learning rate × k; the papers' schedules (SphereNet, DCNet, OPT) are stated for
+their own global batches.
+
+**Checkpoints.** Under `MultiWorkerMirroredStrategy` every worker takes part in
+a save (the variables are reduced collectively), but only the chief writes to
+the real directory; the others write to a temporary folder they delete after
+each save, the pattern of TensorFlow's "Multi-worker training with Keras"
+tutorial. `checkpoint_directory` gives that folder; every worker restores from
+the chief's directory.
+"""
+
+import json
+import os
+
+import tensorflow as tf
+
+from sphere_tf import validation
+
+STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
+TF_CONFIG = "TF_CONFIG"
+WORKER_TEMP_PREFIX = "workertemp_"
+
+
+def configure_logical_cpus(count):
+    """Splits the first physical CPU into `count` logical devices (``/cpu:0`` … ``/cpu:<count-1>``).
+
+    Must run before TensorFlow initialises its devices (before any op runs), so
+    tests call it at the start of a fresh process.
+
+    Args:
+        count: int > 0, the number of logical CPUs.
+
+    Returns:
+        list of the logical CPU device names.
+
+    Raises:
+        RuntimeError: TensorFlow's devices are already initialised with another
+            configuration.
+    """
+    count = validation.positive_int(count, "count")
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    try:
+        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * count)
+    except RuntimeError as error:
+        raise RuntimeError(
+            f"Cannot split the CPU into {count} logical devices: TensorFlow is already initialised ({error}). "
+            "Call configure_logical_cpus at the start of the process, before any TensorFlow op."
+        ) from error
+    return [device.name for device in tf.config.list_logical_devices("CPU")]
+
+
+def parse_tf_config(value=None):
+    """Reads and checks the ``TF_CONFIG`` cluster description of a multi-worker run.
+
+    Args:
+        value: str (JSON) or dict, or None to read the ``TF_CONFIG`` environment variable.
+
+    Returns:
+        dict with ``cluster`` (task type -> list of "host:port") and ``task``
+        (``{"type": ..., "index": ...}``).
+
+    Raises:
+        ValueError: missing, not JSON, or inconsistent (the message says what).
+    """
+    if value is None:
+        value = os.environ.get(TF_CONFIG)
+        if not value:
+            raise ValueError(
+                f"strategy='multi_worker' reads the cluster from the {TF_CONFIG} environment variable, which is not "
+                'set. Set it on every worker, e.g. TF_CONFIG=\'{"cluster": {"worker": ["host1:port", "host2:port"]}, '
+                '"task": {"type": "worker", "index": 0}}\'.'
+            )
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{TF_CONFIG} is not valid JSON ({error}): {value!r}") from error
+    if not isinstance(value, dict):
+        raise ValueError(f"{TF_CONFIG} must be a JSON object with 'cluster' and 'task'; got {value!r}.")
+    cluster, task = value.get("cluster"), value.get("task")
+    if not isinstance(cluster, dict) or not cluster:
+        raise ValueError(f"{TF_CONFIG} has no 'cluster' (task type -> list of 'host:port'): {value!r}.")
+    for task_type, addresses in cluster.items():
+        if (not isinstance(addresses, list) or not addresses
+                or not all(isinstance(a, str) and ":" in a for a in addresses)):
+            raise ValueError(
+                f"{TF_CONFIG} cluster[{task_type!r}] must be a non-empty list of 'host:port'; got {addresses!r}."
+            )
+    if not isinstance(task, dict) or "type" not in task or "index" not in task:
+        raise ValueError(f"{TF_CONFIG} has no 'task' with 'type' and 'index': {value!r}.")
+    if task["type"] not in cluster:
+        raise ValueError(
+            f"{TF_CONFIG} task type {task['type']!r} is not in the cluster (task types {sorted(cluster)})."
+        )
+    index = task["index"]
+    if not validation.is_int(index) or not 0 <= index < len(cluster[task["type"]]):
+        raise ValueError(
+            f"{TF_CONFIG} task index {index!r} is out of range for the {len(cluster[task['type']])} "
+            f"{task['type']!r} addresses."
+        )
+    return value
+
+
+def _local_devices():
+    gpus = tf.config.list_logical_devices("GPU")
+    return [d.name for d in gpus] if gpus else [d.name for d in tf.config.list_logical_devices("CPU")]
+
+
+def make_strategy(name="auto", tpu=None):
+    """The `tf.distribute.Strategy` named `name` (see the module docstring).
+
+    Args:
+        name: one of `STRATEGIES`.
+        tpu: for ``"tpu"``: the TPU name, its ``grpc://`` address, or ``"local"``
+            (a TPU VM); None reads ``TPU_NAME``.
+
+    Returns:
+        `tf.distribute.Strategy`.
+
+    Raises:
+        ValueError: unknown name, or ``TF_CONFIG`` missing or malformed.
+        RuntimeError: no TPU could be reached.
+    """
+    validation.one_of(name, "name", STRATEGIES)
+    if name == "auto":
+        gpus = tf.config.list_logical_devices("GPU")
+        if len(gpus) > 1:
+            return tf.distribute.MirroredStrategy([d.name for d in gpus])
+        return tf.distribute.get_strategy()
+    if name == "one_device":
+        return tf.distribute.OneDeviceStrategy(_local_devices()[0])
+    if name == "mirrored":
+        return tf.distribute.MirroredStrategy(_local_devices())
+    if name == "multi_worker":
+        parse_tf_config()
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    tpu = tpu if tpu is not None else os.environ.get("TPU_NAME")
+    if not tpu:
+        raise ValueError(
+            "strategy='tpu' needs the TPU: pass `tpu` (a name, a grpc:// address or 'local') or set TPU_NAME."
+        )
+    try:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
+        if tpu != "local":
+            tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+    except (ValueError, RuntimeError, tf.errors.OpError) as error:
+        raise RuntimeError(f"strategy='tpu': no TPU reachable as tpu={tpu!r} ({str(error).strip()[:300]})") from error
+    return tf.distribute.TPUStrategy(resolver)
+
+
+def _task(strategy):
+    """(task_type, task_id) of this process under `strategy` (None, None without a cluster)."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not getattr(strategy.extended, "_in_multi_worker_mode", lambda: False)():
+        return None, None
+    return resolver.task_type, resolver.task_id
+
+
+def is_chief(strategy=None):
+    """bool, whether this process writes checkpoints and logs (True outside multi-worker runs).
+
+    The chief is the ``chief`` task, or worker 0 of a cluster without one.
+    """
+    strategy = strategy or tf.distribute.get_strategy()
+    task_type, task_id = _task(strategy)
+    if task_type is None:
+        return True
+    if task_type == "chief":
+        return True
+    cluster = strategy.cluster_resolver.cluster_spec().as_dict()
+    return task_type == "worker" and task_id == 0 and "chief" not in cluster
+
+
+def checkpoint_directory(directory, strategy=None):
+    """The folder this process writes checkpoints to: `directory` on the chief, a temporary one elsewhere.
+
+    A non-chief worker writes to ``<directory>/workertemp_<task id>`` and deletes
+    it after each save (`remove_worker_directory`).
+    """
+    strategy = strategy or tf.distribute.get_strategy()
+    if is_chief(strategy):
+        return directory
+    task_type, task_id = _task(strategy)
+    return os.path.join(directory, f"{WORKER_TEMP_PREFIX}{task_type}_{task_id}")
+
+
+def remove_worker_directory(directory, strategy=None):
+    """Deletes this worker's temporary checkpoint folder (no-op on the chief)."""
+    path = checkpoint_directory(directory, strategy)
+    if path != directory and tf.io.gfile.exists(path):
+        tf.io.gfile.rmtree(path)
