@@ -87,8 +87,10 @@ class StepCheckpoint(keras.callbacks.Callback):
     counted by this callback, plus any `extra` trackables (objects holding
     `tf.Variable`s, e.g. a callback's counters kept as variables).
 
-    Call `restore()` (after `set_model`) before `fit` to continue from the
-    latest checkpoint; `fit_resumable` does this and positions the data.
+    Put it last in `fit`'s callbacks, so that a save holds what the other
+    callbacks changed at that batch. Call `restore()` (after `set_model`)
+    before `fit` to continue from the latest checkpoint; `fit_resumable` does
+    this and positions the data.
 
     Under `MultiWorkerMirroredStrategy` (the model's `distribute_strategy`)
     only the chief writes `directory` (checkpoints and `history.json`); the
@@ -357,7 +359,8 @@ def fit_resumable(model, train_data, epochs, directory, steps_per_epoch=None, ev
             f"The checkpoint in {directory} is at step {initial_step}, past this run's {total} steps "
             f"(epochs={epochs} × steps_per_epoch={steps_per_epoch})."
         )
-    all_callbacks = [saver] + list(callbacks or [])
+    # Last: a save at the end of a batch holds what the other callbacks did at that batch (S-OPT merges, counters).
+    all_callbacks = list(callbacks or []) + [saver]
     step = initial_step
     epoch, offset = divmod(step, steps_per_epoch)
     if offset:  # finish the interrupted epoch

@@ -122,3 +122,56 @@ def test_merge_on_train_end():
     model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[SOPTEpisodes(10, merge_on_train_end=True)])
     conv = model.get_layer("sconv")
     np.testing.assert_array_equal(conv.rotation_param.numpy(), np.eye(6))
+
+
+def _resumable_run(directory, epochs):
+    """fit_resumable over 3 batches per epoch with S-OPT episodes of 4 steps; returns (model, callback)."""
+    import tensorflow as tf
+
+    from sphere_tf.training import fit_resumable
+
+    keras.utils.set_random_seed(0)  # the same initial weights in both runs
+    model = _model()
+    model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss=LOSS)
+    x, y = _data(24)
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
+    callback = SOPTEpisodes(episode_length=4, seed=7)
+    fit_resumable(model, dataset, epochs=epochs, directory=directory, every_steps=1, callbacks=[callback], verbose=0)
+    return model, callback
+
+
+def test_episodes_continue_identically_after_resume(tmp_path):
+    full, full_callback = _resumable_run(str(tmp_path / "full"), epochs=2)  # 6 steps; an episode ends at step 4
+    # Interrupted: 3 steps, then a new process-like start (new model, new callback) resumes to step 6.
+    first, first_callback = _resumable_run(str(tmp_path / "cut"), epochs=1)
+    assert (first_callback.steps_in_episode, first_callback.episodes_completed) == (3, 0)
+    del first, first_callback
+    resumed, resumed_callback = _resumable_run(str(tmp_path / "cut"), epochs=2)
+    # The restored counter ends the episode at global step 4 (a fresh counter would wait until step 7).
+    assert (full_callback.steps_in_episode, full_callback.episodes_completed) == (2, 1)
+    assert (resumed_callback.steps_in_episode, resumed_callback.episodes_completed) == (2, 1)
+    conv_full, conv_resumed = full.get_layer("sconv"), resumed.get_layer("sconv")
+    # Episode 1's rows come from the generator keyed by (seed, 1), in layer order.
+    rng = np.random.default_rng([7, 1])
+    expected = np.sort(rng.choice(conv_full._d, 6, replace=False))
+    sfc_expected = np.sort(rng.choice(full.get_layer("sfc")._d, 3, replace=False))
+    np.testing.assert_array_equal(conv_full.stochastic_indices.numpy(), expected)
+    np.testing.assert_array_equal(full.get_layer("sfc").stochastic_indices.numpy(), sfc_expected)
+    for a, b in zip(full.weights, resumed.weights):
+        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=0, atol=1e-6, err_msg=a.path)
+
+
+def test_checkpoint_state_restores_the_drawn_seed(tmp_path):
+    import tensorflow as tf
+
+    callback = SOPTEpisodes(episode_length=3)  # seed drawn at random
+    callback._steps_in_episode.assign(2)
+    callback._episodes_completed.assign(5)
+    path = tf.train.Checkpoint(**callback.checkpoint_state()).write(str(tmp_path / "state"))
+    other = SOPTEpisodes(episode_length=3)
+    tf.train.Checkpoint(**other.checkpoint_state()).read(path).assert_consumed()
+    assert (other.steps_in_episode, other.episodes_completed) == (2, 5)
+    np.testing.assert_array_equal(other.episode_rng(6).integers(0, 1 << 30, 4),
+                                  callback.episode_rng(6).integers(0, 1 << 30, 4))
+    with pytest.raises(ValueError, match="Invalid value for argument `seed`"):
+        SOPTEpisodes(3, seed=-1)
