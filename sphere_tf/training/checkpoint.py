@@ -73,7 +73,8 @@ def _build_optimizer(model):
     if not model.built:
         raise ValueError(f"Model {model.name!r} is not built; build it (or call it on a batch) before checkpointing.")
     if not optimizer.built:
-        optimizer.build(model.trainable_variables)
+        with model.distribute_strategy.scope():  # slots are distributed like the variables they follow
+            optimizer.build(model.trainable_variables)
     return optimizer
 
 
@@ -363,13 +364,15 @@ def fit_resumable(model, train_data, epochs, directory, steps_per_epoch=None, ev
     all_callbacks = list(callbacks or []) + [saver]
     step = initial_step
     epoch, offset = divmod(step, steps_per_epoch)
-    if offset:  # finish the interrupted epoch
-        model.fit(make_stream(step), initial_epoch=epoch, epochs=epoch + 1, steps_per_epoch=steps_per_epoch - offset,
-                  callbacks=all_callbacks, verbose=verbose, **fit_kwargs)
-        step, epoch = (epoch + 1) * steps_per_epoch, epoch + 1
-    if epoch < epochs:
-        model.fit(make_stream(step), initial_epoch=epoch, epochs=epochs, steps_per_epoch=steps_per_epoch,
-                  callbacks=all_callbacks, verbose=verbose, **fit_kwargs)
+    with distribute.multi_worker_fit(model):
+        if offset:  # finish the interrupted epoch
+            model.fit(make_stream(step), initial_epoch=epoch, epochs=epoch + 1,
+                      steps_per_epoch=steps_per_epoch - offset, callbacks=all_callbacks, verbose=verbose,
+                      **fit_kwargs)
+            step, epoch = (epoch + 1) * steps_per_epoch, epoch + 1
+        if epoch < epochs:
+            model.fit(make_stream(step), initial_epoch=epoch, epochs=epochs, steps_per_epoch=steps_per_epoch,
+                      callbacks=all_callbacks, verbose=verbose, **fit_kwargs)
     return {"history": saver.history, "initial_step": initial_step, "step": saver.step}
 
 

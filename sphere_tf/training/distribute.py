@@ -32,10 +32,12 @@ tutorial. `checkpoint_directory` gives that folder; every worker restores from
 the chief's directory.
 """
 
+import contextlib
 import json
 import os
 
 import tensorflow as tf
+from keras.src.backend.tensorflow import trainer as keras_tf_trainer
 
 from sphere_tf import validation
 
@@ -213,3 +215,68 @@ def remove_worker_directory(directory, strategy=None):
     path = checkpoint_directory(directory, strategy)
     if path != directory and tf.io.gfile.exists(path):
         tf.io.gfile.rmtree(path)
+
+
+def in_multi_worker_mode(strategy=None):
+    """bool, whether `strategy` (default: the current one) spans several worker processes."""
+    strategy = strategy or tf.distribute.get_strategy()
+    return _task(strategy)[0] is not None
+
+
+@contextlib.contextmanager
+def multi_worker_fit(model):
+    """Lets Keras 3's `model.fit` run under `MultiWorkerMirroredStrategy`.
+
+    Keras 3 fails there twice (keras-team/keras issue 20585):
+
+    1. Before its first step `fit` builds the model, loss and metrics
+       symbolically from one batch, which it obtains by MEAN-reducing the
+       per-replica batch across the cluster in eager mode, which the strategy
+       cannot do ("Attempt to convert a value (PerReplica ...) to a Tensor").
+       The build needs only the batch's structure, shapes and dtypes: inside
+       this context the model builds from this worker's first local replica.
+    2. Each step reduces the logged metric values with `reduce("MEAN", v,
+       axis=0)`, which fails on the scalar values ("Invalid reduction dimension
+       0 for input with 0 dimensions"). Inside this context they are averaged
+       over the replicas of all workers with `axis=None` (the mean of the
+       replicas' scalars), as Keras does on one worker.
+
+    The gradients are all-reduced by the strategy either way; only the build
+    and the logs go through here. Outside multi-worker runs the context
+    changes nothing.
+
+    Args:
+        model: the `keras.Model` about to `fit`.
+    """
+    strategy = model.distribute_strategy
+    if not in_multi_worker_mode(strategy):
+        yield model
+        return
+
+    def local(value):
+        if isinstance(value, tf.distribute.DistributedValues):
+            return strategy.experimental_local_results(value)[0]
+        return value
+
+    def build(iterator=None, data_batch=None):
+        if iterator is not None:
+            for _, _, batches in iterator:
+                data_batch = tf.nest.map_structure(local, next(batches))
+                break
+        with strategy.scope():
+            model._symbolic_build(data_batch=data_batch)
+
+    original_reduce = keras_tf_trainer.reduce_per_replica
+
+    def reduce_per_replica(values, strategy, reduction="auto"):
+        if reduction in ("auto", "mean") and in_multi_worker_mode(strategy):
+            return tf.nest.map_structure(lambda v: strategy.reduce("MEAN", v, axis=None), values)
+        return original_reduce(values, strategy, reduction)
+
+    model._maybe_symbolic_build = build
+    keras_tf_trainer.reduce_per_replica = reduce_per_replica
+    try:
+        yield model
+    finally:
+        keras_tf_trainer.reduce_per_replica = original_reduce
+        del model._maybe_symbolic_build
