@@ -5,16 +5,27 @@
 existing functional or Sequential model into a `SphereModel`;
 `initialize_from_pretrained` copies a trained Conv2D/Dense model into its
 decoupled twin [D §4.3]. `fit_resumable` / `StepCheckpoint` checkpoint every N
-steps and resume exactly (`training.checkpoint`). The config-driven loop lives
+steps and resume exactly (`training.checkpoint`); `make_strategy` builds the
+`tf.distribute` strategy a run trains under (`training.distribute`). The config-driven loop lives
 in `training.classifier`.
 """
 
 from sphere_tf.training.checkpoint import ConfigMismatchError
 from sphere_tf.training.checkpoint import StepCheckpoint
+from sphere_tf.training.checkpoint import callback_states
 from sphere_tf.training.checkpoint import check_workdir_config
 from sphere_tf.training.checkpoint import fit_resumable
+from sphere_tf.training.checkpoint import latest_step
 from sphere_tf.training.checkpoint import positioned_stream
 from sphere_tf.training.checkpoint import record_config
+from sphere_tf.training.distribute import STRATEGIES
+from sphere_tf.training.distribute import checkpoint_directory
+from sphere_tf.training.distribute import configure_logical_cpus
+from sphere_tf.training.distribute import in_multi_worker_mode
+from sphere_tf.training.distribute import is_chief
+from sphere_tf.training.distribute import make_strategy
+from sphere_tf.training.distribute import multi_worker_fit
+from sphere_tf.training.distribute import parse_tf_config
 from sphere_tf.training.model import SphereModel
 from sphere_tf.training.model import SphereSequential
 from sphere_tf.training.model import SphereTrainingMixin
