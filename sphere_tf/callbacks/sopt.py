@@ -89,7 +89,10 @@ class SOPTEpisodes(keras.callbacks.Callback):
         self.seed = validation.integer(seed, "seed", minimum=0, allow_none=True)
         self.reset_optimizer_state = bool(reset_optimizer_state)
         self.merge_on_train_end = bool(merge_on_train_end)
-        drawn = self.seed if self.seed is not None else int(np.random.SeedSequence().generate_state(1, np.uint64)[0] >> 1)
+        if self.seed is None:  # drawn once, then saved and restored with the rest of the state
+            drawn = int(np.random.SeedSequence().generate_state(1, np.uint64)[0] >> 1)
+        else:
+            drawn = self.seed
         self._seed = tf.Variable(drawn, dtype=tf.int64, trainable=False, name="sopt_seed")
         self._steps_in_episode = tf.Variable(0, dtype=tf.int64, trainable=False, name="sopt_steps_in_episode")
         self._episodes_completed = tf.Variable(0, dtype=tf.int64, trainable=False, name="sopt_episodes_completed")

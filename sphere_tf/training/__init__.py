@@ -24,7 +24,7 @@ from sphere_tf.training.distribute import configure_logical_cpus
 from sphere_tf.training.distribute import in_multi_worker_mode
 from sphere_tf.training.distribute import is_chief
 from sphere_tf.training.distribute import make_strategy
-from sphere_tf.training.distribute import multi_worker_fit
+from sphere_tf.training.distribute import distributed_fit
 from sphere_tf.training.distribute import parse_tf_config
 from sphere_tf.training.model import SphereModel
 from sphere_tf.training.model import SphereSequential

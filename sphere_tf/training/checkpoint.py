@@ -364,7 +364,7 @@ def fit_resumable(model, train_data, epochs, directory, steps_per_epoch=None, ev
     all_callbacks = list(callbacks or []) + [saver]
     step = initial_step
     epoch, offset = divmod(step, steps_per_epoch)
-    with distribute.multi_worker_fit(model):
+    with distribute.distributed_fit(model):
         if offset:  # finish the interrupted epoch
             model.fit(make_stream(step), initial_epoch=epoch, epochs=epoch + 1,
                       steps_per_epoch=steps_per_epoch - offset, callbacks=all_callbacks, verbose=verbose,

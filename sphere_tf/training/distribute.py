@@ -224,45 +224,41 @@ def in_multi_worker_mode(strategy=None):
 
 
 @contextlib.contextmanager
-def multi_worker_fit(model):
-    """Lets Keras 3's `model.fit` run under `MultiWorkerMirroredStrategy`.
+def distributed_fit(model):
+    """Lets Keras 3's `model.fit` under a strategy read exactly the batches it is given, and run on several workers.
 
-    Keras 3 fails there twice (keras-team/keras issue 20585):
+    1. Under a strategy scope, `fit` first builds the model, loss and metrics
+       symbolically from one batch it reads from a first iterator over the
+       training data, then starts training on a second iterator. A
+       `shuffle(..., seed=s, reshuffle_each_iteration=True)` draws a new order
+       for every iterator, so the batches a step sees depend on those extra
+       reads: a run resumed at step s with `dataset.repeat().skip(s)` would
+       not see the batches of the uninterrupted run. The build needs only the
+       batch's structure, shapes and dtypes: inside this context it takes them
+       from the dataset's `element_spec` and reads nothing.
+    2. Under `MultiWorkerMirroredStrategy` Keras 3 fails twice
+       (keras-team/keras issue 20585): that build reduces the per-replica batch
+       across workers in eager mode ("Attempt to convert a value (PerReplica
+       ...) to a Tensor"; avoided by 1.), and each step reduces the logged
+       scalar values with `reduce("MEAN", v, axis=0)` ("Invalid reduction
+       dimension 0 for input with 0 dimensions"). Inside this context they are
+       averaged over the replicas of all workers with `axis=None`, the mean of
+       the replicas' scalars that Keras computes on one worker.
 
-    1. Before its first step `fit` builds the model, loss and metrics
-       symbolically from one batch, which it obtains by MEAN-reducing the
-       per-replica batch across the cluster in eager mode, which the strategy
-       cannot do ("Attempt to convert a value (PerReplica ...) to a Tensor").
-       The build needs only the batch's structure, shapes and dtypes: inside
-       this context the model builds from this worker's first local replica.
-    2. Each step reduces the logged metric values with `reduce("MEAN", v,
-       axis=0)`, which fails on the scalar values ("Invalid reduction dimension
-       0 for input with 0 dimensions"). Inside this context they are averaged
-       over the replicas of all workers with `axis=None` (the mean of the
-       replicas' scalars), as Keras does on one worker.
-
-    The gradients are all-reduced by the strategy either way; only the build
-    and the logs go through here. Outside multi-worker runs the context
-    changes nothing.
+    Gradients are all-reduced by the strategy either way. A model built outside
+    any strategy scope is left alone.
 
     Args:
         model: the `keras.Model` about to `fit`.
     """
     strategy = model.distribute_strategy
-    if not in_multi_worker_mode(strategy):
+    if getattr(model, "_distribute_strategy", None) is None:
         yield model
         return
 
-    def local(value):
-        if isinstance(value, tf.distribute.DistributedValues):
-            return strategy.experimental_local_results(value)[0]
-        return value
-
     def build(iterator=None, data_batch=None):
         if iterator is not None:
-            for _, _, batches in iterator:
-                data_batch = tf.nest.map_structure(local, next(batches))
-                break
+            data_batch = iterator.data_adapter.get_tf_dataset().element_spec  # shapes and dtypes; reads nothing
         with strategy.scope():
             model._symbolic_build(data_batch=data_batch)
 

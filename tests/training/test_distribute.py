@@ -68,7 +68,8 @@ def test_tf_config_missing_or_malformed(monkeypatch):
         ({"cluster": {"worker": "localhost:1"}, "task": good["task"]}, r"cluster\['worker'\] must be a non-empty list"),
         ({"cluster": {"worker": ["localhost"]}, "task": good["task"]}, "list of 'host:port'"),
         ({"cluster": good["cluster"]}, "has no 'task' with 'type' and 'index'"),
-        ({"cluster": good["cluster"], "task": {"type": "chief", "index": 0}}, r"task type 'chief' is not in the cluster"),
+        ({"cluster": good["cluster"], "task": {"type": "chief", "index": 0}},
+         r"task type 'chief' is not in the cluster"),
         ({"cluster": good["cluster"], "task": {"type": "worker", "index": 2}}, "task index 2 is out of range"),
     ]
     for value, message in cases:
@@ -99,7 +100,10 @@ _MIRRORED = textwrap.dedent(
     rng = np.random.default_rng(0)
     x = rng.normal(size=(48, 5)).astype("float32")
     y = rng.integers(0, 3, size=(48,))
-    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)  # global batch 8
+
+    def stream(step):  # a fresh pipeline per call: the shuffle orders depend on the step only
+        dataset = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(48, seed=3).batch(8)  # global batch 8
+        return dataset.repeat().skip(step)
 
     def run(name, directory, epochs):
         strategy = distribute.make_strategy(name)
@@ -110,7 +114,8 @@ _MIRRORED = textwrap.dedent(
                           keras.losses.SparseCategoricalCrossentropy(from_logits=True))
         init = np.random.default_rng(2)  # the same starting weights under every strategy
         model.set_weights([init.normal(scale=0.5, size=w.shape).astype("float32") for w in model.get_weights()])
-        result = fit_resumable(model, dataset, epochs=epochs, directory=directory, every_steps=4, verbose=0)
+        result = fit_resumable(model, stream, epochs=epochs, directory=directory, steps_per_epoch=6,
+                               every_steps=4, verbose=0)
         return strategy.num_replicas_in_sync, model.get_weights(), result
 
     replicas_one, single, _ = run("one_device", out + "/one", 2)
