@@ -48,7 +48,9 @@ from sphere_tf.data import datasets
 from sphere_tf.training import runtime
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("model", "cnn9", "A `sphere_tf.models` name taking 32x32x3 inputs (cnn9: SphereNet's CNN-9, as `bench.common.cnn9`).")
+flags.DEFINE_string(
+    "model", "cnn9", "A `sphere_tf.models` name taking 32x32x3 inputs (cnn9: SphereNet's CNN-9, as `common.cnn9`)."
+)
 flags.DEFINE_integer("batch_size", 128, "Batch size.")
 flags.DEFINE_string("augmentation", "cifar_plus", "A `sphere_tf.data.preprocessing.AUGMENTATIONS` name.")
 flags.DEFINE_string(
@@ -176,8 +178,8 @@ def main(argv):
         row = {
             "bench": "input_pipeline", "case": name, "model": FLAGS.model, "augmentation": FLAGS.augmentation,
             "batch_size": FLAGS.batch_size, "train_size": info["train_size"],
-            "num_rounds": FLAGS.num_rounds, "block_steps": FLAGS.input_only_steps if name == "input_only" else FLAGS.block_steps,
-            "num_warmup": FLAGS.num_warmup,
+            "num_rounds": FLAGS.num_rounds, "num_warmup": FLAGS.num_warmup,
+            "block_steps": FLAGS.input_only_steps if name == "input_only" else FLAGS.block_steps,
             "deterministic": FLAGS.deterministic, "threadpool_size": FLAGS.threadpool_size,
             "cpu_allocator": FLAGS.cpu_allocator, **env, "load_average_end": end_load, **stats,
         }
