@@ -44,9 +44,11 @@ _PRE_INIT_NOTICE = r"^WARNING: All log messages before absl::InitializeLog\(\) i
 
 # The stderr filter, run as `python -c`: drops the lines matching the pattern in argv[1], passes the
 # rest through unchanged and at once; it ends when every writer has closed the pipe, so it outlives a
-# crash of the process it filters (whose last words are not lost).
+# crash of the process it filters (whose last words are not lost), and it ignores Ctrl-C, which reaches
+# the whole process group, so the traceback of an interrupted run still gets through.
 _FILTER_PROGRAM = """
-import re, sys
+import re, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
 pattern = re.compile(sys.argv[1].encode())
 out = sys.stdout.buffer
 for line in sys.stdin.buffer:
@@ -97,7 +99,8 @@ def quiet_tensorflow_logs(verbosity=None, filter_stderr=True):
     "All log messages before absl::InitializeLog()" notice, which TensorFlow prints
     whatever `TF_CPP_MIN_LOG_LEVEL` says. Warnings, errors, tracebacks and everything else
     written to stderr pass through unchanged. A second call changes the levels; the filter is
-    installed once.
+    installed once. The filter is for entry points (a trainer's `main` module): it rewires the
+    whole process's stderr, so library code and in-process tests pass `filter_stderr=False`.
 
     Args:
         verbosity: int, absl's `--verbosity` convention (-1 quiet, 0 INFO, n >= 1 VLOG(n));
