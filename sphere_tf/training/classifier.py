@@ -346,6 +346,7 @@ def train_and_evaluate(config, workdir):
                 loss=losses_lib.SparseCrossentropy(label_smoothing=config["loss"]["label_smoothing"]),
                 metrics=["accuracy"],
             )
+            model.optimizer.build(model.trainable_variables)  # its slots live on the strategy's devices
         model.summary(print_fn=logging.info)
         packed = models_lib.needs_labels(model)
 
