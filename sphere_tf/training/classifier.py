@@ -40,7 +40,7 @@ MIXED_PRECISION = ("float32", "mixed_float16", "mixed_bfloat16")
 DEFAULTS = {
     "seed": 0,
     "data": {
-        "name": "fashion_mnist", "source": "manual", "manual_dir": "", "data_dir": "", "augmentation": "none",
+        "name": "fashion_mnist", "source": "auto", "manual_dir": "", "data_dir": "", "augmentation": "none",
         "eval_augmentation": "", "normalization": "centered_128", "train_limit": 0, "test_limit": 0,
         "label_mode": "fine", "val_labels_file": "",
     },
@@ -137,7 +137,15 @@ def validate(config):
     validation.integer(config["seed"], "seed", minimum=0)
     data = config["data"]
     validation.one_of(data["name"], "data.name", tuple(sorted(datasets_lib.DATASETS)))
-    validation.one_of(data["source"], "data.source", datasets_lib.SOURCES)
+    validation.one_of(data["source"], "data.source", ("auto",) + datasets_lib.SOURCES)
+    if data["source"] == "manual" and data["data_dir"]:
+        raise validation.invalid_argument(
+            "data.data_dir", "'' with data.source='manual' (the archives' folder is data.manual_dir; data_dir is a "
+            "tensorflow-datasets folder, read with source='tfds' or 'auto')", data["data_dir"])
+    if data["source"] == "tfds" and data["manual_dir"] and data["name"] != "imagenet2012":
+        raise validation.invalid_argument(
+            "data.manual_dir", "'' with data.source='tfds' (the prepared data are in data.data_dir)",
+            data["manual_dir"])
     validation.one_of(data["augmentation"], "data.augmentation", tuple(sorted(preprocessing.AUGMENTATIONS)))
     if data["eval_augmentation"]:
         validation.one_of(data["eval_augmentation"], "data.eval_augmentation", tuple(sorted(preprocessing.AUGMENTATIONS)))
@@ -164,6 +172,10 @@ def validate(config):
     validation.one_of(paradigm["weighted_gradients"], "paradigm.weighted_gradients", (True, False))
     validation.one_of(paradigm["opt_optimizer"], "paradigm.opt_optimizer", (True, False))
     validation.integer(paradigm["sopt_episode_length"], "paradigm.sopt_episode_length", minimum=0)
+    if paradigm["pretrained"] and not os.path.isfile(pretrained_model_path(paradigm["pretrained"])):
+        raise validation.invalid_argument(
+            "paradigm.pretrained", f"the workdir of a finished run (expected {pretrained_model_path('WORKDIR')})",
+            paradigm["pretrained"])
     if not isinstance(paradigm["pretrained_match"], dict):
         validation.one_of(paradigm["pretrained_match"], "paradigm.pretrained_match", ("position", "name"))
 
@@ -182,9 +194,19 @@ def validate(config):
     return config
 
 
+def pretrained_model_path(workdir):
+    """The model file a run leaves in `workdir` (read by `paradigm.pretrained`)."""
+    return os.path.join(workdir, "checkpoints", "model.keras")
+
+
 def data_kwargs(data_cfg):
-    """The `get_datasets` keyword arguments of the `data` section ('' means None)."""
+    """The `get_datasets` keyword arguments of the `data` section.
+
+    '' means None; `source='auto'` is 'tfds' when `data_dir` is set, else 'manual'.
+    """
     kwargs = {k: (None if k in _EMPTY_IS_NONE and v == "" else v) for k, v in data_cfg.items() if k != "name"}
+    if kwargs["source"] == "auto":
+        kwargs["source"] = "tfds" if kwargs["data_dir"] else "manual"
     return kwargs
 
 
@@ -234,7 +256,7 @@ def _build_model(config, info):
                                     **model_cfg)
     paradigm = config["paradigm"]
     if paradigm["pretrained"]:
-        source = keras.models.load_model(os.path.join(paradigm["pretrained"], "checkpoints", "model.keras"))
+        source = keras.models.load_model(pretrained_model_path(paradigm["pretrained"]))
         pretrain.initialize_from_pretrained(model, source, match=paradigm["pretrained_match"], verbose=False)
     if paradigm["weight_projection_every"] or paradigm["weighted_gradients"]:
         model = sphere_model_lib.wrap(

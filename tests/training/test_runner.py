@@ -112,6 +112,9 @@ TYPOS = [
     ({"train": {"batch_size": 0}}, "train.batch_size", ""),
     ({"trian": {}}, "trian", "train"),
     ({"loss": {"data_dependent_mhe": 1.0}}, "loss.data_dependent_mhe", "margin head"),
+    ({"data": {"source": "manual", "data_dir": "/x"}}, "data.data_dir", "manual_dir"),
+    ({"data": {"source": "tdfs"}}, "data.source", "tfds"),
+    ({"paradigm": {"pretrained": "/no/such/run"}}, "paradigm.pretrained", "model.keras"),
     ({"paradigm": {"pretrained_match": "index"}}, "paradigm.pretrained_match", "position"),
 ]
 
@@ -286,6 +289,12 @@ def test_cifar_mixed_bfloat16(tmp_path):
     assert keras.mixed_precision.global_policy().name == "float32"  # restored after the run
 
 
+def test_data_source_auto():
+    assert classifier.data_kwargs({**classifier.DEFAULTS["data"], "data_dir": "/t"})["source"] == "tfds"
+    kwargs = classifier.data_kwargs({**classifier.DEFAULTS["data"], "manual_dir": "/m"})
+    assert kwargs["source"] == "manual" and kwargs["manual_dir"] == "/m" and kwargs["data_dir"] is None
+
+
 def test_attach_puts_the_penalty_on_the_matched_kernels_only():
     model = models_lib.create_model("small_cnn", input_shape=(8, 8, 1), num_classes=3, widths=[2], convs_per_stage=1,
                                     dense_units=4)
@@ -296,3 +305,20 @@ def test_attach_puts_the_penalty_on_the_matched_kernels_only():
     assert penalty == pytest.approx(0.5 * float(np.sum(kernel.astype(np.float64) ** 2)), rel=1e-5)
     with pytest.raises(ValueError, match=r"regularizers\[0\].layers=\['conv9\*'\] matches no layer"):
         regularization.attach(model, [{"name": "mhe", "layers": "conv9*"}])
+
+
+def test_initialise_from_a_pretrained_run(mnist_dir, tmp_path):
+    """A DCNet run starts from a finished CNN run's kernels [Decoupled Networks, CVPR 2018, §4.3]."""
+    cnn = str(tmp_path / "cnn")
+    classifier.train_and_evaluate(tiny_config(mnist_dir), cnn)
+    source = keras.models.load_model(classifier.pretrained_model_path(cnn))
+    # A vanishing learning rate keeps the copied kernels as they were.
+    config = tiny_config(mnist_dir, model={"operator": {"layer": "decoupled", "magnitude": "linear",
+                                                        "angular": "cosine"}},
+                         optimizer={"name": "sgd", "learning_rate": 1e-30}, paradigm={"pretrained": cnn})
+    dcnet = str(tmp_path / "dcnet")
+    classifier.train_and_evaluate(config, dcnet)
+    target = keras.models.load_model(classifier.pretrained_model_path(dcnet))
+    for name in ("conv1_1", "fc", "logits"):
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(target.get_layer(name).kernel),
+                                   keras.ops.convert_to_numpy(source.get_layer(name).kernel), rtol=1e-6)
