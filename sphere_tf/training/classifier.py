@@ -119,6 +119,19 @@ def _check_model(model_cfg):
     return fn
 
 
+def _probe_model(config):
+    """Builds the configured model once on the data set's shapes (no data read), so a model option a
+    `**kwargs` model function passes on is checked too; the probe is discarded."""
+    spec = datasets_lib.DATASETS[config["data"]["name"]]
+    input_shape = spec.input_shape or (preprocessing.IMAGENET_CROP, preprocessing.IMAGENET_CROP, 3)
+    model_cfg = dict(config["model"])
+    name = model_cfg.pop("name")
+    try:
+        models_lib.create_model(name, input_shape=input_shape, num_classes=spec.num_classes, **model_cfg)
+    except TypeError as error:
+        raise ValueError(f"Invalid config key in 'model' for model {name!r}: {error}") from None
+
+
 def _is_margin_head(model_cfg):
     head = model_cfg.get("head")
     return isinstance(head, dict) and head.get("layer") == "margin"
@@ -191,6 +204,7 @@ def validate(config):
     optimization.schedule_callbacks(config["schedule"])
     validation.one_of(config["mixed_precision"], "mixed_precision", MIXED_PRECISION)
     validation.one_of(config["strategy"], "strategy", distribute.STRATEGIES)
+    _probe_model(config)
     return config
 
 
