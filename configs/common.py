@@ -1,5 +1,7 @@
 """Helpers shared by the experiment configs."""
 
+import copy
+
 import ml_collections
 
 
@@ -33,3 +35,27 @@ def quick_train(config):
     config.train.epochs = 1
     config.train.steps_per_epoch = 2
     return config
+
+
+def base_config(**sections):
+    """A ConfigDict holding every key of the runner's schema (`classifier.DEFAULTS`), then `sections` over it.
+
+    Every key exists, so `--config.data.manual_dir=...`, `--config.data.data_dir=...`,
+    `--config.strategy=...` etc. work from the command line for every config.
+    Sections given as dicts replace the defaults key by key (`model` and
+    `optimizer` wholly: their keys are the model's / optimizer's arguments).
+    """
+    from sphere_tf.training import classifier  # noqa: PLC0415 (keeps `parse_arg` free of TensorFlow)
+
+    config = copy.deepcopy(classifier.DEFAULTS)
+    for key, value in sections.items():
+        if key not in config:
+            raise ValueError(f"Unknown config section {key!r}; expected one of {sorted(config)}.")
+        if isinstance(config[key], dict) and key not in ("model", "optimizer"):
+            unknown = sorted(set(value) - set(config[key]))
+            if unknown:
+                raise ValueError(f"Unknown keys {unknown} in config section {key!r}; expected {sorted(config[key])}.")
+            config[key].update(value)
+        else:
+            config[key] = value
+    return ml_collections.ConfigDict(config)

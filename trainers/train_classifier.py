@@ -1,7 +1,11 @@
 r"""Trains an image classifier from a config file; exports a SavedModel.
 
   python -m trainers.train_classifier --config configs/dcnet/fashion_mnist_tanh_cosine.py \
-      --workdir runs/fashion_mnist
+      --workdir runs/fashion_mnist [--strategy mirrored] [--config.data.manual_dir=DIR]
+
+Every config holds every key of the runner's schema (docs/runner.md), so any
+`--config.<section>.<key>=...` override works, e.g. `--config.data.data_dir=`
+for a tensorflow-datasets folder.
 
 The resolved config is written to `<workdir>/config.json` (a workdir holding a
 different config is refused, naming the differing keys); an interrupted run
@@ -26,6 +30,10 @@ _CPU_ALLOCATOR = flags.DEFINE_enum(
     "TensorFlow's CPU allocator: 'bfc' reuses memory (faster on CPU, see docs/performance.md); "
     "'default' keeps TensorFlow's malloc-based one.",
 )
+_STRATEGY = flags.DEFINE_enum(
+    "strategy", None, ["auto", "one_device", "mirrored", "multi_worker", "tpu"],
+    "tf.distribute strategy; overrides `config.strategy` (multi_worker reads TF_CONFIG).",
+)
 flags.mark_flags_as_required(["config", "workdir"])
 
 
@@ -34,7 +42,11 @@ def main(argv):
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     if _CPU_ALLOCATOR.value == "bfc":
         runtime.use_bfc_cpu_allocator()  # before any tensor exists
+    # PROGRESS HOOK: the lead calls `progress.quiet_tensorflow_logs(verbosity)` here, before TensorFlow loads.
     config = _CONFIG.value
+    if _STRATEGY.value is not None:
+        with config.unlocked():
+            config.strategy = _STRATEGY.value
     logging.info("Config:\n%s", config)
     results = classifier.train_and_evaluate(config, _WORKDIR.value)
     logging.info("Results: %s", json.dumps({k: v for k, v in results.items() if k != "history"}))

@@ -15,27 +15,26 @@ Run:
   (`:quick` for a two-step smoke run; `:epochs=5` etc. to change the variant.)
 """
 
-import ml_collections
-
 from configs import common
 
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, epochs=2)
-    config = ml_collections.ConfigDict()
-    config.seed = 0
-    config.data = dict(name="fashion_mnist", train_limit=0, test_limit=0)
-    config.model = dict(
-        name="small_cnn",
-        widths=(32, 64),
-        convs_per_stage=2,
-        dense_units=128,
-        batch_norm=True,
-        operator=dict(layer="decoupled", magnitude="tanh", angular="cosine"),
+    config = common.base_config(
+        seed=0,
+        data=dict(name="fashion_mnist", normalization="centered_128", train_limit=0, test_limit=0),
+        model=dict(
+            name="small_cnn",
+            widths=(32, 64),
+            convs_per_stage=2,
+            dense_units=128,
+            batch_norm=True,
+            operator=dict(layer="decoupled", magnitude="tanh", angular="cosine"),
+        ),
+        optimizer=dict(name="adam", learning_rate=1e-3),
+        train=dict(batch_size=128, epochs=arg.epochs, steps_per_epoch=0, verbose=1),
+        export=True,
     )
-    config.optimizer = dict(name="adam", learning_rate=1e-3)
-    config.train = dict(batch_size=128, epochs=arg.epochs, steps_per_epoch=0, verbose=1)
-    config.export = True
     if arg.quick:
         common.quick_train(config)
     return config

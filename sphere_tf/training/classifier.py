@@ -1,36 +1,73 @@
-"""Train-and-evaluate loop for image classifiers, driven by a config (no flags here).
+"""Config-driven train-and-evaluate loop for image classifiers (no flags here).
 
 The trainers in `trainers/` are thin absl mains around `train_and_evaluate`.
+The config schema (every section and key, with defaults) is `DEFAULTS`; the
+documentation is docs/runner.md. A config may leave keys out (their defaults
+apply) but any key not in the schema, or a bad value, fails in `validate`
+before any data is read, naming the dotted key and the valid choices.
 """
 
+import copy
+import inspect
 import json
 import os
+import time
 
 import keras
 from absl import logging
 
+from sphere_tf import callbacks as callbacks_lib
 from sphere_tf import data as data_lib
 from sphere_tf import export as export_lib
+from sphere_tf import losses as losses_lib
 from sphere_tf import models as models_lib
+from sphere_tf import optimizers as optimizers_lib
+from sphere_tf import regularizers as regularizers_lib
+from sphere_tf import validation
+from sphere_tf.data import datasets as datasets_lib
+from sphere_tf.data import preprocessing
+from sphere_tf.models import blocks
 from sphere_tf.training import checkpoint as checkpoint_lib
+from sphere_tf.training import distribute
+from sphere_tf.training import model as sphere_model_lib
+from sphere_tf.training import optimization
+from sphere_tf.training import pretrain
+from sphere_tf.training import regularization
 
-OPTIMIZERS = {
-    "adam": keras.optimizers.Adam,
-    "adamw": keras.optimizers.AdamW,
-    "sgd": keras.optimizers.SGD,
+MIXED_PRECISION = ("float32", "mixed_float16", "mixed_bfloat16")
+# The schema: every section, every key, its default. `model` holds the model
+# function's keyword arguments (checked against its signature) besides `name`.
+DEFAULTS = {
+    "seed": 0,
+    "data": {
+        "name": "fashion_mnist", "source": "auto", "manual_dir": "", "data_dir": "", "augmentation": "none",
+        "eval_augmentation": "", "normalization": "centered_128", "train_limit": 0, "test_limit": 0,
+        "label_mode": "fine", "val_labels_file": "",
+    },
+    "model": {"name": "small_cnn"},
+    "loss": {"label_smoothing": 0.0, "data_dependent_mhe": 0.0},
+    "regularizers": [],
+    "paradigm": {
+        "weight_projection_every": 0, "projection_scale": sphere_model_lib.DEFAULT_PROJECTION_SCALE,
+        "weighted_gradients": False, "pretrained": "", "pretrained_match": "position",
+        "opt_optimizer": False, "sopt_episode_length": 0,
+    },
+    "optimizer": {"name": "adam", "learning_rate": 1e-3},
+    "schedule": {
+        "name": "constant", "boundaries": [], "decay_factor": 0.1, "decay_steps": 0, "alpha": 0.0,
+        "patience": 10, "min_lr": 0.0, "monitor": "loss",
+    },
+    "train": {
+        "batch_size": 128, "epochs": 1, "steps": 0, "steps_per_epoch": 0, "checkpoint_every_steps": 0,
+        "verbose": 1, "energy_every_epochs": 1,
+    },
+    "mixed_precision": "float32",
+    "strategy": "auto",
+    "export": True,
 }
-DATASETS = {
-    "fashion_mnist": data_lib.fashion_mnist_datasets,
-}
-
-
-def build_optimizer(spec):
-    """`{'name': 'adam'|'adamw'|'sgd', **kwargs}` -> a Keras optimizer."""
-    spec = dict(spec)
-    name = spec.pop("name")
-    if name not in OPTIMIZERS:
-        raise ValueError(f"Unknown optimizer {name!r}; expected one of {sorted(OPTIMIZERS)}.")
-    return OPTIMIZERS[name](**spec)
+# Sections with free-form keys: the model function's and the optimizer class's keyword arguments.
+_OPEN_SECTIONS = ("model", "optimizer")
+_EMPTY_IS_NONE = ("manual_dir", "data_dir", "eval_augmentation", "val_labels_file")
 
 
 def _plain(value):
@@ -44,15 +81,239 @@ def _plain(value):
     return value
 
 
+def _merge(defaults, config, prefix=""):
+    """`config` over `defaults`; a key the schema does not have raises, naming it and the valid ones."""
+    merged = copy.deepcopy(defaults)
+    for key, value in config.items():
+        dotted = f"{prefix}{key}"
+        if key not in defaults:
+            raise ValueError(f"Unknown config key {dotted!r}; expected one of {sorted(defaults)}.")
+        if isinstance(defaults[key], dict):
+            if not isinstance(value, dict):
+                raise validation.invalid_argument(dotted, "a dict", value)
+            if not prefix and key in _OPEN_SECTIONS:  # free-form options, checked by `validate`
+                merged[key] = {**defaults[key], **value}
+            else:
+                merged[key] = _merge(defaults[key], value, dotted + ".")
+        else:
+            merged[key] = value
+    return merged
+
+
+def _check_model(model_cfg):
+    model_cfg = dict(model_cfg)
+    name = model_cfg.pop("name", None)
+    fn = models_lib.get_model_fn(name)
+    parameters = inspect.signature(fn).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        valid = sorted(k for k in parameters if k not in ("input_shape", "num_classes"))
+        for key in model_cfg:
+            if key not in parameters or key in ("input_shape", "num_classes"):
+                raise ValueError(f"Unknown config key 'model.{key}' for model {name!r}; expected one of {valid}.")
+    for key in ("operator", "shortcut_operator", "fc_operator", "stem_operator"):
+        if model_cfg.get(key) is not None:
+            models_lib.operators.validate_operator(model_cfg[key], f"model.{key}")
+    head = model_cfg.get("head")
+    if head is not None:
+        blocks.make_head(dict(head), 2)
+    return fn
+
+
+def _probe_model(config):
+    """Builds the configured model once on the data set's shapes (no data read), so a model option a
+    `**kwargs` model function passes on is checked too; the probe is discarded."""
+    spec = datasets_lib.DATASETS[config["data"]["name"]]
+    input_shape = spec.input_shape or (preprocessing.IMAGENET_CROP, preprocessing.IMAGENET_CROP, 3)
+    model_cfg = dict(config["model"])
+    name = model_cfg.pop("name")
+    try:
+        models_lib.create_model(name, input_shape=input_shape, num_classes=spec.num_classes, **model_cfg)
+    except TypeError as error:
+        raise ValueError(f"Invalid config key in 'model' for model {name!r}: {error}") from None
+
+
+def _is_margin_head(model_cfg):
+    head = model_cfg.get("head")
+    return isinstance(head, dict) and head.get("layer") == "margin"
+
+
 def validate(config):
-    """Resolves every registry name in `config` so typos fail before any data is read."""
-    config = _plain(config)
-    models_lib.get_model_fn(config["model"]["name"])
-    models_lib.operators.validate_operator(config["model"].get("operator"))
-    if config["data"]["name"] not in DATASETS:
-        raise ValueError(f"Unknown data set {config['data']['name']!r}; expected one of {sorted(DATASETS)}.")
-    build_optimizer(config["optimizer"])
+    """Checks the whole config before any data is read; returns it as plain dicts with defaults filled in.
+
+    Raises:
+        ValueError: an unknown key or a bad value, naming the dotted key (and
+            the valid choices for registry names: data sets, augmentations,
+            normalisations, models, operators, heads, regularizers,
+            optimizers, schedules, strategies, precisions).
+    """
+    config = _merge(DEFAULTS, _plain(config))
+    validation.integer(config["seed"], "seed", minimum=0)
+    data = config["data"]
+    validation.one_of(data["name"], "data.name", tuple(sorted(datasets_lib.DATASETS)))
+    validation.one_of(data["source"], "data.source", ("auto",) + datasets_lib.SOURCES)
+    if data["source"] == "manual" and data["data_dir"]:
+        raise validation.invalid_argument(
+            "data.data_dir", "'' with data.source='manual' (the archives' folder is data.manual_dir; data_dir is a "
+            "tensorflow-datasets folder, read with source='tfds' or 'auto')", data["data_dir"])
+    if data["source"] == "tfds" and data["manual_dir"] and data["name"] != "imagenet2012":
+        raise validation.invalid_argument(
+            "data.manual_dir", "'' with data.source='tfds' (the prepared data are in data.data_dir)",
+            data["manual_dir"])
+    validation.one_of(data["augmentation"], "data.augmentation", tuple(sorted(preprocessing.AUGMENTATIONS)))
+    if data["eval_augmentation"]:
+        validation.one_of(data["eval_augmentation"], "data.eval_augmentation", tuple(sorted(preprocessing.AUGMENTATIONS)))
+    validation.one_of(data["normalization"], "data.normalization", tuple(sorted(preprocessing.NORMALIZATIONS)))
+    validation.one_of(data["label_mode"], "data.label_mode", ("fine", "coarse"))
+    validation.integer(data["train_limit"], "data.train_limit", minimum=0)
+    validation.integer(data["test_limit"], "data.test_limit", minimum=0)
+
+    _check_model(config["model"])
+    loss = config["loss"]
+    validation.real(loss["label_smoothing"], "loss.label_smoothing", low=0.0, high=1.0, high_open=True)
+    validation.non_negative_float(loss["data_dependent_mhe"], "loss.data_dependent_mhe")
+    if loss["data_dependent_mhe"] and not _is_margin_head(config["model"]):
+        raise validation.invalid_argument("loss.data_dependent_mhe", "0 unless model.head is a margin head",
+                                          loss["data_dependent_mhe"])
+    if not isinstance(config["regularizers"], list):
+        raise validation.invalid_argument("regularizers", "a list of dicts", config["regularizers"])
+    for index, entry in enumerate(config["regularizers"]):
+        regularization.build_regularizer(entry, index)
+
+    paradigm = config["paradigm"]
+    validation.integer(paradigm["weight_projection_every"], "paradigm.weight_projection_every", minimum=0)
+    validation.positive_float(paradigm["projection_scale"], "paradigm.projection_scale")
+    validation.one_of(paradigm["weighted_gradients"], "paradigm.weighted_gradients", (True, False))
+    validation.one_of(paradigm["opt_optimizer"], "paradigm.opt_optimizer", (True, False))
+    validation.integer(paradigm["sopt_episode_length"], "paradigm.sopt_episode_length", minimum=0)
+    if paradigm["pretrained"] and not os.path.isfile(pretrained_model_path(paradigm["pretrained"])):
+        raise validation.invalid_argument(
+            "paradigm.pretrained", f"the workdir of a finished run (expected {pretrained_model_path('WORKDIR')})",
+            paradigm["pretrained"])
+    if not isinstance(paradigm["pretrained_match"], dict):
+        validation.one_of(paradigm["pretrained_match"], "paradigm.pretrained_match", ("position", "name"))
+
+    train = config["train"]
+    validation.positive_int(train["batch_size"], "train.batch_size")
+    validation.positive_int(train["epochs"], "train.epochs")
+    for key in ("steps", "steps_per_epoch", "checkpoint_every_steps"):
+        validation.integer(train[key], f"train.{key}", minimum=0)
+    validation.positive_int(train["energy_every_epochs"], "train.energy_every_epochs")
+    total = train["steps"] or train["epochs"] * max(train["steps_per_epoch"], 1)
+    rate = optimization.build_learning_rate(config["optimizer"].get("learning_rate"), config["schedule"], total)
+    optimization.build_optimizer(config["optimizer"], rate)
+    optimization.schedule_callbacks(config["schedule"])
+    validation.one_of(config["mixed_precision"], "mixed_precision", MIXED_PRECISION)
+    validation.one_of(config["strategy"], "strategy", distribute.STRATEGIES)
+    _probe_model(config)
     return config
+
+
+def pretrained_model_path(workdir):
+    """The model file a run leaves in `workdir` (read by `paradigm.pretrained`)."""
+    return os.path.join(workdir, "checkpoints", "model.keras")
+
+
+def data_kwargs(data_cfg):
+    """The `get_datasets` keyword arguments of the `data` section.
+
+    '' means None; `source='auto'` is 'tfds' when `data_dir` is set, else 'manual'.
+    """
+    kwargs = {k: (None if k in _EMPTY_IS_NONE and v == "" else v) for k, v in data_cfg.items() if k != "name"}
+    if kwargs["source"] == "auto":
+        kwargs["source"] = "tfds" if kwargs["data_dir"] else "manual"
+    return kwargs
+
+
+def run_length(train_cfg, data_steps_per_epoch):
+    """`(steps_per_epoch, epochs)` of a run from the `train` section.
+
+    `train.steps` > 0 sets the budget in optimizer steps as the papers count
+    iterations; the epochs are then log/evaluation intervals of
+    `train.steps_per_epoch` steps (0: the largest divisor of `steps` not above
+    one pass over the data). Otherwise `train.epochs` epochs of
+    `train.steps_per_epoch` (0: one pass) steps.
+    """
+    steps, per_epoch = train_cfg["steps"], train_cfg["steps_per_epoch"]
+    if steps:
+        if not per_epoch:
+            per_epoch = max(d for d in range(1, min(steps, data_steps_per_epoch) + 1) if steps % d == 0)
+        if steps % per_epoch:
+            raise ValueError(f"train.steps={steps} is not a multiple of train.steps_per_epoch={per_epoch}.")
+        return per_epoch, steps // per_epoch
+    return per_epoch or data_steps_per_epoch, train_cfg["epochs"]
+
+
+class ScheduleLogger(keras.callbacks.Callback):
+    """Adds `learning_rate` and each margin head's λ (`lambda/<layer>`) to the epoch logs (for TensorBoard)."""
+
+    def __init__(self, heads=()):
+        super().__init__()
+        self.heads = list(heads)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is None:
+            return
+        logs["learning_rate"] = optimization.current_learning_rate(self.model.optimizer)
+        for head in self.heads:
+            logs[f"lambda/{head.name}"] = float(keras.ops.convert_to_numpy(head.current_lambda()))
+
+
+def _build_model(config, info):
+    model_cfg = dict(config["model"])
+    name = model_cfg.pop("name")
+    if model_cfg.get("head") is not None:
+        model_cfg["head"] = dict(model_cfg["head"])
+        if config["loss"]["data_dependent_mhe"]:
+            model_cfg["head"]["label_penalty"] = regularizers_lib.DataDependentMHE(
+                factor=config["loss"]["data_dependent_mhe"])
+    model = models_lib.create_model(name, input_shape=info["input_shape"], num_classes=info["num_classes"],
+                                    **model_cfg)
+    paradigm = config["paradigm"]
+    if paradigm["pretrained"]:
+        source = keras.models.load_model(pretrained_model_path(paradigm["pretrained"]))
+        pretrain.initialize_from_pretrained(model, source, match=paradigm["pretrained_match"], verbose=False)
+    if paradigm["weight_projection_every"] or paradigm["weighted_gradients"]:
+        model = sphere_model_lib.wrap(
+            model, weight_projection_every=paradigm["weight_projection_every"] or None,
+            projection_scale=paradigm["projection_scale"], weighted_gradients=paradigm["weighted_gradients"],
+        )
+    attached = regularization.attach(model, config["regularizers"])
+    return model, attached
+
+
+def _build_optimizer(config, total_steps):
+    rate = optimization.build_learning_rate(config["optimizer"].get("learning_rate"), config["schedule"], total_steps)
+    optimizer = optimization.build_optimizer(config["optimizer"], rate)
+    if config["paradigm"]["opt_optimizer"]:
+        optimizer = optimizers_lib.OPTOptimizer(optimizer)
+    return optimizer
+
+
+def _margin_heads(model):
+    from sphere_tf import layers  # noqa: PLC0415 (the package imports training)
+
+    return [layer for layer in model.layers if isinstance(layer, layers.MarginHead)]
+
+
+def summary_lines(config, info, results, seconds, workdir):
+    """The one-screen summary printed at the end of a run."""
+    model_cfg = config["model"]
+    head = model_cfg.get("head")
+    head_name = "dense" if head is None else (head.get("loss_type") or head.get("layer"))
+    return [
+        "=" * 64,
+        f"data        {config['data']['name']} ({info['train_size']} train / {info['test_size']} test, "
+        f"augmentation {config['data']['augmentation']})",
+        f"model       {model_cfg['name']}, operator {model_cfg.get('operator', 'default')}, head {head_name}",
+        f"regularize  {[r['name'] + ':' + str(r['layers']) for r in config['regularizers']] or 'none'}",
+        f"optimizer   {config['optimizer']['name']} lr {config['optimizer'].get('learning_rate')}, "
+        f"schedule {config['schedule']['name']}",
+        f"steps       {results['steps']} ({results['epochs']} epochs of {results['steps_per_epoch']})",
+        f"test        accuracy {results['test_accuracy']:.2f}%  error {results['test_error']:.2f}%  "
+        f"loss {results['test_loss']:.4f}",
+        f"time        {seconds:.0f} s; workdir {workdir}",
+        "=" * 64,
+    ]
 
 
 def train_and_evaluate(config, workdir):
@@ -61,80 +322,122 @@ def train_and_evaluate(config, workdir):
     Writes to `workdir`: `config.json`, `checkpoints/train/` (the whole training
     state every `train.checkpoint_every_steps` steps, see
     `sphere_tf.training.checkpoint`), `checkpoints/model.keras` (each epoch),
-    `tensorboard/`, `export/` (SavedModel with a `serve` endpoint) and
-    `results.json`. An interrupted run (even `kill -9` mid-epoch) continues
-    from its latest checkpoint and ends as the uninterrupted run would; a
-    finished workdir is not trained again (its `results.json` is returned); a
-    workdir written by a different config is refused, naming the differing keys.
+    `tensorboard/` (loss, accuracy, learning rate, λ of margin heads,
+    hyperspherical energy of regularized layers), `export/` (SavedModel with a
+    `serve` endpoint) and `results.json` (`test_accuracy` and `test_error` in
+    percent, `test_loss`, `history`, ...). An interrupted run continues from
+    its latest checkpoint; a finished workdir is not trained again (its
+    `results.json` is returned); a workdir written by a different config is
+    refused, naming the differing keys.
 
     Args:
-        config: ConfigDict or dict with `seed`, `data`, `model`, `optimizer`, `train`, `export`.
+        config: ConfigDict or dict following `DEFAULTS` (docs/runner.md).
         workdir: str, the output folder.
 
     Returns:
-        dict with `test_accuracy`, `test_loss`, `history` and `export_dir`.
+        dict, the contents of `results.json`.
 
     Raises:
+        ValueError: a bad config (before any data is read).
         checkpoint.ConfigMismatchError: `workdir` holds another config's run.
     """
+    started = time.time()
     config = validate(config)
+    # PROGRESS HOOK: the lead wires `sphere_tf.training.progress` here (fit verbosity from
+    # `progress.fit_verbosity(sys.stdout)` and an `EpochLogger` callback when stdout is not a TTY).
     train_cfg = config["train"]
     state_dir = os.path.join(workdir, "checkpoints", "train")
     checkpoint_lib.check_workdir_config(workdir, config)
-    checkpoint_lib.record_config(state_dir, config)  # the snapshot kept beside the checkpoints it describes
+    checkpoint_lib.record_config(state_dir, config)
     checkpoint_lib.record_config(workdir, config)
     results_path = os.path.join(workdir, "results.json")
     keras.utils.set_random_seed(config["seed"])
 
-    data_cfg = dict(config["data"])
-    train_ds, test_ds, info = DATASETS[data_cfg.pop("name")](
-        batch_size=train_cfg["batch_size"], seed=config["seed"], **data_cfg
-    )
-    steps_per_epoch = train_cfg.get("steps_per_epoch") or checkpoint_lib.steps_per_pass(train_ds)
-    total_steps = train_cfg["epochs"] * steps_per_epoch
+    data_cfg = config["data"]
+    kwargs = data_kwargs(data_cfg)
+
+    def load(initial_step):
+        return data_lib.get_datasets(data_cfg["name"], batch_size=train_cfg["batch_size"], seed=config["seed"],
+                                     initial_step=initial_step, **kwargs)
+
+    train_ds, test_ds, info = load(0)
+    steps_per_epoch, epochs = run_length(train_cfg, info["steps_per_epoch"])
+    total_steps = steps_per_epoch * epochs
     if os.path.exists(results_path) and checkpoint_lib.latest_step(state_dir) == total_steps:
         with open(results_path) as f:
             results = json.load(f)
         print(f"{workdir} already holds a finished run (step {total_steps}); "
-              f"test accuracy {results['test_accuracy']:.4f}. Not training again.")
+              f"test accuracy {results['test_accuracy']:.2f}%. Not training again.")
         return results
     logging.info("Data: %s", info)
-    model_cfg = dict(config["model"])
-    model = models_lib.create_model(
-        model_cfg.pop("name"), input_shape=info["input_shape"], num_classes=info["num_classes"], **model_cfg
-    )
-    model.compile(
-        optimizer=build_optimizer(config["optimizer"]),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=["accuracy"],
-    )
-    model.summary(print_fn=logging.info)
-    os.makedirs(os.path.join(workdir, "checkpoints"), exist_ok=True)
-    callbacks = [
-        keras.callbacks.ModelCheckpoint(os.path.join(workdir, "checkpoints", "model.keras")),
-        keras.callbacks.TensorBoard(os.path.join(workdir, "tensorboard")),
-    ]
-    fitted = checkpoint_lib.fit_resumable(
-        model, train_ds, epochs=train_cfg["epochs"], directory=state_dir, steps_per_epoch=steps_per_epoch,
-        every_steps=train_cfg.get("checkpoint_every_steps") or checkpoint_lib.DEFAULT_EVERY_STEPS,
-        callbacks=callbacks, verbose=train_cfg.get("verbose", 1),
-    )
-    if fitted["initial_step"]:
-        print(f"Resumed from step {fitted['initial_step']} of {total_steps} ({state_dir}).")
-    test_loss, test_accuracy = model.evaluate(test_ds, verbose=0)
-    print(f"Test accuracy: {test_accuracy:.4f} (loss {test_loss:.4f}, {info['test_size']} images)")
 
-    export_dir = None
-    if config.get("export", True):
-        sample = next(iter(test_ds))[0][:8]
-        export_dir = export_lib.export_saved_model(model, os.path.join(workdir, "export"), verify_inputs=sample)
-        print(f"SavedModel exported to {export_dir}")
+    previous_policy = keras.mixed_precision.global_policy().name
+    keras.mixed_precision.set_global_policy(config["mixed_precision"])
+    try:
+        strategy = distribute.make_strategy(config["strategy"])
+        with strategy.scope():
+            model, attached = _build_model(config, info)
+            model.compile(
+                optimizer=_build_optimizer(config, total_steps),
+                loss=losses_lib.SparseCrossentropy(label_smoothing=config["loss"]["label_smoothing"]),
+                metrics=["accuracy"],
+            )
+            model.optimizer.build(model.trainable_variables)  # its slots live on the strategy's devices
+        model.summary(print_fn=logging.info)
+        packed = models_lib.needs_labels(model)
+
+        def pack(dataset):
+            return dataset.map(lambda x, y: (models_lib.pack_inputs(x, y), y)) if packed else dataset
+
+        def stream(step):
+            return pack(train_ds if step == 0 else load(step)[0])
+
+        heads = _margin_heads(model)
+        run_callbacks = [ScheduleLogger(heads)] + optimization.schedule_callbacks(config["schedule"])
+        if attached:
+            run_callbacks.append(callbacks_lib.HypersphericalEnergy(
+                layer_names=sorted(attached), frequency=train_cfg["energy_every_epochs"]))
+        if config["paradigm"]["sopt_episode_length"]:
+            run_callbacks.append(callbacks_lib.SOPTEpisodes(config["paradigm"]["sopt_episode_length"],
+                                                            seed=config["seed"]))
+        os.makedirs(os.path.join(workdir, "checkpoints"), exist_ok=True)
+        run_callbacks += [
+            keras.callbacks.ModelCheckpoint(os.path.join(workdir, "checkpoints", "model.keras")),
+            keras.callbacks.TensorBoard(os.path.join(workdir, "tensorboard")),
+        ]
+        fitted = checkpoint_lib.fit_resumable(
+            model, stream, epochs=epochs, directory=state_dir, steps_per_epoch=steps_per_epoch,
+            every_steps=train_cfg["checkpoint_every_steps"] or checkpoint_lib.DEFAULT_EVERY_STEPS,
+            callbacks=run_callbacks, verbose=train_cfg["verbose"],
+        )
+        if fitted["initial_step"]:
+            print(f"Resumed from step {fitted['initial_step']} of {total_steps} ({state_dir}).")
+        test_loss, test_accuracy = model.evaluate(pack(test_ds), verbose=0)
+        print(f"Test accuracy: {100 * test_accuracy:.2f}% (loss {test_loss:.4f}, {info['test_size']} images)")
+
+        export_dir = None
+        if config["export"]:
+            sample = next(iter(test_ds))[0][:8]
+            export_dir = export_lib.export_saved_model(model, os.path.join(workdir, "export"), verify_inputs=sample)
+            print(f"SavedModel exported to {export_dir}")
+    finally:
+        keras.mixed_precision.set_global_policy(previous_policy)
     results = {
-        "test_accuracy": float(test_accuracy),
+        "test_accuracy": 100.0 * float(test_accuracy),
+        "test_error": 100.0 * (1.0 - float(test_accuracy)),
         "test_loss": float(test_loss),
+        "steps": total_steps,
+        "epochs": epochs,
+        "steps_per_epoch": steps_per_epoch,
+        "regularized_layers": attached,
         "history": fitted["history"],
         "export_dir": export_dir,
     }
     with open(results_path, "w") as f:
         json.dump(results, f, indent=2)
+    print("\n".join(summary_lines(config, info, results, time.time() - started, workdir)))
     return results
+
+
+__all__ = ["DEFAULTS", "ScheduleLogger", "data_kwargs", "run_length", "summary_lines", "train_and_evaluate",
+           "validate"]

@@ -28,7 +28,9 @@ def test_quick_run_trains_evaluates_and_exports(tmp_path):
         assert json.load(f)["model"]["operator"]["magnitude"] == "tanh"
     with open(os.path.join(workdir, "results.json")) as f:
         results = json.load(f)
-    assert f"Test accuracy: {results['test_accuracy']:.4f} (loss {results['test_loss']:.4f}, 32 images)" in proc.stdout
+    assert f"Test accuracy: {results['test_accuracy']:.2f}% (loss {results['test_loss']:.4f}, 32 images)" in proc.stdout
+    assert results["test_error"] == 100.0 - results["test_accuracy"]
+    assert f"error {results['test_error']:.2f}%" in proc.stdout  # the end-of-run summary
     assert os.listdir(os.path.join(workdir, "tensorboard"))
     # The exported SavedModel computes what the trained Keras model computes, on real images.
     model = keras.models.load_model(os.path.join(workdir, "checkpoints", "model.keras"))
@@ -51,6 +53,26 @@ def test_quick_run_trains_evaluates_and_exports(tmp_path):
     assert proc.returncode != 0 and "seed" in proc.stderr, proc.stderr[-3000:]
     with open(os.path.join(workdir, "config.json")) as f:
         assert f.read() == recorded
+
+
+def test_strategy_flag_and_data_folder_override(tmp_path):
+    """`--strategy` and `--config.data.manual_dir` reach the run (recorded in config.json)."""
+    from sphere_tf.data import archive_writers
+
+    folder = str(tmp_path / "idx")
+    os.makedirs(folder)
+    archive_writers.write_mnist(folder, n_train=70, n_test=5)
+    workdir = str(tmp_path / "run")
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainers.train_classifier", f"--config={CONFIG}:quick", f"--workdir={workdir}",
+         "--strategy=one_device", f"--config.data.manual_dir={folder}", "--config.export=False"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    with open(os.path.join(workdir, "config.json")) as f:
+        recorded = json.load(f)
+    assert recorded["strategy"] == "one_device"
+    assert "5 images" in proc.stdout  # the generated test split, not Fashion-MNIST's
 
 
 def test_missing_flags_are_a_usage_error(tmp_path):
