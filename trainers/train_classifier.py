@@ -11,17 +11,26 @@ The resolved config is written to `<workdir>/config.json` (a workdir holding a
 different config is refused, naming the differing keys); an interrupted run
 resumes from its last step checkpoint in `<workdir>/checkpoints/train`, and a
 finished one is not trained again.
+
+TensorFlow's C++ and absl INFO lines (oneDNN notices, XLA cluster messages, ...)
+are not printed; `--verbosity=0` brings them back. On a terminal Keras shows its
+progress bar; otherwise (a CI log, `> file`) one line per epoch.
 """
 
 import json
 
-from absl import app
-from absl import flags
-from absl import logging
-from ml_collections import config_flags
+from trainers import _quiet_logs
 
-from sphere_tf.training import classifier
-from sphere_tf.training import runtime
+if __name__ == "__main__":
+    _quiet_logs.quiet_tensorflow_logs()  # before anything below imports TensorFlow
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+from absl import logging  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+from sphere_tf.training import classifier  # noqa: E402
+from sphere_tf.training import runtime  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Training configuration.", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Folder for checkpoints, logs and the export.")
@@ -42,7 +51,6 @@ def main(argv):
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     if _CPU_ALLOCATOR.value == "bfc":
         runtime.use_bfc_cpu_allocator()  # before any tensor exists
-    # PROGRESS HOOK: the lead calls `progress.quiet_tensorflow_logs(verbosity)` here, before TensorFlow loads.
     config = _CONFIG.value
     if _STRATEGY.value is not None:
         with config.unlocked():

@@ -32,7 +32,7 @@ def get_config(arg=None):
             operator=dict(layer="decoupled", magnitude="tanh", angular="cosine"),
         ),
         optimizer=dict(name="adam", learning_rate=1e-3),
-        train=dict(batch_size=128, epochs=arg.epochs, steps_per_epoch=0, verbose=1),
+        train=dict(batch_size=128, epochs=arg.epochs, steps_per_epoch=0, verbose="auto"),
         export=True,
     )
     if arg.quick:

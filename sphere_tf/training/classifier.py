@@ -11,6 +11,7 @@ import copy
 import inspect
 import json
 import os
+import sys
 import time
 
 import keras
@@ -32,9 +33,12 @@ from sphere_tf.training import distribute
 from sphere_tf.training import model as sphere_model_lib
 from sphere_tf.training import optimization
 from sphere_tf.training import pretrain
+from sphere_tf.training import progress
 from sphere_tf.training import regularization
 
 MIXED_PRECISION = ("float32", "mixed_float16", "mixed_bfloat16")
+# `train.verbose`: Keras's `fit` values, or 'auto' (the bar on a terminal, `progress.EpochLogger` otherwise).
+FIT_VERBOSITY = ("auto", 0, 1, 2)
 # The schema: every section, every key, its default. `model` holds the model
 # function's keyword arguments (checked against its signature) besides `name`.
 DEFAULTS = {
@@ -59,7 +63,7 @@ DEFAULTS = {
     },
     "train": {
         "batch_size": 128, "epochs": 1, "steps": 0, "steps_per_epoch": 0, "checkpoint_every_steps": 0,
-        "verbose": 1, "energy_every_epochs": 1,
+        "verbose": "auto", "energy_every_epochs": 1,
     },
     "mixed_precision": "float32",
     "strategy": "auto",
@@ -198,6 +202,7 @@ def validate(config):
     for key in ("steps", "steps_per_epoch", "checkpoint_every_steps"):
         validation.integer(train[key], f"train.{key}", minimum=0)
     validation.positive_int(train["energy_every_epochs"], "train.energy_every_epochs")
+    validation.one_of(train["verbose"], "train.verbose", FIT_VERBOSITY)
     total = train["steps"] or train["epochs"] * max(train["steps_per_epoch"], 1)
     rate = optimization.build_learning_rate(config["optimizer"].get("learning_rate"), config["schedule"], total)
     optimization.build_optimizer(config["optimizer"], rate)
@@ -343,9 +348,12 @@ def train_and_evaluate(config, workdir):
     """
     started = time.time()
     config = validate(config)
-    # PROGRESS HOOK: the lead wires `sphere_tf.training.progress` here (fit verbosity from
-    # `progress.fit_verbosity(sys.stdout)` and an `EpochLogger` callback when stdout is not a TTY).
     train_cfg = config["train"]
+    # 'auto': Keras's progress bar on a terminal; one line per epoch (no carriage returns) otherwise.
+    verbose, epoch_lines = train_cfg["verbose"], []
+    if verbose == "auto":
+        verbose = progress.fit_verbosity(sys.stdout)
+        epoch_lines = [] if verbose else [progress.EpochLogger()]
     state_dir = os.path.join(workdir, "checkpoints", "train")
     checkpoint_lib.check_workdir_config(workdir, config)
     checkpoint_lib.record_config(state_dir, config)
@@ -393,7 +401,7 @@ def train_and_evaluate(config, workdir):
             return pack(train_ds if step == 0 else load(step)[0])
 
         heads = _margin_heads(model)
-        run_callbacks = [ScheduleLogger(heads)] + optimization.schedule_callbacks(config["schedule"])
+        run_callbacks = [ScheduleLogger(heads)] + optimization.schedule_callbacks(config["schedule"]) + epoch_lines
         if attached:
             run_callbacks.append(callbacks_lib.HypersphericalEnergy(
                 layer_names=sorted(attached), frequency=train_cfg["energy_every_epochs"]))
@@ -408,7 +416,7 @@ def train_and_evaluate(config, workdir):
         fitted = checkpoint_lib.fit_resumable(
             model, stream, epochs=epochs, directory=state_dir, steps_per_epoch=steps_per_epoch,
             every_steps=train_cfg["checkpoint_every_steps"] or checkpoint_lib.DEFAULT_EVERY_STEPS,
-            callbacks=run_callbacks, verbose=train_cfg["verbose"],
+            callbacks=run_callbacks, verbose=verbose,
         )
         if fitted["initial_step"]:
             print(f"Resumed from step {fitted['initial_step']} of {total_steps} ({state_dir}).")

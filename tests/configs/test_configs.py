@@ -63,7 +63,6 @@ def test_quick_variant_trains_two_steps(path, tmp_path):
     """The quick run trains exactly two steps of the configured network and reports its true test scores."""
     config = _load(path).get_config("quick")
     config.export = False
-    config.train.verbose = 0
     results = classifier.train_and_evaluate(config, str(tmp_path))
     assert len(results["history"]["loss"]) == 1
 

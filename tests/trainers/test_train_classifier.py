@@ -24,6 +24,10 @@ def test_quick_run_trains_evaluates_and_exports(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Test accuracy:" in proc.stdout
+    # Quiet by default, and one line per epoch with no carriage-return updates when stdout is a pipe.
+    assert "oneDNN" not in proc.stderr and "I0000" not in proc.stderr, proc.stderr[-3000:]
+    assert "\r" not in proc.stdout and "\x08" not in proc.stdout
+    assert [line.split(" - ")[0] for line in proc.stdout.splitlines() if line.startswith("epoch ")] == ["epoch 1/1"]
     with open(os.path.join(workdir, "config.json")) as f:
         assert json.load(f)["model"]["operator"]["magnitude"] == "tanh"
     with open(os.path.join(workdir, "results.json")) as f:

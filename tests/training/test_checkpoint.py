@@ -46,7 +46,7 @@ def idx_dir(tmp_path_factory):
 def tiny_config(data_dir, **train):
     return {
         "seed": 3,
-        "data": {"name": "fashion_mnist", "train_limit": 0, "test_limit": 0, "data_dir": data_dir},
+        "data": {"name": "fashion_mnist", "train_limit": 0, "test_limit": 0, "manual_dir": data_dir},
         "model": {"name": "small_cnn", "widths": [4], "convs_per_stage": 1, "dense_units": 8, "batch_norm": True,
                   "operator": {"layer": "decoupled", "magnitude": "tanh", "angular": "cosine"}},
         "optimizer": {"name": "adam", "learning_rate": 0.01},
@@ -201,19 +201,19 @@ def test_finished_workdir_is_not_trained_again(idx_dir, tmp_path, monkeypatch):
 
 def test_workdir_with_another_config_is_refused_naming_the_keys(idx_dir, tmp_path):
     config = tiny_config(idx_dir)
-    checkpoint.record_config(str(tmp_path), config)
+    checkpoint.record_config(str(tmp_path), classifier.validate(config))  # as the runner records it
     changed = tiny_config(idx_dir, batch_size=5)
     changed["model"]["operator"]["magnitude"] = "linear"
-    del changed["export"]
+    changed["export"] = True
     with pytest.raises(checkpoint.ConfigMismatchError) as error:
         classifier.train_and_evaluate(changed, str(tmp_path))
     message = str(error.value)
     assert "differing keys: export, model.operator.magnitude, train.batch_size." in message
     assert "model.operator.magnitude: 'tanh' in the workdir, 'linear' now" in message
-    assert "export: False in the workdir, '<missing>' now" in message
+    assert "export: False in the workdir, True now" in message
     assert not os.path.exists(os.path.join(tmp_path, "checkpoints"))  # refused before anything was written
     # Verbosity and data folders do not change the computation.
-    same = tiny_config(idx_dir, verbose=2)
+    same = classifier.validate(tiny_config(idx_dir, verbose=2))
     same["data"]["data_dir"] = "/elsewhere"
     assert checkpoint.check_workdir_config(str(tmp_path), same) is True
     assert checkpoint.check_workdir_config(str(tmp_path / "new"), changed) is False
@@ -257,10 +257,10 @@ def test_step_checkpoint_config_round_trip(tmp_path):
 
 
 def test_mismatch_found_by_the_snapshot_beside_the_checkpoints(idx_dir, tmp_path):
-    """The trainer writes `config.json` before training; the copy kept with the checkpoints still refuses."""
+    """A workdir `config.json` that agrees is not enough: the copy kept with the checkpoints still refuses."""
     config = tiny_config(idx_dir)
-    checkpoint.record_config(str(tmp_path / "checkpoints" / "train"), config)
+    checkpoint.record_config(str(tmp_path / "checkpoints" / "train"), classifier.validate(config))
     changed = tiny_config(idx_dir, epochs=3)
-    checkpoint.record_config(str(tmp_path), changed)  # what the trainer's main writes first
+    checkpoint.record_config(str(tmp_path), classifier.validate(changed))  # a workdir copy that agrees
     with pytest.raises(checkpoint.ConfigMismatchError, match=r"differing keys: train.epochs.\n  train.epochs: 2 in"):
         classifier.train_and_evaluate(changed, str(tmp_path))

@@ -20,10 +20,9 @@ from sphere_tf.models import blocks
 from sphere_tf.models import operators
 from sphere_tf.ops import margin as margin_lib
 from sphere_tf.training import classifier
+from sphere_tf.training import distribute
 from sphere_tf.training import optimization
 from sphere_tf.training import regularization
-
-distribute = pytest.importorskip("sphere_tf.training.distribute")  # absent only before the distribute branch merges
 
 
 def tiny_config(manual_dir, name="mnist", **sections):
