@@ -343,9 +343,12 @@ def fit_resumable(model, train_data, epochs, directory, steps_per_epoch=None, ev
     else:
         raise validation.invalid_argument("train_data", "a tf.data.Dataset or a callable step -> Dataset", train_data)
     steps_per_epoch = validation.positive_int(steps_per_epoch, "steps_per_epoch")
-    for key in ("epochs", "initial_epoch", "steps_per_epoch", "x", "y"):
+    for key in ("epochs", "initial_epoch", "steps_per_epoch", "x", "y", "shuffle"):
         if key in fit_kwargs:
             raise ValueError(f"`{key}` is set by fit_resumable; do not pass it in fit_kwargs.")
+    # The stream fixes the order of every step (that is what makes resume exact); Keras's own
+    # `shuffle` does not apply to datasets and only warns.
+    fit_kwargs["shuffle"] = False
 
     saver = StepCheckpoint(directory, every_steps=every_steps, max_to_keep=max_to_keep,
                            extra={**(extra or {}), **callback_states(callbacks)})
