@@ -6,8 +6,9 @@ existing functional or Sequential model into a `SphereModel`;
 `initialize_from_pretrained` copies a trained Conv2D/Dense model into its
 decoupled twin [D §4.3]. `fit_resumable` / `StepCheckpoint` checkpoint every N
 steps and resume exactly (`training.checkpoint`); `make_strategy` builds the
-`tf.distribute` strategy a run trains under (`training.distribute`). The config-driven loop lives
-in `training.classifier`.
+`tf.distribute` strategy a run trains under (`training.distribute`); `EpochLogger` /
+`fit_verbosity` print one line per epoch where no terminal shows a progress bar
+(`training.progress`). The config-driven loop lives in `training.classifier`.
 """
 
 from sphere_tf.training.checkpoint import ConfigMismatchError
@@ -35,6 +36,8 @@ from sphere_tf.training.model import wrap
 from sphere_tf.training.pretrain import TransferReport
 from sphere_tf.training.pretrain import initialize_from_pretrained
 from sphere_tf.training.pretrain import parameterised_layers
+from sphere_tf.training.progress import EpochLogger
+from sphere_tf.training.progress import fit_verbosity
 from sphere_tf.training.runtime import bfc_cpu_allocator_active
 from sphere_tf.training.runtime import cpu_memory_info
 from sphere_tf.training.runtime import use_bfc_cpu_allocator
