@@ -49,14 +49,17 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    if _CPU_ALLOCATOR.value == "bfc":
-        runtime.use_bfc_cpu_allocator()  # before any tensor exists
     config = _CONFIG.value
     if _STRATEGY.value is not None:
         with config.unlocked():
             config.strategy = _STRATEGY.value
+    # The strategy first (MultiWorkerMirroredStrategy configures collective ops at startup), then the
+    # allocator, before any tensor exists.
+    strategy = classifier.make_run_strategy(config)
+    if _CPU_ALLOCATOR.value == "bfc":
+        runtime.use_bfc_cpu_allocator()
     logging.info("Config:\n%s", config)
-    results = classifier.train_and_evaluate(config, _WORKDIR.value)
+    results = classifier.train_and_evaluate(config, _WORKDIR.value, strategy=strategy)
     logging.info("Results: %s", json.dumps({k: v for k, v in results.items() if k != "history"}))
 
 

@@ -495,6 +495,33 @@ class CoMHE(keras.regularizers.Regularizer):
         """Dict key -> the learnable projection variable (AP/Adv), for inspection."""
         return self._algorithm.learned_variables()
 
+    def checkpoint_state(self, kernels=()):
+        """The variables a training checkpoint must hold to resume this regularizer exactly.
+
+        The step counter of the random draws ('random') and the learned P of
+        each kernel in `kernels` ('angle_preserving', 'adversarial'). P is
+        otherwise created on the first train step; creating it here (with the
+        same initial value) lets a checkpoint restore it before training.
+        Call under the model's distribution strategy scope.
+
+        Args:
+            kernels: the kernel variables this regularizer is attached to.
+
+        Returns:
+            dict name -> `tf.Variable` / `keras.Variable`.
+        """
+        algorithm = self._algorithm
+        state = {}
+        if algorithm.step_variable is not None:
+            state["step"] = algorithm.step_variable
+        if isinstance(algorithm, _LearnedProjection):
+            for x in kernels:
+                d, n = energy.neuron_matrix(x).shape
+                if d > self.projection_dim:  # smaller kernels use plain MHE: no P
+                    key = algorithm.key(x, d, n)
+                    state[f"projection/{key}"] = algorithm.variable_for(key, d)
+        return state
+
     # -- Keras API --------------------------------------------------------------
 
     def energy(self, x):

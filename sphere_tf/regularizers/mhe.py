@@ -153,6 +153,19 @@ class MHE(keras.regularizers.Regularizer):
     def __call__(self, x):
         return self.factor * self.energy(x)
 
+    def checkpoint_state(self, kernels=()):
+        """The variables a training checkpoint must hold to resume this regularizer exactly.
+
+        The step counter of the mini-batch neuron subsets (`num_samples`);
+        nothing otherwise. `kernels` is accepted for the common interface
+        (`sphere_tf.training.checkpoint.regularizer_states`).
+
+        Returns:
+            dict name -> `keras.Variable`.
+        """
+        del kernels
+        return {} if self._counter is None else {"step": self._counter.variable}
+
     def get_config(self):
         return {
             "factor": self.factor,

@@ -19,6 +19,7 @@ from sphere_tf.training.checkpoint import fit_resumable
 from sphere_tf.training.checkpoint import latest_step
 from sphere_tf.training.checkpoint import positioned_stream
 from sphere_tf.training.checkpoint import record_config
+from sphere_tf.training.checkpoint import regularizer_states
 from sphere_tf.training.distribute import STRATEGIES
 from sphere_tf.training.distribute import checkpoint_directory
 from sphere_tf.training.distribute import configure_logical_cpus

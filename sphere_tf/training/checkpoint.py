@@ -46,6 +46,7 @@ different config, naming the keys that differ.
 
 import json
 import os
+import re
 
 import keras
 import tensorflow as tf
@@ -129,10 +130,13 @@ class StepCheckpoint(keras.callbacks.Callback):
         self._strategy = model.distribute_strategy
         self._chief = distribute.is_chief(self._strategy)
         self._step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        with model.distribute_strategy.scope():  # state a regularizer creates here lives where the model's does
+            regularizers = regularizer_states(model)
         checkpoint = tf.train.Checkpoint(
             model_variables=list(model.variables),  # Keras 3 variables are trackable on TensorFlow
             optimizer_variables=list(optimizer.variables),
             step=self._step,
+            **regularizers,
             **self.extra,
         )
         self._manager = tf.train.CheckpointManager(
@@ -399,6 +403,38 @@ def callback_states(callbacks):
         index = seen[name] = seen.get(name, -1) + 1
         for key, trackable in method().items():
             states[f"{name}_{index}_{key}"] = trackable
+    return states
+
+
+def regularizer_states(model):
+    """The state of the model's weight regularizers that a resume needs, as checkpoint entries.
+
+    Keras regularizers are not model weights, so `model.variables` misses what
+    some of them keep: the step counter of random draws (RP-CoMHE, mini-batch
+    MHE) and the learned projections of AP-/Adv-CoMHE. Every regularizer with a
+    `checkpoint_state(kernels)` method (see `sphere_tf.regularizers.CoMHE`) is
+    asked for its variables, given the model variables it regularizes.
+
+    Args:
+        model: a built `keras.Model`.
+
+    Returns:
+        dict `regularizer_<index>_<name>` -> variable (index in order of first
+        use over `model.variables`; names made attribute-safe).
+    """
+    owners, kernels = [], {}
+    for variable in model.variables:
+        regularizer = getattr(variable, "regularizer", None)
+        if not callable(getattr(regularizer, "checkpoint_state", None)):
+            continue
+        if id(regularizer) not in kernels:
+            owners.append(regularizer)
+            kernels[id(regularizer)] = []
+        kernels[id(regularizer)].append(variable)
+    states = {}
+    for index, regularizer in enumerate(owners):
+        for name, variable in regularizer.checkpoint_state(kernels[id(regularizer)]).items():
+            states[f"regularizer_{index}_{re.sub(r'[^0-9A-Za-z_]', '_', name)}"] = variable
     return states
 
 

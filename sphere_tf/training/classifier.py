@@ -11,6 +11,7 @@ import copy
 import inspect
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -321,7 +322,28 @@ def summary_lines(config, info, results, seconds, workdir):
     ]
 
 
-def train_and_evaluate(config, workdir):
+def make_run_strategy(config):
+    """The `tf.distribute` strategy of `config['strategy']` (checked first).
+
+    Create it before anything else in the program touches TensorFlow:
+    `MultiWorkerMirroredStrategy` configures collective ops, which TensorFlow
+    allows only at startup. `train_and_evaluate` does this itself; a main that
+    also picks the CPU allocator creates the strategy first and passes it in.
+    """
+    name = _merge(DEFAULTS, _plain(config))["strategy"]
+    validation.one_of(name, "strategy", distribute.STRATEGIES)
+    return distribute.make_strategy(name)
+
+
+def _worker_workdir(workdir, strategy):
+    """Where this process writes logs and files: `workdir` on the chief, a temporary sub-folder on other workers."""
+    if distribute.is_chief(strategy):
+        return workdir
+    task_type, task_id = distribute._task(strategy)  # noqa: SLF001 (same package)
+    return os.path.join(workdir, f"{distribute.WORKER_TEMP_PREFIX}{task_type}_{task_id}")
+
+
+def train_and_evaluate(config, workdir, strategy=None):
     """Trains the configured classifier, evaluates it on the test split, exports it.
 
     Writes to `workdir`: `config.json`, `checkpoints/train/` (the whole training
@@ -335,9 +357,16 @@ def train_and_evaluate(config, workdir):
     `results.json` is returned); a workdir written by a different config is
     refused, naming the differing keys.
 
+    Under `MultiWorkerMirroredStrategy` every worker runs this with the same
+    `workdir` (a shared folder); only the chief writes there, the others write
+    their logs to `workdir/workertemp_<task>` and delete it at the end.
+
     Args:
         config: ConfigDict or dict following `DEFAULTS` (docs/runner.md).
         workdir: str, the output folder.
+        strategy: optional `tf.distribute.Strategy` already made from
+            `config['strategy']` (`make_run_strategy`); by default it is made
+            here, before any other TensorFlow work.
 
     Returns:
         dict, the contents of `results.json`.
@@ -347,7 +376,10 @@ def train_and_evaluate(config, workdir):
         checkpoint.ConfigMismatchError: `workdir` holds another config's run.
     """
     started = time.time()
+    if strategy is None:
+        strategy = make_run_strategy(config)  # first: multi-worker collectives are configured at startup
     config = validate(config)
+    chief = distribute.is_chief(strategy)
     train_cfg = config["train"]
     # 'auto': Keras's progress bar on a terminal; one line per epoch (no carriage returns) otherwise.
     verbose, epoch_lines = train_cfg["verbose"], []
@@ -356,8 +388,10 @@ def train_and_evaluate(config, workdir):
         epoch_lines = [] if verbose else [progress.EpochLogger()]
     state_dir = os.path.join(workdir, "checkpoints", "train")
     checkpoint_lib.check_workdir_config(workdir, config)
-    checkpoint_lib.record_config(state_dir, config)
-    checkpoint_lib.record_config(workdir, config)
+    if chief:
+        checkpoint_lib.record_config(state_dir, config)
+        checkpoint_lib.record_config(workdir, config)
+    local_dir = _worker_workdir(workdir, strategy)
     results_path = os.path.join(workdir, "results.json")
     keras.utils.set_random_seed(config["seed"])
 
@@ -382,7 +416,6 @@ def train_and_evaluate(config, workdir):
     previous_policy = keras.mixed_precision.global_policy().name
     keras.mixed_precision.set_global_policy(config["mixed_precision"])
     try:
-        strategy = distribute.make_strategy(config["strategy"])
         with strategy.scope():
             model, attached = _build_model(config, info)
             model.compile(
@@ -408,10 +441,10 @@ def train_and_evaluate(config, workdir):
         if config["paradigm"]["sopt_episode_length"]:
             run_callbacks.append(callbacks_lib.SOPTEpisodes(config["paradigm"]["sopt_episode_length"],
                                                             seed=config["seed"]))
-        os.makedirs(os.path.join(workdir, "checkpoints"), exist_ok=True)
+        os.makedirs(os.path.join(local_dir, "checkpoints"), exist_ok=True)
         run_callbacks += [
-            keras.callbacks.ModelCheckpoint(os.path.join(workdir, "checkpoints", "model.keras")),
-            keras.callbacks.TensorBoard(os.path.join(workdir, "tensorboard")),
+            keras.callbacks.ModelCheckpoint(os.path.join(local_dir, "checkpoints", "model.keras")),
+            keras.callbacks.TensorBoard(os.path.join(local_dir, "tensorboard")),
         ]
         fitted = checkpoint_lib.fit_resumable(
             model, stream, epochs=epochs, directory=state_dir, steps_per_epoch=steps_per_epoch,
@@ -420,11 +453,12 @@ def train_and_evaluate(config, workdir):
         )
         if fitted["initial_step"]:
             print(f"Resumed from step {fitted['initial_step']} of {total_steps} ({state_dir}).")
-        test_loss, test_accuracy = model.evaluate(pack(test_ds), verbose=0)
+        with distribute.distributed_fit(model):  # evaluate needs the multi-worker workarounds of fit
+            test_loss, test_accuracy = model.evaluate(pack(test_ds), verbose=0)
         print(f"Test accuracy: {100 * test_accuracy:.2f}% (loss {test_loss:.4f}, {info['test_size']} images)")
 
         export_dir = None
-        if config["export"]:
+        if config["export"] and chief:
             sample = next(iter(test_ds))[0][:8]
             export_dir = export_lib.export_saved_model(model, os.path.join(workdir, "export"), verify_inputs=sample)
             print(f"SavedModel exported to {export_dir}")
@@ -441,11 +475,16 @@ def train_and_evaluate(config, workdir):
         "history": fitted["history"],
         "export_dir": export_dir,
     }
-    with open(results_path, "w") as f:
-        json.dump(results, f, indent=2)
+    if chief:
+        with open(results_path, "w") as f:
+            json.dump(results, f, indent=2)
+    else:
+        shutil.rmtree(local_dir, ignore_errors=True)
+    if distribute.in_multi_worker_mode(strategy):
+        distribute.barrier(strategy)  # no worker leaves while the chief still exports and writes
     print("\n".join(summary_lines(config, info, results, time.time() - started, workdir)))
     return results
 
 
-__all__ = ["DEFAULTS", "ScheduleLogger", "data_kwargs", "run_length", "summary_lines", "train_and_evaluate",
+__all__ = ["DEFAULTS", "ScheduleLogger", "data_kwargs", "make_run_strategy", "run_length", "summary_lines", "train_and_evaluate",
            "validate"]

@@ -223,6 +223,18 @@ def in_multi_worker_mode(strategy=None):
     return _task(strategy)[0] is not None
 
 
+def barrier(strategy=None):
+    """Blocks until every replica of every worker reaches this call (one all-reduce of a scalar).
+
+    A worker process that exits while another still runs makes TensorFlow's
+    coordination service report it as crashed; the runner ends every
+    multi-worker run here, after the chief has written its files.
+    """
+    strategy = strategy or tf.distribute.get_strategy()
+    ones = strategy.run(lambda: tf.constant(1.0))
+    return int(strategy.reduce("SUM", ones, axis=None).numpy())
+
+
 @contextlib.contextmanager
 def distributed_fit(model):
     """Lets Keras 3's `model.fit` under a strategy read exactly the batches it is given, and run on several workers.

@@ -108,3 +108,24 @@ def test_imagenet2012_prepared_by_the_real_builder_from_generated_tars(tmp_path)
     assert len(got) == 3
     for crop, label in expected.values():
         assert any(np.allclose(im, crop, atol=1e-3) and lab == label for im, lab in got)
+
+
+def test_runner_trains_from_the_prepared_folder(prepared, tmp_path):
+    """`data.data_dir` alone selects the tfds route in the runner (source 'auto'); two steps run on it."""
+    import json  # pylint: disable=import-outside-toplevel
+
+    from sphere_tf.training import classifier  # pylint: disable=import-outside-toplevel
+
+    data_dir, _ = prepared
+    config = {
+        "data": {"name": "cifar10", "data_dir": data_dir, "augmentation": "cifar_plus"},
+        "model": {"name": "small_cnn", "widths": [4], "convs_per_stage": 1, "dense_units": 8},
+        "train": {"batch_size": 5, "epochs": 1, "steps_per_epoch": 2, "verbose": 0},
+        "export": False,
+    }
+    results = classifier.train_and_evaluate(config, str(tmp_path / "run"))
+    assert results["steps"] == 2 and np.isfinite(results["test_loss"])
+    # 3 test images: the accuracy is a multiple of 1/3.
+    assert round(results["test_accuracy"] * 3 / 100, 6) in (0.0, 1.0, 2.0, 3.0)
+    with open(tmp_path / "run" / "config.json") as f:
+        assert json.load(f)["data"]["data_dir"] == data_dir

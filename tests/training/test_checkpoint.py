@@ -131,6 +131,41 @@ def test_backup_and_restore_replays_the_first_shuffle_order(idx_dir):
         assert labels(checkpoint.positioned_stream(dataset(), step), 3 * steps - step) == uninterrupted[step:]
 
 
+# Regularizers with state outside the model's variables: Adv-CoMHE's learned P, RP-CoMHE's and mini-batch
+# MHE's step counters (their random draws depend on it). Kernels: conv 9×4, fc 196×8 (> projection_dim 4).
+STATEFUL_REGULARIZERS = [
+    {"name": "comhe", "layers": "conv*", "projection": "adversarial", "projection_dim": 4, "factor": 1.0},
+    {"name": "comhe", "layers": "fc", "projection": "random", "projection_dim": 4, "factor": 1.0},
+    {"name": "mhe", "layers": "logits", "role": "output", "num_samples": 4, "factor": 1.0},
+]
+
+
+def test_kill_then_resume_restores_regularizer_state(idx_dir, tmp_path):
+    """A resumed run continues the learned projections and the random streams of the regularizers."""
+    config = {**tiny_config(idx_dir), "regularizers": STATEFUL_REGULARIZERS}
+    killed = str(tmp_path / "killed")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
+    process = subprocess.run([sys.executable, "-c", CHILD, json.dumps(config), killed, "9"], cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert process.returncode == -signal.SIGKILL, process.stderr[-2000:]
+    at_kill = checkpoint_values(killed)
+    resumed = classifier.train_and_evaluate(config, killed)
+    uninterrupted = classifier.train_and_evaluate(config, str(tmp_path / "straight"))
+
+    got, want = checkpoint_values(killed), checkpoint_values(str(tmp_path / "straight"))
+    state = sorted(name for name in want if name.startswith("regularizer_"))
+    # One learned P (conv1_1) and two step counters, stored with the model's variables.
+    assert [n.split("/")[0] for n in state] == ["regularizer_0_projection_conv1_1_kernel", "regularizer_1_step",
+                                                "regularizer_2_step"], state
+    assert int(want["regularizer_1_step/.ATTRIBUTES/VARIABLE_VALUE"]) == 12
+    assert int(at_kill["regularizer_1_step/.ATTRIBUTES/VARIABLE_VALUE"]) == 8
+    projection = "regularizer_0_projection_conv1_1_kernel/.ATTRIBUTES/VARIABLE_VALUE"
+    assert np.abs(at_kill[projection] - want[projection]).max() > 1e-6  # P kept learning after step 8
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    assert resumed["test_loss"] == uninterrupted["test_loss"]
+
+
 def test_model_and_optimizer_state_survive_a_checkpoint(tmp_path):
     """Every model variable (BN and E‖x‖ moving averages included) and optimizer variable is saved."""
     def build():

@@ -233,3 +233,119 @@ def test_two_workers_end_with_identical_weights_and_one_checkpoint_directory(tmp
         "history.json"]
     with open(directory / "history.json") as f:
         assert json.load(f)["epochs"] == 2
+
+
+# ------------------------------------------------------------------ the runner under mirrored and two workers
+_RUNNER_CONFIG = {
+    "seed": 4,
+    "data": {"name": "mnist"},
+    # Linear magnitude: no batch statistics (TanhConv's E‖x‖, like BN, is a per-replica batch mean under a
+    # strategy, so replicated runs differ from one device by design).
+    "model": {"name": "small_cnn", "widths": [4], "convs_per_stage": 1, "dense_units": 8, "batch_norm": False,
+              "operator": {"layer": "decoupled", "magnitude": "linear", "angular": "cosine"}},
+    "optimizer": {"name": "sgd", "learning_rate": 0.05, "momentum": 0.9},
+    "train": {"batch_size": 8, "epochs": 2, "steps_per_epoch": 2, "checkpoint_every_steps": 2, "verbose": 0},
+}
+
+# Runs `train_and_evaluate` and saves the trained model's weights (a spy on `fit_resumable` keeps the model: a
+# non-chief worker deletes its own files at the end).
+_RUNNER = textwrap.dedent(
+    r'''
+    import json, sys
+    config, workdir, out, logical_cpus = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+    from sphere_tf.training import distribute
+    if logical_cpus:
+        distribute.configure_logical_cpus(logical_cpus)
+    import numpy as np
+    from sphere_tf.training import checkpoint, classifier
+    models = []
+    original = checkpoint.fit_resumable
+    def spy(model, *args, **kwargs):
+        models.append(model)
+        return original(model, *args, **kwargs)
+    classifier.checkpoint_lib.fit_resumable = spy
+    runs = []
+    for strategy in config.pop("strategies"):
+        config["strategy"] = strategy
+        results = classifier.train_and_evaluate(config, f"{workdir}/{strategy}")
+        runs.append({"strategy": strategy, "replicas": models[-1].distribute_strategy.num_replicas_in_sync,
+                     "test_accuracy": results["test_accuracy"], "test_loss": results["test_loss"],
+                     "chief": distribute.is_chief(models[-1].distribute_strategy)})
+    np.savez(out, *[w for model in models for w in model.get_weights()])
+    print(json.dumps(runs))
+    '''
+)
+
+
+def _weights(path, runs):
+    arrays = np.load(path)
+    weights = [arrays[f"arr_{i}"] for i in range(len(arrays.files))]
+    n = len(weights) // runs
+    return [weights[i * n:(i + 1) * n] for i in range(runs)]
+
+
+def _mnist(folder):
+    from sphere_tf.data import archive_writers  # noqa: PLC0415
+
+    os.makedirs(folder)
+    archive_writers.write_mnist(str(folder), n_train=32, n_test=8, seed=0)
+    return str(folder)
+
+
+def test_runner_mirrored_on_two_logical_cpus_matches_one_device(tmp_path):
+    config = {**_RUNNER_CONFIG, "export": False, "strategies": ["one_device", "mirrored"],
+              "data": {"name": "mnist", "manual_dir": _mnist(tmp_path / "data")}}
+    proc = subprocess.run([sys.executable, "-c", _RUNNER, json.dumps(config), str(tmp_path / "run"),
+                           str(tmp_path / "w.npz"), "2"], env=_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert [r["replicas"] for r in runs] == [1, 2]
+    single, mirrored = _weights(tmp_path / "w.npz", 2)
+    # Same seed, same initial weights, same global batches of 8 (4 per replica): the same 4 steps up to
+    # float32 summation order.
+    for a, b in zip(single, mirrored):
+        np.testing.assert_allclose(b, a, rtol=0, atol=1e-5)
+    assert runs[0]["test_loss"] == pytest.approx(runs[1]["test_loss"], abs=1e-5)
+    for strategy in ("one_device", "mirrored"):
+        with open(tmp_path / "run" / strategy / "results.json") as f:
+            assert json.load(f)["steps"] == 4
+
+
+def test_runner_on_two_workers(tmp_path):
+    """Two processes on localhost ports run one config; identical weights; only the chief writes the workdir."""
+    workdir = tmp_path / "run"
+    cluster = {"worker": [f"localhost:{port}" for port in _free_ports(2)]}
+    config = {**_RUNNER_CONFIG, "export": True, "strategies": ["multi_worker"],
+              "data": {"name": "mnist", "manual_dir": _mnist(tmp_path / "data")}}
+    procs = []
+    for index in range(2):
+        tf_config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+        procs.append(subprocess.Popen(
+            [sys.executable, "-c", _RUNNER, json.dumps(config), str(workdir), str(tmp_path / f"w{index}.npz"), "0"],
+            env=_env(TF_CONFIG=tf_config), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outputs = []
+    try:
+        for proc in procs:
+            outputs.append(proc.communicate(timeout=2 * TIMEOUT))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+    for proc, (_, stderr) in zip(procs, outputs):
+        assert proc.returncode == 0, stderr[-3000:]
+    runs = [json.loads(stdout.strip().splitlines()[-1])[0] for stdout, _ in outputs]
+    assert [r["chief"] for r in runs] == [True, False] and [r["replicas"] for r in runs] == [2, 2]
+    assert runs[0]["test_accuracy"] == runs[1]["test_accuracy"] and runs[0]["test_loss"] == runs[1]["test_loss"]
+    (first,), (second,) = _weights(tmp_path / "w0.npz", 1), _weights(tmp_path / "w1.npz", 1)
+    for a, b in zip(first, second):
+        np.testing.assert_array_equal(a, b)
+    run = workdir / "multi_worker"
+    assert sorted(os.listdir(run)) == ["checkpoints", "config.json", "export", "results.json", "tensorboard"]
+    with open(run / "results.json") as f:
+        assert json.load(f)["test_accuracy"] == runs[0]["test_accuracy"]
+    assert checkpoint_steps(run / "checkpoints" / "train") == [2, 4]
+
+
+def checkpoint_steps(directory):
+    return sorted(int(name[len("ckpt-"):-len(".index")]) for name in os.listdir(directory) if name.endswith(".index"))

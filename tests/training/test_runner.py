@@ -258,6 +258,13 @@ def test_two_step_run(name, mnist_dir, tmp_path):
         assert entry["name"] in results["regularized_layers"].values()
     for layer in results["regularized_layers"]:
         assert len(_scalars(workdir, f"epoch_energy/{layer}")) == 1
+    # results.json's history holds what TensorBoard shows, per epoch.
+    history = results["history"]
+    assert history["learning_rate"] == pytest.approx(_scalars(workdir, "epoch_learning_rate"))
+    for head in heads:
+        assert history[f"lambda/{head.name}"] == pytest.approx(_scalars(workdir, f"epoch_lambda/{head.name}"))
+    for layer in results["regularized_layers"]:
+        assert history[f"energy/{layer}"] == pytest.approx(_scalars(workdir, f"epoch_energy/{layer}"))
 
 
 def test_step_schedule_rate_is_logged_after_the_boundary(mnist_dir, tmp_path):
