@@ -25,6 +25,8 @@ Fig. 5) is cosine SphereConv used in place of BatchNorm:
 rescaled variant adds ``'rescale': True``.
 """
 
+import zlib
+
 import keras
 
 from sphere_tf import layers
@@ -85,7 +87,7 @@ def conv_layer(operator, filters, kernel_size, **kwargs):
     kind_, options = _split(operator)
     if kind_ == "conv_norm":
         kwargs.pop("use_bias", None)
-    return _CONV[kind_](filters, kernel_size, **{**kwargs, **options})
+    return _CONV[kind_](filters, kernel_size, **{**kwargs, **_per_layer_seed(options, kwargs.get("name"))})
 
 
 def dense_layer(operator, units, **kwargs):
@@ -93,7 +95,23 @@ def dense_layer(operator, units, **kwargs):
     kind_, options = _split(operator)
     if kind_ == "conv_norm":
         options = {}
-    return _DENSE[kind_](units, **{**kwargs, **options})
+    return _DENSE[kind_](units, **{**kwargs, **_per_layer_seed(options, kwargs.get("name"))})
+
+
+def layer_seed(seed, layer_name):
+    """The seed a layer named `layer_name` gets from an operator spec's `seed` (a 31-bit int).
+
+    One `seed` in a model's operator spec seeds the whole model: every layer
+    draws from its own stream (seed and layer name), so two layers of the same
+    shape do not start from the same fixed kernel V or rotation (OPT).
+    """
+    return zlib.crc32(f"{int(seed)}/{layer_name}".encode("utf-8")) & 0x7FFFFFFF
+
+
+def _per_layer_seed(options, layer_name):
+    if options.get("seed") is None or layer_name is None:
+        return options
+    return {**options, "seed": layer_seed(options["seed"], layer_name)}
 
 
 def validate_operator(operator, name="operator", dense=False):

@@ -96,7 +96,30 @@ def test_shortcut_operator_is_its_own_slot():
     model, _ = _tiny("resnet32", operator={"layer": "sphere"}, shortcut_operator={"layer": "opt", "seed": 3})
     shortcuts = [c for c in _convs(model) if "shortcut" in c.name]
     assert [type(c) for c in shortcuts] == [layers.OPTConv2D] * 2
-    assert all(c.get_config()["seed"] == 3 for c in shortcuts)
+    # The spec's seed seeds the model: each layer its own stream (CRC-32 of "seed/name", as documented).
+    import zlib  # noqa: PLC0415
+
+    assert [c.get_config()["seed"] for c in shortcuts] == [
+        zlib.crc32(f"3/{c.name}".encode()) & 0x7FFFFFFF for c in shortcuts]
+    assert shortcuts[0].get_config()["seed"] != shortcuts[1].get_config()["seed"]
+
+
+def test_a_seeded_opt_model_gives_same_shape_layers_different_fixed_kernels():
+    """One seed in the operator spec: reproducible models, but no two layers share V (OPT, Liu et al. 2021)."""
+    def fixed_kernels():
+        model, _ = _tiny("opt_cnn6", operator={"layer": "opt", "seed": 0})
+        return {c.name: keras.ops.convert_to_numpy(c.fixed_kernel) for c in _convs(model)}
+
+    first, again = fixed_kernels(), fixed_kernels()
+    for name in first:
+        np.testing.assert_array_equal(first[name], again[name])
+    by_shape = {}
+    for name, kernel in first.items():
+        by_shape.setdefault(kernel.shape, []).append(kernel)
+    pairs = [(a, b) for group in by_shape.values() for i, a in enumerate(group) for b in group[i + 1:]]
+    assert pairs, "opt_cnn6 should have same-shape conv layers"
+    for a, b in pairs:
+        assert np.abs(a - b).max() > 1e-3
 
 
 def _finite_gradient_step(model, shape, labels_input=False):
