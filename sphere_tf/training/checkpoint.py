@@ -425,12 +425,14 @@ def regularizer_states(model):
     owners, kernels = [], {}
     for variable in model.variables:
         regularizer = getattr(variable, "regularizer", None)
-        if not callable(getattr(regularizer, "checkpoint_state", None)):
-            continue
-        if id(regularizer) not in kernels:
-            owners.append(regularizer)
-            kernels[id(regularizer)] = []
-        kernels[id(regularizer)].append(variable)
+        # A sum of regularizers (several config entries on one layer) holds its terms in `parts`.
+        for part in getattr(regularizer, "parts", None) or [regularizer]:
+            if not callable(getattr(part, "checkpoint_state", None)):
+                continue
+            if id(part) not in kernels:
+                owners.append(part)
+                kernels[id(part)] = []
+            kernels[id(part)].append(variable)
     states = {}
     for index, regularizer in enumerate(owners):
         for name, variable in regularizer.checkpoint_state(kernels[id(regularizer)]).items():
