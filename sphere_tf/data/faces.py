@@ -134,9 +134,8 @@ def decode_image(path, shape):
     height, width, channels = (int(d) for d in shape)
     image = tf.io.decode_image(tf.io.read_file(path), channels=channels, expand_animations=False)
     ok = tf.reduce_all(tf.equal(tf.shape(image)[:2], [height, width]))
-    check = tf.debugging.Assert(
-        ok, [tf.strings.format("image {} is not {}x{}: shape {}", (path, height, width, tf.shape(image)))]
-    )
+    message = tf.strings.join(["image ", path, f" is not {height}x{width}x{channels}: height, width "])
+    check = tf.debugging.Assert(ok, [message, tf.shape(image)[:2]])
     with tf.control_dependencies([check]):
         image = tf.identity(image)
     return tf.ensure_shape(image, (height, width, channels))
