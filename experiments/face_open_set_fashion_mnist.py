@@ -8,7 +8,9 @@ for every (head, seed) and collects `lfw_accuracy`, `tar_at_far`, the angular
 Fisher score and the minimum inter-class angle into OUT/results.jsonl and a
 Markdown table (mean ± std over seeds).
 
-    nice -n 10 python experiments/face_open_set_fashion_mnist.py --out runs/open_set --seeds 0,1,2
+    PYTHONPATH=. nice -n 10 python experiments/face_open_set_fashion_mnist.py --out runs/open_set --seeds 0,1,2
+
+Results of that run: experiments/results/face_open_set_fashion_mnist.jsonl, table in docs/face.md.
 """
 
 import json
@@ -40,7 +42,7 @@ HEADS = {
 _OUT = flags.DEFINE_string("out", "runs/open_set", "Output folder (data/ and one workdir per run).")
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds.")
 _HEADS = flags.DEFINE_list("heads", list(HEADS), "Heads to run.")
-_EPOCHS = flags.DEFINE_integer("epochs", 3, "Training epochs.")
+_EPOCHS = flags.DEFINE_integer("epochs", 2, "Training epochs (docs/face.md: 2).")
 
 
 def prepare(data_dir):

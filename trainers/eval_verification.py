@@ -38,8 +38,11 @@ def main(argv):
         _WORKDIR.value, _PAIRS.value, _IMAGES.value, image_pattern=_PATTERN.value, batch_size=_BATCH.value,
         far_targets=tuple(float(f) for f in _FARS.value),
     )
-    print(f"Verification accuracy: {results['lfw_accuracy']:.2f}% +- {results['lfw_std']:.2f} "
-          f"({results['num_pairs']} pairs, {results['num_images']} images)")
+    if results["lfw_accuracy"] is not None:
+        print(f"Verification accuracy: {results['lfw_accuracy']:.2f}% +- {results['lfw_std']:.2f} "
+              f"({results['num_pairs']} pairs, {results['num_images']} images)")
+    else:  # a one-fold list (View 1): no held-out threshold, only the ROC
+        print(f"One fold ({results['num_pairs']} pairs): no 10-fold accuracy; see the ROC.")
     print("TAR@FAR: " + ", ".join(f"{k}: {v:.2f}%" for k, v in results["tar_at_far"].items()))
     print(f"ROC plot: {results['roc_png']}")
 
