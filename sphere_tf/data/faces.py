@@ -317,6 +317,10 @@ def make_pairs(identities, counts, *, folds=10, per_kind=300, seed=0):
     if matched_pairs_available < total:
         raise validation.invalid_argument("per_kind", f"at most {matched_pairs_available // folds} "
                                           "(distinct matched pairs available / folds)", per_kind)
+    mismatched_pairs_available = sum(counts[a] * counts[b] for a in range(len(counts)) for b in range(a))
+    if mismatched_pairs_available < total:
+        raise validation.invalid_argument("per_kind", f"at most {mismatched_pairs_available // folds} "
+                                          "(distinct mismatched pairs available / folds)", per_kind)
     seen_matched, seen_mismatched, matched, mismatched = set(), set(), [], []
     while len(matched) < total:
         a = int(rng.choice(len(counts), p=matchable / matchable.sum()))

@@ -151,5 +151,7 @@ def test_make_and_write_pairs_round_trip(tmp_path):
         assert (left.split("/")[0] == right.split("/")[0]) == bool(same)
         assert left != right
     assert len(set(zip(pairs.left, pairs.right))) == 12
-    with pytest.raises(ValueError, match="per_kind"):
+    with pytest.raises(ValueError, match="matched pairs available"):
         faces.make_pairs(["a", "b"], [2, 2], folds=2, per_kind=2)
+    with pytest.raises(ValueError, match="mismatched pairs available"):
+        faces.make_pairs(["a", "b"], [5, 1], folds=2, per_kind=3)
