@@ -3,7 +3,7 @@
 Subpackages: `ops` (the maths: angles, angular and magnitude functions, margins,
 orthogonalisations, the layers' fused hot path), `kernels` (the C++ training-path
 kernels and their build), `layers`, `losses`, `regularizers`, `optimizers`,
-`metrics`, `callbacks`, `energy`, `initializers`, `training`, `models`, `data`,
+`metrics`, `evaluation` (face verification), `callbacks`, `energy`, `initializers`, `training`, `models`, `data`,
 `export`, `registry` (name registries), `validation` (argument checks) and
 `testing` (reference helpers for tests, imported on its own).
 
@@ -17,6 +17,7 @@ repositories cited by file.
 from sphere_tf import callbacks
 from sphere_tf import data
 from sphere_tf import energy
+from sphere_tf import evaluation
 from sphere_tf import export
 from sphere_tf import initializers
 from sphere_tf import kernels

@@ -2,6 +2,7 @@
 
 from sphere_tf.data import archive_writers
 from sphere_tf.data import cifar
+from sphere_tf.data import faces
 from sphere_tf.data import fashion_mnist
 from sphere_tf.data import imagenet
 from sphere_tf.data import mnist

@@ -1,7 +1,10 @@
 """One entry point for every data set: `get_datasets(name, source=..., ...)` -> `(train_ds, test_ds, info)`.
 
 Data sets (`DATASETS`): 'cifar10', 'cifar100', 'mnist', 'fashion_mnist',
-'imagenet2012'. Two sources, both offline:
+'imagenet2012', 'face_folder' (an identity-per-folder tree of aligned face crops
+in `manual_dir`, `sphere_tf.data.faces`; its test split is the first
+`test_limit` images of the same tree: the runner's test accuracy is a
+closed-set check there, faces are evaluated by verification). Two sources, both offline:
 
 - `source='manual'`: the archives as published, in `manual_dir` (file names in
   `DatasetSpec.manual_files`; Fashion-MNIST defaults to the Debian package's
@@ -27,6 +30,7 @@ import tensorflow as tf
 from sphere_tf import registry
 from sphere_tf import validation
 from sphere_tf.data import cifar
+from sphere_tf.data import faces
 from sphere_tf.data import fashion_mnist
 from sphere_tf.data import imagenet
 from sphere_tf.data import mnist
@@ -58,6 +62,9 @@ DATASETS = {
         None, 1000, "imagenet2012", (imagenet.TRAIN_ARCHIVE, imagenet.VAL_ARCHIVE), "imagenet_eval",
         IMAGENET_CHANNEL_MEAN,
     ),
+    # Shapes of the SphereFace crops of CASIA-WebFace (10,575 identities); a run takes both from the folder.
+    "face_folder": DatasetSpec(faces.SPHEREFACE_CROP + (3,), 10575, None, ("<identity>/<image> folders",), "none",
+                               None),
 }
 SOURCES = ("manual", "tfds")
 _PERMUTATION_TAG = -1
@@ -93,6 +100,22 @@ def _tar_examples(path, offsets, lengths, labels):
         return image, tf.gather(labels_t, i)
 
     return _Examples(len(labels), load)
+
+
+def _face_examples(folder, train_limit, test_limit, rng):
+    """Training and test `_Examples` of a `faces.IdentityFolder` (test: its first `test_limit` images)."""
+    shape = faces.image_shape(folder.paths[0])
+    paths = np.asarray(folder.paths, dtype=object)
+
+    def examples(paths, labels):
+        paths_t, labels_t = tf.constant(list(paths), tf.string), tf.constant(labels, tf.int32)
+        return _Examples(
+            len(labels), lambda i: (faces.decode_image(tf.gather(paths_t, i), shape), tf.gather(labels_t, i))
+        )
+
+    train = examples(*_subset((paths, folder.labels), train_limit, rng))
+    test = examples(paths[: test_limit or None], folder.labels[: test_limit or None])
+    return train, test, folder.num_classes
 
 
 def _subset(arrays, limit, rng):
@@ -229,6 +252,15 @@ def get_datasets(
         train = _tar_examples(os.path.join(manual_dir, imagenet.TRAIN_ARCHIVE), *train_arrays)
         test = _tar_examples(os.path.join(manual_dir, imagenet.VAL_ARCHIVE), *test_arrays)
         mean = spec.channel_mean
+    elif name == "face_folder":
+        if source != "manual":
+            raise validation.invalid_argument("source", "'manual' for face_folder (a folder of images)", source)
+        train, test, num_classes = _face_examples(faces.index_identity_folder(manual_dir), train_limit, test_limit,
+                                                  rng)
+        mean = spec.channel_mean
+        if normalization == "mean_subtraction" and channel_mean is None:
+            raise validation.invalid_argument("channel_mean", "the channel means for face_folder with "
+                                              "normalization='mean_subtraction'", channel_mean)
     elif name == "imagenet2012":
         return _imagenet_tfds(
             spec, data_dir, batch_size, augment, augment_eval, normalize, seed, train_limit, test_limit,

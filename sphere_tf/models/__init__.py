@@ -4,6 +4,7 @@ from sphere_tf.models import blocks
 from sphere_tf.models import operators
 from sphere_tf.models import plain_cnn
 from sphere_tf.models import resnet
+from sphere_tf.models import sphereface
 from sphere_tf.models.blocks import needs_labels
 from sphere_tf.models.blocks import pack_inputs
 from sphere_tf.models.registry import MODELS

@@ -21,6 +21,9 @@ CONV_SLOTS = {
     "resnet18": (17, 3), "convnorm_resnet18": (17, 3), "sphere_resnet18_v1": (17, 3), "sphere_resnet18_v2": (17, 3),
     # Modified ResNet-18: 1 + (1+2) + (1+4) + (1+6) + 1 = 17, identity shortcuts only.
     "modified_resnet18": (17, 0),
+    # SphereFace (thesis Table 2.7): 4 stride-2 convs + 2 per residual unit, identity shortcuts only.
+    "sphereface4": (4, 0), "sphereface10": (10, 0), "sphereface20": (20, 0), "sphereface36": (36, 0),
+    "sphereface64": (64, 0),
 }
 MNIST = ("mnist_2d", "dcnet_mnist_2d", "small_cnn")
 CONV_CLASSES = {

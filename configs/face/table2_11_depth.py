@@ -1,0 +1,26 @@
+r"""Thesis Fig. 2.11 / Table A.2: depth study, softmax vs SphereFace with 4/10/20/36/64-layer nets.
+
+Paper's numbers: LFW, softmax 96.60 (4 layers) -> 97.75 (64); A-Softmax 98.20 -> 99.42.
+YTF: softmax 91.1 -> 93.1; A-Softmax 93.4 -> 95.0. MegaFace Rank-1 / Ver@1e-6 of
+SphereFace (Table A.2): 4 layers 57.529 / 68.547, 10: 65.335 / 78.069,
+20: 69.623 / 83.159, 36: 71.257 / 84.052, 64: 72.729 / 85.561. Thesis Table A.1
+(4-layer CNN, LFW): A-Softmax m=2 97.67, m=3 97.82, m=4 98.20.
+
+Run:
+  python -m trainers.train_face --config configs/face/table2_11_depth.py:depth=36,loss=asoftmax \
+    --workdir runs/depth36 --config.data.manual_dir=CASIA-WebFace-112x96 \
+    --config.verification.pairs=lfw/pairs.txt --config.verification.images=lfw-112x96
+"""
+
+from configs import common
+from configs.face import recipe
+
+PAPER_LFW = {"softmax": {4: 96.60, 64: 97.75}, "asoftmax": {4: 98.20, 64: 99.42}}
+
+
+def get_config(arg=None):
+    arg = common.parse_arg(arg, quick=False, depth=20, loss="asoftmax", m=4, seed=0)
+    if arg.depth not in (4, 10, 20, 36, 64):
+        raise ValueError(f"depth must be one of 4, 10, 20, 36, 64 (thesis Table 2.7), got {arg.depth}.")
+    return recipe.face_config(dict(name=f"sphereface{arg.depth}"), recipe.head(arg.loss, arg.m),
+                              quick=arg.quick, seed=arg.seed)

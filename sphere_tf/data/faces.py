@@ -1,0 +1,390 @@
+"""Face data: an identity-per-folder tree of aligned crops, and LFW-style verification pair lists.
+
+Identity folder (CASIA-WebFace as distributed after alignment; the VGGFace2 /
+MS1M image-folder layout is the same)::
+
+    ROOT/<identity>/<image>.jpg|.jpeg|.png|.bmp|.gif
+
+Labels are the positions of the identity folders in sorted order; the images of
+an identity are taken in sorted order. Every crop must have the same size (the
+SphereFace crops are 112x96); a crop of another size fails when it is decoded,
+naming the file. `index_identity_folder` lists the tree; the runner reads it
+through `sphere_tf.data.get_datasets('face_folder', manual_dir=ROOT, ...)`.
+
+LFW pairs (`pairs.txt`, Huang et al., "Labeled Faces in the Wild", 2007, View 2)::
+
+    10 300                              <- folds, pairs of each kind per fold
+    Abel_Pacheco 1 4                    <- 300 matched pairs: name idx1 idx2
+    ...
+    Abdel_Madi_Shabneh 1 Dean_Barker 1  <- 300 mismatched pairs: name1 idx1 name2 idx2
+    ...                                 (then the next fold)
+
+An image `(name, idx)` is the file `name/name_%04d.jpg` under the image folder
+(`image_pattern` changes the pattern). The View 1 files (`pairsDevTrain.txt`,
+header "1100") are one fold: `read_pairs` takes a one-number header as one fold
+of that many pairs of each kind. A malformed line raises `CorruptDataError`
+naming the file and the line number.
+"""
+
+import dataclasses
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from sphere_tf import validation
+from sphere_tf.data.errors import CorruptDataError
+from sphere_tf.data.errors import DataNotFoundError
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+LFW_IMAGE_PATTERN = "{name}/{name}_{index:04d}.jpg"
+# The SphereFace crops (wy1iu/sphereface `preprocess/code/face_align_demo.m`: 96x112 similarity-aligned).
+SPHEREFACE_CROP = (112, 96)
+
+
+@dataclasses.dataclass(frozen=True)
+class IdentityFolder:
+    """The images of an identity-per-folder tree.
+
+    Attributes:
+        root: str, the folder.
+        paths: tuple of str, every image (absolute), identities in sorted order, images sorted within.
+        labels: int32 array, the identity index of each image.
+        identities: tuple of str, the sorted identity folder names (label i is `identities[i]`).
+    """
+
+    root: str
+    paths: tuple
+    labels: np.ndarray
+    identities: tuple
+
+    @property
+    def num_classes(self):
+        """The number of identities."""
+        return len(self.identities)
+
+
+def index_identity_folder(root):
+    """Lists an identity-per-folder tree of images.
+
+    Args:
+        root: str, the folder holding one sub-folder of images per identity.
+
+    Returns:
+        `IdentityFolder`.
+
+    Raises:
+        DataNotFoundError: `root` is not a folder, or holds no identity folder with images.
+        CorruptDataError: an identity folder holds no image.
+    """
+    if not isinstance(root, (str, os.PathLike)) or not os.path.isdir(root):
+        raise DataNotFoundError(
+            f"face folder {root!r} is not a folder; expected ROOT/<identity>/<image> with extensions "
+            f"{', '.join(IMAGE_EXTENSIONS)}."
+        )
+    root = os.fspath(root)
+    identities = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
+    if not identities:
+        raise DataNotFoundError(f"face folder {root!r} holds no identity sub-folder (ROOT/<identity>/<image>).")
+    paths, labels = [], []
+    for label, identity in enumerate(identities):
+        folder = os.path.join(root, identity)
+        images = sorted(f for f in os.listdir(folder) if f.lower().endswith(IMAGE_EXTENSIONS))
+        if not images:
+            raise CorruptDataError(
+                f"identity folder {folder!r} holds no image (extensions {', '.join(IMAGE_EXTENSIONS)})."
+            )
+        paths.extend(os.path.join(folder, f) for f in images)
+        labels.extend([label] * len(images))
+    return IdentityFolder(root, tuple(paths), np.asarray(labels, np.int32), tuple(identities))
+
+
+def image_shape(path):
+    """(height, width, channels) of the image file `path`, read from its header.
+
+    Raises:
+        DataNotFoundError: no such file.
+        CorruptDataError: not a readable image.
+    """
+    if not os.path.isfile(path):
+        raise DataNotFoundError(f"image {path!r} does not exist.")
+    data = tf.io.read_file(path)
+    try:
+        shape = tf.io.extract_jpeg_shape(data) if path.lower().endswith((".jpg", ".jpeg")) else None
+        if shape is None:
+            shape = tf.shape(tf.io.decode_image(data, expand_animations=False))
+    except tf.errors.InvalidArgumentError as error:
+        raise CorruptDataError(f"image {path!r} is not a readable image: {error.message}") from None
+    return tuple(int(d) for d in shape.numpy())
+
+
+def decode_image(path, shape):
+    """Reads and decodes one image file to a uint8 `shape` tensor (graph-friendly).
+
+    A file of another size or channel count fails with an `InvalidArgumentError`
+    whose message names the file and the expected shape.
+
+    Args:
+        path: scalar string tensor.
+        shape: (height, width, channels), the size every image must have.
+
+    Returns:
+        uint8 tensor of `shape`.
+    """
+    height, width, channels = (int(d) for d in shape)
+    image = tf.io.decode_image(tf.io.read_file(path), channels=channels, expand_animations=False)
+    ok = tf.reduce_all(tf.equal(tf.shape(image)[:2], [height, width]))
+    message = tf.strings.join(["image ", path, f" is not {height}x{width}x{channels}: height, width "])
+    check = tf.debugging.Assert(ok, [message, tf.shape(image)[:2]])
+    with tf.control_dependencies([check]):
+        image = tf.identity(image)
+    return tf.ensure_shape(image, (height, width, channels))
+
+
+@dataclasses.dataclass(frozen=True)
+class Pairs:
+    """Verification pairs read from a pair list.
+
+    Attributes:
+        path: str, the pair-list file.
+        left, right: tuples of str, the image paths of each pair relative to the image folder.
+        same: bool array, True for a matched (same identity) pair.
+        fold: int32 array, the fold of each pair (0-based).
+        line: int32 array, the line number (1-based) of each pair in `path`.
+    """
+
+    path: str
+    left: tuple
+    right: tuple
+    same: np.ndarray
+    fold: np.ndarray
+    line: np.ndarray
+
+    def __len__(self):
+        return len(self.left)
+
+    @property
+    def num_folds(self):
+        """The number of folds."""
+        return int(self.fold.max()) + 1 if len(self.fold) else 0
+
+
+def _parse_index(token, path, number):
+    if not token.isdigit() or int(token) < 1:
+        raise CorruptDataError(f"{path}:{number}: image number {token!r} is not a positive integer.")
+    return int(token)
+
+
+def read_pairs(path, image_pattern=LFW_IMAGE_PATTERN):
+    """Parses a pair list in the published LFW format (see the module docstring).
+
+    Args:
+        path: str, e.g. `lfw/pairs.txt`.
+        image_pattern: str with `{name}` and `{index}` fields, the path of image `(name, index)`
+            relative to the image folder.
+
+    Returns:
+        `Pairs` in file order.
+
+    Raises:
+        DataNotFoundError: `path` does not exist.
+        CorruptDataError: a malformed header or line, or the wrong number of lines; the message
+            names the file and the line.
+    """
+    if not isinstance(image_pattern, str) or "{name" not in image_pattern or "{index" not in image_pattern:
+        raise validation.invalid_argument("image_pattern", "a str with {name} and {index} fields", image_pattern)
+    if not os.path.isfile(path):
+        raise DataNotFoundError(f"pair list {path!r} does not exist (the LFW file is pairs.txt).")
+    with open(path, encoding="utf-8") as f:
+        lines = [(n, line.split()) for n, line in enumerate(f, start=1)]
+    lines = [(n, fields) for n, fields in lines if fields]
+    if not lines:
+        raise CorruptDataError(f"{path}: empty pair list (expected a header line 'FOLDS PAIRS' such as '10 300').")
+    header_line, header = lines[0]
+    try:
+        counts = [int(t) for t in header]
+    except ValueError:
+        counts = []
+    if len(counts) == 1:
+        counts = [1] + counts
+    if len(counts) != 2 or min(counts) < 1:
+        raise CorruptDataError(
+            f"{path}:{header_line}: header {' '.join(header)!r} is not 'FOLDS PAIRS' (e.g. '10 300') or 'PAIRS'."
+        )
+    folds, per_kind = counts
+    body = lines[1:]
+    expected = folds * 2 * per_kind
+    left, right, same, fold, line_numbers = [], [], [], [], []
+    for k, (number, fields) in enumerate(body[:expected]):
+        fold_index, position = divmod(k, 2 * per_kind)
+        matched = position < per_kind
+        if matched:
+            if len(fields) != 3:
+                raise CorruptDataError(
+                    f"{path}:{number}: expected a matched pair 'name idx1 idx2' (fold {fold_index + 1}, "
+                    f"line {position + 1} of {per_kind} matched), got {len(fields)} fields: {' '.join(fields)!r}."
+                )
+            name1 = name2 = fields[0]
+            index1, index2 = fields[1], fields[2]
+        else:
+            if len(fields) != 4:
+                raise CorruptDataError(
+                    f"{path}:{number}: expected a mismatched pair 'name1 idx1 name2 idx2' (fold {fold_index + 1}, "
+                    f"line {position - per_kind + 1} of {per_kind} mismatched), got {len(fields)} fields: "
+                    f"{' '.join(fields)!r}."
+                )
+            name1, index1, name2, index2 = fields
+        index1, index2 = _parse_index(index1, path, number), _parse_index(index2, path, number)
+        left.append(image_pattern.format(name=name1, index=index1))
+        right.append(image_pattern.format(name=name2, index=index2))
+        same.append(matched)
+        fold.append(fold_index)
+        line_numbers.append(number)
+    if len(body) != expected:
+        where = body[expected][0] if len(body) > expected else (body[-1][0] if body else header_line)
+        raise CorruptDataError(
+            f"{path}:{where}: the header {' '.join(header)!r} announces {folds} folds x (2 x {per_kind}) = "
+            f"{expected} pair lines, the file has {len(body)}."
+        )
+    return Pairs(
+        os.fspath(path), tuple(left), tuple(right), np.asarray(same, bool), np.asarray(fold, np.int32),
+        np.asarray(line_numbers, np.int32),
+    )
+
+
+def check_pair_images(pairs, images_dir):
+    """Absolute paths of the distinct images of `pairs` under `images_dir`, and each side's index into them.
+
+    Args:
+        pairs: `Pairs`.
+        images_dir: str, the image folder the pair list refers to.
+
+    Returns:
+        `(paths, left_index, right_index)`: tuple of str (sorted), two int32 arrays.
+
+    Raises:
+        DataNotFoundError: `images_dir` is not a folder, or an image is missing (the message names the
+            image, the pair list and its line).
+    """
+    if not os.path.isdir(images_dir):
+        raise DataNotFoundError(f"image folder {images_dir!r} (for {pairs.path}) is not a folder.")
+    for side in (pairs.left, pairs.right):
+        for relative, number in zip(side, pairs.line):
+            if not os.path.isfile(os.path.join(images_dir, relative)):
+                raise DataNotFoundError(
+                    f"{pairs.path}:{number}: image {relative!r} is not in {images_dir!r}."
+                )
+    unique = sorted(set(pairs.left) | set(pairs.right))
+    position = {p: i for i, p in enumerate(unique)}
+    left_index = np.asarray([position[p] for p in pairs.left], np.int32)
+    right_index = np.asarray([position[p] for p in pairs.right], np.int32)
+    return tuple(os.path.join(images_dir, p) for p in unique), left_index, right_index
+
+
+def make_pairs(identities, counts, *, folds=10, per_kind=300, seed=0):
+    """Draws LFW-style pairs: `folds` folds of `per_kind` matched and `per_kind` mismatched pairs.
+
+    Matched pairs take two distinct images of one identity (with at least two images);
+    mismatched pairs two images of two distinct identities. Pairs do not repeat within the list.
+
+    Args:
+        identities: sequence of str, identity names (no whitespace).
+        counts: sequence of ints, the number of images of each identity (numbered from 1).
+        folds, per_kind: ints >= 1.
+        seed: int, the draw.
+
+    Returns:
+        list of folds, each `(matched, mismatched)`: lists of `(name, i, j)` and `(name1, i, name2, j)`.
+
+    Raises:
+        ValueError: fewer than two identities, none with two images, whitespace in a name, or too few
+            distinct pairs for the request.
+    """
+    folds = validation.positive_int(folds, "folds")
+    per_kind = validation.positive_int(per_kind, "per_kind")
+    identities, counts = list(identities), [validation.integer(c, "counts", minimum=0) for c in counts]
+    if len(identities) != len(counts) or len(identities) < 2:
+        raise validation.invalid_argument("identities", "at least two names, one count each", identities)
+    if any(not name or any(ch.isspace() for ch in name) for name in identities):
+        raise validation.invalid_argument("identities", "names without whitespace", identities)
+    rng = np.random.default_rng(seed)
+    weights = np.asarray(counts, np.float64)
+    matchable = np.asarray([c if c >= 2 else 0 for c in counts], np.float64)
+    if not matchable.sum():
+        raise validation.invalid_argument("counts", "at least one identity with two images", counts)
+    total = folds * per_kind
+    matched_pairs_available = sum(c * (c - 1) // 2 for c in counts)
+    if matched_pairs_available < total:
+        raise validation.invalid_argument("per_kind", f"at most {matched_pairs_available // folds} "
+                                          "(distinct matched pairs available / folds)", per_kind)
+    mismatched_pairs_available = sum(counts[a] * counts[b] for a in range(len(counts)) for b in range(a))
+    if mismatched_pairs_available < total:
+        raise validation.invalid_argument("per_kind", f"at most {mismatched_pairs_available // folds} "
+                                          "(distinct mismatched pairs available / folds)", per_kind)
+    seen_matched, seen_mismatched, matched, mismatched = set(), set(), [], []
+    while len(matched) < total:
+        a = int(rng.choice(len(counts), p=matchable / matchable.sum()))
+        i, j = sorted(int(v) + 1 for v in rng.choice(counts[a], 2, replace=False))
+        if (a, i, j) not in seen_matched:
+            seen_matched.add((a, i, j))
+            matched.append((identities[a], i, j))
+    while len(mismatched) < total:
+        a, b = sorted(int(v) for v in rng.choice(len(counts), 2, replace=False, p=weights / weights.sum()))
+        i, j = int(rng.integers(counts[a])) + 1, int(rng.integers(counts[b])) + 1
+        if (a, i, b, j) not in seen_mismatched:
+            seen_mismatched.add((a, i, b, j))
+            mismatched.append((identities[a], i, identities[b], j))
+    return [(matched[k * per_kind:(k + 1) * per_kind], mismatched[k * per_kind:(k + 1) * per_kind])
+            for k in range(folds)]
+
+
+def write_pairs(path, folds):
+    """Writes `folds` (as from `make_pairs`) as a pair list in the published LFW format.
+
+    Args:
+        path: str, the file to write.
+        folds: list of `(matched, mismatched)`, every fold with the same number of each kind.
+    """
+    per_kind = {len(m) for f in folds for m in f}
+    if len(per_kind) != 1:
+        raise validation.invalid_argument("folds", "folds of equally many matched and mismatched pairs", per_kind)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(f"{len(folds)}\t{per_kind.pop()}\n")
+        for matched, mismatched in folds:
+            for name, i, j in matched:
+                f.write(f"{name}\t{i}\t{j}\n")
+            for name1, i, name2, j in mismatched:
+                f.write(f"{name1}\t{i}\t{name2}\t{j}\n")
+
+
+def write_identity_images(root, images, labels, identities, *, pattern=LFW_IMAGE_PATTERN, extension=None):
+    """Writes uint8 images as an identity folder (`root/<name>/<name>_0001.png`, ...), LFW-style names.
+
+    Args:
+        root: str, the folder to write into (created).
+        images: uint8 array (n, height, width) or (n, height, width, channels).
+        labels: int array (n,), indices into `identities`.
+        identities: sequence of str, folder names.
+        pattern: str, the relative path of image `(name, index)` (1-based index per identity).
+        extension: None (keep the pattern's), or '.png' / '.jpg' replacing it.
+
+    Returns:
+        list of ints, the number of images written per identity.
+    """
+    images = np.asarray(images)
+    if images.dtype != np.uint8 or images.ndim not in (3, 4):
+        raise validation.invalid_argument("images", "a uint8 array (n, h, w) or (n, h, w, c)", images.shape)
+    if images.ndim == 3:
+        images = images[..., None]
+    labels = np.asarray(labels)
+    counts = [0] * len(identities)
+    for image, label in zip(images, labels):
+        counts[label] += 1
+        relative = pattern.format(name=identities[label], index=counts[label])
+        if extension:
+            relative = os.path.splitext(relative)[0] + extension
+        target = os.path.join(root, relative)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        encoded = tf.io.encode_png(image) if target.lower().endswith(".png") else tf.io.encode_jpeg(image, quality=95)
+        tf.io.write_file(target, encoded)
+    return counts

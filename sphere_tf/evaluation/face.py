@@ -1,0 +1,196 @@
+"""Face recognition runs: train on an identity folder by config, evaluate on an LFW-format pair list.
+
+`train_face(config, workdir)` is the experiment runner
+(`sphere_tf.training.classifier.train_and_evaluate`, docs/runner.md) on the
+`face_folder` data set, followed, when the config's `verification` section
+names a pair list, by `evaluate_workdir`. `evaluate_workdir` loads the run's
+`checkpoints/model.keras`, embeds every distinct image of the pairs (image and
+horizontal flip concatenated, `verification.flip_embedding_fn`), scores the
+pairs by cosine and adds to `workdir/results.json`:
+
+* `lfw_accuracy`, `lfw_std` (percent; 10-fold, threshold from the other folds),
+  `fold_accuracies`, `fold_thresholds`;
+* `tar_at_far` (`{"0.001": percent, "0.0001": percent}`) and `roc.png`;
+* `angular_fisher_score` (thesis Eq. A.1) and `min_interclass_angle_deg` of the
+  pair images' flip-concatenated features grouped by identity folder
+  (`sphere_tf.metrics`), and `pairs`, `images`.
+"""
+
+import copy
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from sphere_tf import metrics
+from sphere_tf import validation
+from sphere_tf.data import faces
+from sphere_tf.data import preprocessing
+from sphere_tf.evaluation import verification
+
+# The `verification` section of a face config (not part of the runner's schema).
+VERIFICATION_DEFAULTS = {
+    "pairs": "",  # an LFW-format pairs.txt ('' = no verification after training)
+    "images": "",  # the image folder the pair list refers to
+    "image_pattern": faces.LFW_IMAGE_PATTERN,
+    "batch_size": 64,
+    "far_targets": list(verification.DEFAULT_FAR_TARGETS),
+}
+
+
+def split_config(config):
+    """`(runner_config, verification_section)` of a face config (plain dicts, defaults filled in).
+
+    Raises:
+        ValueError: an unknown key in the `verification` section (named).
+    """
+    if hasattr(config, "to_dict"):
+        config = config.to_dict()
+    config = copy.deepcopy(dict(config))
+    section = dict(config.pop("verification", None) or {})
+    unknown = sorted(set(section) - set(VERIFICATION_DEFAULTS))
+    if unknown:
+        raise ValueError(f"Unknown config key 'verification.{unknown[0]}'; expected one of "
+                         f"{sorted(VERIFICATION_DEFAULTS)}.")
+    return config, {**VERIFICATION_DEFAULTS, **section}
+
+
+def _pair_images_dataset(paths, shape, normalization, batch_size):
+    normalize = preprocessing.get_normalization(normalization)
+    paths_t = tf.constant(list(paths), tf.string)
+    return (
+        tf.data.Dataset.from_tensor_slices(paths_t)
+        .map(lambda p: normalize(tf.cast(faces.decode_image(p, shape), tf.float32), None),
+             num_parallel_calls=tf.data.AUTOTUNE)
+        .batch(batch_size)
+        .prefetch(tf.data.AUTOTUNE)
+    )
+
+
+def verify(model, pairs, images_dir, *, batch_size=64, normalization="centered_128",
+           far_targets=verification.DEFAULT_FAR_TARGETS, roc_path=None):
+    """Evaluates `model`'s embeddings on verification pairs.
+
+    Args:
+        model: a trained `keras.Model` of `sphere_tf.models` (see `verification.embedding_model`).
+        pairs: `faces.Pairs` (from `faces.read_pairs`).
+        images_dir: str, the folder the pair list's image paths are relative to.
+        batch_size: int > 0, images per embedding batch.
+        normalization: str, the training run's `data.normalization`.
+        far_targets: floats, the FARs of `tar_at_far`.
+        roc_path: str or None, write the ROC there as a PNG.
+
+    Returns:
+        dict (accuracies and rates in percent): `lfw_accuracy`, `lfw_std`, `fold_accuracies`,
+        `fold_thresholds`, `tar_at_far` (keys `str(far)`), `angular_fisher_score`,
+        `min_interclass_angle_deg`, `num_pairs`, `num_images`.
+
+    Raises:
+        DataNotFoundError: a missing image (named with the pair list line).
+    """
+    batch_size = validation.positive_int(batch_size, "batch_size")
+    embedder = verification.embedding_model(model)
+    shape = tuple(int(d) for d in embedder.input.shape[1:])
+    paths, left, right = faces.check_pair_images(pairs, images_dir)
+    embed = verification.flip_embedding_fn(embedder)
+    features = verification.extract_embeddings(embed, _pair_images_dataset(paths, shape, normalization, batch_size))
+    scores = verification.cosine_scores(features, left, right)
+    folds = verification.kfold_accuracy(scores, pairs.same, pairs.fold) if pairs.num_folds > 1 else None
+    rates = verification.tar_at_far(scores, pairs.same, far_targets)
+    if roc_path:
+        far, tar, _ = verification.roc_curve(scores, pairs.same)
+        verification.plot_roc(far, tar, roc_path, label=model.name, far_targets=far_targets,
+                              title=f"ROC, {os.path.basename(pairs.path)}")
+    identity_names = [os.path.relpath(p, images_dir).split(os.sep)[0] for p in paths]
+    names = sorted(set(identity_names))
+    labels = np.asarray([names.index(n) for n in identity_names], np.int32)
+    results = {
+        "lfw_accuracy": None if folds is None else 100.0 * folds["accuracy"],
+        "lfw_std": None if folds is None else 100.0 * folds["std"],
+        "fold_accuracies": None if folds is None else [100.0 * a for a in folds["fold_accuracies"]],
+        "fold_thresholds": None if folds is None else folds["thresholds"],
+        "tar_at_far": {str(k): 100.0 * v for k, v in rates.items()},
+        "num_pairs": len(pairs),
+        "num_images": len(paths),
+    }
+    if len(names) > 1:
+        results["angular_fisher_score"] = float(metrics.angular_fisher_score(features, labels, len(names)))
+        results["min_interclass_angle_deg"] = float(
+            np.degrees(metrics.min_interclass_angle(features, labels, len(names))))
+    return results
+
+
+def _run_normalization(workdir):
+    path = os.path.join(workdir, "config.json")
+    if os.path.isfile(path):
+        with open(path) as f:
+            return json.load(f).get("data", {}).get("normalization", "centered_128")
+    return "centered_128"
+
+
+def evaluate_workdir(workdir, pairs, images, *, image_pattern=faces.LFW_IMAGE_PATTERN, batch_size=64,
+                     far_targets=verification.DEFAULT_FAR_TARGETS):
+    """Verification of a finished run in `workdir`; merges the results into `workdir/results.json`.
+
+    Args:
+        workdir: str, a run of `train_face` / the runner (holds `checkpoints/model.keras`).
+        pairs: str, the pair list (LFW `pairs.txt` format).
+        images: str, the image folder.
+        image_pattern: str, see `faces.read_pairs`.
+        batch_size: int, images per embedding batch.
+        far_targets: floats.
+
+    Returns:
+        dict, the verification results (see `verify`) plus `pairs`, `images`, `roc_png`.
+
+    Raises:
+        DataNotFoundError: no model in `workdir`, or missing pair list / images.
+        CorruptDataError: a malformed pair list.
+    """
+    import keras  # noqa: PLC0415
+
+    import sphere_tf  # noqa: F401,PLC0415 (registers the custom layers for load_model)
+
+    model_path = os.path.join(workdir, "checkpoints", "model.keras")
+    if not os.path.isfile(model_path):
+        raise faces.DataNotFoundError(f"no trained model in workdir {workdir!r} (expected {model_path}).")
+    parsed = faces.read_pairs(pairs, image_pattern=image_pattern)
+    model = keras.models.load_model(model_path)
+    roc_path = os.path.join(workdir, "roc.png")
+    results = verify(model, parsed, images, batch_size=batch_size, normalization=_run_normalization(workdir),
+                     far_targets=far_targets, roc_path=roc_path)
+    results.update({"pairs": os.path.abspath(pairs), "images": os.path.abspath(images), "roc_png": roc_path})
+    results_path = os.path.join(workdir, "results.json")
+    merged = {}
+    if os.path.isfile(results_path):
+        with open(results_path) as f:
+            merged = json.load(f)
+    merged.update(results)
+    with open(results_path, "w") as f:
+        json.dump(merged, f, indent=2)
+    return results
+
+
+def train_face(config, workdir):
+    """Trains by config on a face folder (the runner), then verifies on the config's pair list.
+
+    Args:
+        config: a runner config (docs/runner.md; `data.name='face_folder'`, `data.manual_dir` the
+            identity folder) with an optional `verification` section (`VERIFICATION_DEFAULTS`).
+        workdir: str, the output folder.
+
+    Returns:
+        dict, the contents of `workdir/results.json`.
+    """
+    from sphere_tf.training import classifier  # noqa: PLC0415 (training imports the whole package)
+
+    runner_config, section = split_config(config)
+    results = classifier.train_and_evaluate(runner_config, workdir)
+    if section["pairs"]:
+        if not section["images"]:
+            raise validation.invalid_argument("verification.images", "the pair list's image folder", "")
+        results.update(evaluate_workdir(
+            workdir, section["pairs"], section["images"], image_pattern=section["image_pattern"],
+            batch_size=section["batch_size"], far_targets=tuple(section["far_targets"])))
+    return results

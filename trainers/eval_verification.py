@@ -1,0 +1,51 @@
+r"""Verification of a trained run on an LFW-format pair list: 10-fold accuracy, TAR@FAR, ROC plot.
+
+  python -m trainers.eval_verification --workdir runs/sf20 --pairs lfw/pairs.txt --images lfw-112x96
+
+Loads `WORKDIR/checkpoints/model.keras`, embeds every image of the pairs with
+its horizontal flip (features concatenated), scores pairs by cosine, and adds
+`lfw_accuracy`, `lfw_std` (percent, 10 folds, threshold chosen on the other 9),
+`tar_at_far` and the angular Fisher score to `WORKDIR/results.json`; the ROC
+goes to `WORKDIR/roc.png`. Images are `NAME/NAME_%04d.jpg` under `--images`
+(`--image_pattern` changes that) and must have the training crops' size.
+"""
+
+from trainers import _quiet_logs
+
+if __name__ == "__main__":
+    _quiet_logs.quiet_tensorflow_logs()
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+
+from sphere_tf.data import faces  # noqa: E402
+from sphere_tf.evaluation import face  # noqa: E402
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "A finished training run (holds checkpoints/model.keras).")
+_PAIRS = flags.DEFINE_string("pairs", None, "Pair list in the LFW pairs.txt format.")
+_IMAGES = flags.DEFINE_string("images", None, "Folder of the pair list's images.")
+_PATTERN = flags.DEFINE_string("image_pattern", faces.LFW_IMAGE_PATTERN,
+                               "Relative path of image (name, index) under --images.")
+_BATCH = flags.DEFINE_integer("batch_size", 64, "Images per embedding batch.")
+_FARS = flags.DEFINE_list("far", ["1e-3", "1e-4"], "False accept rates of TAR@FAR.")
+flags.mark_flags_as_required(["workdir", "pairs", "images"])
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    results = face.evaluate_workdir(
+        _WORKDIR.value, _PAIRS.value, _IMAGES.value, image_pattern=_PATTERN.value, batch_size=_BATCH.value,
+        far_targets=tuple(float(f) for f in _FARS.value),
+    )
+    if results["lfw_accuracy"] is not None:
+        print(f"Verification accuracy: {results['lfw_accuracy']:.2f}% +- {results['lfw_std']:.2f} "
+              f"({results['num_pairs']} pairs, {results['num_images']} images)")
+    else:  # a one-fold list (View 1): no held-out threshold, only the ROC
+        print(f"One fold ({results['num_pairs']} pairs): no 10-fold accuracy; see the ROC.")
+    print("TAR@FAR: " + ", ".join(f"{k}: {v:.2f}%" for k, v in results["tar_at_far"].items()))
+    print(f"ROC plot: {results['roc_png']}")
+
+
+if __name__ == "__main__":
+    app.run(main)

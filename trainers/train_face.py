@@ -1,0 +1,54 @@
+r"""Trains a face recognition model on an identity folder from a config; optionally verifies on LFW pairs.
+
+  python -m trainers.train_face --config configs/face/sphereface20_asoftmax.py --workdir runs/sf20 \
+      --config.data.manual_dir=CASIA-WebFace-112x96 \
+      [--config.verification.pairs=lfw/pairs.txt --config.verification.images=lfw-112x96]
+
+The config is a runner config (docs/runner.md) on `data.name='face_folder'`
+plus a `verification` section (docs/face.md); after training, when
+`verification.pairs` is set, `workdir/results.json` also holds `lfw_accuracy`,
+`lfw_std` and `tar_at_far` (see `trainers.eval_verification`).
+"""
+
+import json
+
+from trainers import _quiet_logs
+
+if __name__ == "__main__":
+    _quiet_logs.quiet_tensorflow_logs()  # before anything below imports TensorFlow
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+from absl import logging  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+from sphere_tf.evaluation import face  # noqa: E402
+from sphere_tf.training import runtime  # noqa: E402
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Face training configuration.", lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Folder for checkpoints, logs, the export and results.json.")
+_STRATEGY = flags.DEFINE_enum(
+    "strategy", None, ["auto", "one_device", "mirrored", "multi_worker", "tpu"],
+    "tf.distribute strategy; overrides `config.strategy`.",
+)
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    runtime.use_bfc_cpu_allocator()  # before any tensor exists
+    config = _CONFIG.value
+    if _STRATEGY.value is not None:
+        with config.unlocked():
+            config.strategy = _STRATEGY.value
+    logging.info("Config:\n%s", config)
+    results = face.train_face(config, _WORKDIR.value)
+    if results.get("lfw_accuracy") is not None:
+        print(f"Verification: {results['lfw_accuracy']:.2f}% +- {results['lfw_std']:.2f} "
+              f"(10-fold), TAR@FAR {results['tar_at_far']}")
+    logging.info("Results: %s", json.dumps({k: v for k, v in results.items() if k != "history"}))
+
+
+if __name__ == "__main__":
+    app.run(main)
