@@ -61,6 +61,7 @@ import uuid
 import keras
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.framework import convert_to_constants  # pylint: disable=g-direct-tensorflow-import
 
 from sphere_tf import validation
 
@@ -307,6 +308,33 @@ class _ServingModule(tf.Module):
             "cosine": tf.matmul(embeddings, weights, name="cosine"),
             "logits": tf.identity(tf.cast(self.head(features, training=False), tf.float32), name="logits"),
         }
+
+
+def _frozen(concrete):
+    """`concrete` with every variable read replaced by a constant, as a named-output `tf.function`.
+
+    The moving averages, kernels and radii become constants, so the serving
+    graph's optimiser (Grappler constant folding, run once when TF Serving or
+    `tf.saved_model.load` instantiates it) precomputes everything that depends on
+    the weights alone: normalised kernels, 1/(ρ·E{‖x‖}), folded batch norm.
+    """
+    frozen = convert_to_constants.convert_variables_to_constants_v2(concrete)
+    keys = sorted(concrete.structured_outputs)  # tf.nest's flattening order of a dict
+    spec = concrete.structured_input_signature[0][0]
+
+    def serve(images):
+        return {key: tf.identity(value, name=key) for key, value in zip(keys, frozen(images))}
+
+    return tf.function(serve, input_signature=[spec], autograph=False)
+
+
+class _FrozenModule(tf.Module):
+    """Holds the frozen serving functions (no variables)."""
+
+    def __init__(self, functions):
+        super().__init__(name="sphere_tf_serving")
+        self.functions = dict(functions)
+        self.serving_signatures = {name: fn.get_concrete_function() for name, fn in self.functions.items()}
 
 
 def _signature_summary(functions):
@@ -564,6 +592,7 @@ def export_model(
     warmup_batch_sizes=DEFAULT_WARMUP_BATCH_SIZES,
     verify=True,
     atol=1e-4,
+    freeze=True,
 ):
     """Exports `model` for TensorFlow Serving as `<export_base>/<model_name>/<version>/`.
 
@@ -588,6 +617,9 @@ def export_model(
         verify: bool, run the verification (reload without sphere_tf,
             saved_model_cli, parse-back) before the version becomes visible.
         atol: float, tolerance of the verification, relative to max(1, |logits|).
+        freeze: bool, store the weights as constants of the serving graph
+            (moving averages frozen; the weight-only maths is constant-folded when
+            the server loads it) instead of variables.
 
     Returns:
         `ExportResult`.
@@ -654,7 +686,13 @@ def export_model(
     os.makedirs(model_dir, exist_ok=True)
     tmp_dir = os.path.join(model_dir, f".tmp-{version}-{uuid.uuid4().hex[:8]}")
     try:
-        tf.saved_model.save(module, tmp_dir, signatures={n: f.get_concrete_function() for n, f in functions.items()})
+        if freeze:
+            frozen = _FrozenModule({n: _frozen(f.get_concrete_function()) for n, f in functions.items()})
+            tf.saved_model.save(frozen, tmp_dir, signatures=frozen.serving_signatures,
+                                options=tf.saved_model.SaveOptions(experimental_custom_gradients=False))
+        else:
+            tf.saved_model.save(module, tmp_dir,
+                                signatures={n: f.get_concrete_function() for n, f in functions.items()})
         write_warmup_requests(os.path.join(tmp_dir, WARMUP_FILE), model_name, list(functions), image_shape,
                               input_dtype, batch_sizes)
         max_diff = None
