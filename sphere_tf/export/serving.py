@@ -182,9 +182,9 @@ def _normalizer(normalization, channel_mean):
 
 
 def _has_opt_layers(model):
-    from sphere_tf.layers.opt import OPTLayer  # pylint: disable=import-outside-toplevel
+    from sphere_tf.layers import opt_layers  # pylint: disable=import-outside-toplevel
 
-    return any(isinstance(layer, OPTLayer) for layer in model._flatten_layers(include_self=False))  # pylint: disable=protected-access
+    return bool(opt_layers(model))
 
 
 def _margin_head(model):

@@ -425,8 +425,11 @@ def train_and_evaluate(config, workdir):
 
         export_dir = None
         if config["export"]:
-            sample = next(iter(test_ds))[0][:8]
-            export_dir = export_lib.export_saved_model(model, os.path.join(workdir, "export"), verify_inputs=sample)
+            # TF Serving layout export/<model name>/<version>/, the pipeline's normalisation in the graph.
+            export_dir = export_lib.export_model(
+                model, os.path.join(workdir, "export"), model_name=config["model"]["name"] or "model",
+                normalization=data_cfg["normalization"], channel_mean=info.get("channel_mean"),
+            ).path
             print(f"SavedModel exported to {export_dir}")
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
