@@ -237,7 +237,10 @@ def inference_model(model):
         model = fold_opt_model(model)
         inputs = model.inputs
     head = _margin_head(model)
-    named = model.input if isinstance(model.input, dict) else {}
+    try:
+        named = model.input if isinstance(model.input, dict) else {}
+    except AttributeError:  # a Sequential model built from `keras.Input` has `inputs` only
+        named = {}
     if head is not None and "images" in named:
         node = head._inbound_nodes[0]  # pylint: disable=protected-access
         features = node.arguments.args[0]

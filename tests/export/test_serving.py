@@ -42,9 +42,8 @@ def _margin_model():
 
 
 def _plain_model():
-    inputs = keras.Input(SHAPE)
-    x = layers.SphereConv2D(3, 3, angular="linear")(inputs)
-    return keras.Model(inputs, keras.layers.Dense(2)(keras.layers.Flatten()(x)))
+    return keras.Sequential([keras.Input(SHAPE), layers.SphereConv2D(3, 3, angular="linear"),
+                             keras.layers.Flatten(), keras.layers.Dense(2)])
 
 
 @pytest.fixture(scope="module")
