@@ -25,6 +25,10 @@ setuptools.setup(
         "tensorflow-datasets",
         "importlib_resources",
         "cleverhans==4.0.0",
+        # Not listed: tensorflow-serving-api==2.21.* (the TF Serving protos of sphere_tf.export). Its metadata
+        # requires the full `tensorflow` wheel, which would replace tensorflow-cpu; scripts/setup.sh installs it
+        # with `pip install --no-deps` (its real needs, grpcio and protobuf, come with tensorflow-cpu). README,
+        # "Serving".
     ],
     extras_require={
         # GPU hosts: the full wheel (pip install -e .[gpu] then uninstall tensorflow-cpu).

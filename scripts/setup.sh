@@ -33,6 +33,24 @@ if ! .venv/bin/python -c "import sphere_tf, pytest, hypothesis" >/dev/null 2>&1 
   touch .venv/.installed
 fi
 
+# TF Serving protos for sphere_tf.export (warmup requests, models.config). The wheel declares a dependency on the
+# full `tensorflow` wheel (570 MB, it would clobber tensorflow-cpu) but its protos need only what tensorflow-cpu,
+# grpcio and protobuf (already installed with it) provide: install it without dependencies, then let `pip check`
+# judge everything else. Its one expected complaint, the missing `tensorflow` distribution, is the only line let
+# through; any other broken requirement fails the setup.
+SERVING_API="tensorflow-serving-api==2.21.*"
+if ! .venv/bin/python -c "import tensorflow_serving.apis.prediction_log_pb2" >/dev/null 2>&1; then
+  .venv/bin/python -m pip install -q --no-deps "$SERVING_API"
+fi
+PIP_CHECK="$(.venv/bin/python -m pip check 2>&1 || true)"
+UNEXPECTED="$(printf '%s\n' "$PIP_CHECK" | grep -v -e '^No broken requirements found' \
+  -e '^tensorflow-serving-api [0-9.]* requires tensorflow, which is not installed\.$' -e '^$' || true)"
+if [ -n "$UNEXPECTED" ]; then
+  echo "setup: pip check found broken requirements:" >&2
+  echo "$UNEXPECTED" >&2
+  exit 1
+fi
+
 # Build the compiled training-path kernels now rather than in the first training step (cached per
 # source, TensorFlow version, compiler, CPU and flags; a recorded failed build is retried here). If
 # they cannot be built, training uses XLA clusters and tests/kernels fails.

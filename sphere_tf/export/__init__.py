@@ -1,4 +1,18 @@
-"""Export helpers: SavedModel for TensorFlow Serving, and folding OPT layers into plain ones."""
+"""Export helpers: TensorFlow Serving folders (`export_model`), plain SavedModels, OPT folding."""
 
 from sphere_tf.export.fold import fold_opt_model
 from sphere_tf.export.saved_model import export_saved_model
+from sphere_tf.export.serving import DEFAULT_WARMUP_BATCH_SIZES
+from sphere_tf.export.serving import EMBEDDINGS_SIGNATURE
+from sphere_tf.export.serving import ExportError
+from sphere_tf.export.serving import ExportResult
+from sphere_tf.export.serving import SERVING_SIGNATURE
+from sphere_tf.export.serving import WARMUP_FILE
+from sphere_tf.export.serving import existing_versions
+from sphere_tf.export.serving import export_model
+from sphere_tf.export.serving import inference_model
+from sphere_tf.export.serving import read_models_config
+from sphere_tf.export.serving import read_warmup_requests
+from sphere_tf.export.serving import sample_pixels
+from sphere_tf.export.serving import write_models_config
+from sphere_tf.export.serving import write_warmup_requests

@@ -273,7 +273,10 @@ class _HypersphericalOperator(keras.layers.Layer):
         w_hat, w_norm = angles.normalize_kernel(self.kernel, self._sqrt_epsilon)
         need_norm = not fused.norm_cancels(self._magnitude, self.angular, self.weighted)
         # The hot path's implementation (plain ops / XLA clusters / compiled kernels), chosen once.
-        path = fused.training_path(training) if self._use_training_fusion else fused.PLAIN
+        if not training:
+            path = fused.INFERENCE
+        else:
+            path = fused.training_path(training) if self._use_training_fusion else fused.PLAIN
         dot, x_sq = self._dot_and_patch_sq(
             inputs, ops.cast(w_hat, self.compute_dtype), need_patch_sq=need_norm, path=path
         )

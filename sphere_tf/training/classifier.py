@@ -350,8 +350,8 @@ def train_and_evaluate(config, workdir, strategy=None):
     state every `train.checkpoint_every_steps` steps, see
     `sphere_tf.training.checkpoint`), `checkpoints/model.keras` (each epoch),
     `tensorboard/` (loss, accuracy, learning rate, λ of margin heads,
-    hyperspherical energy of regularized layers), `export/` (SavedModel with a
-    `serve` endpoint) and `results.json` (`test_accuracy` and `test_error` in
+    hyperspherical energy of regularized layers), `export/<model name>/<version>/`
+    (SavedModel for TensorFlow Serving, `sphere_tf.export.export_model`) and `results.json` (`test_accuracy` and `test_error` in
     percent, `test_loss`, `history`, ...). An interrupted run continues from
     its latest checkpoint; a finished workdir is not trained again (its
     `results.json` is returned); a workdir written by a different config is
@@ -459,8 +459,11 @@ def train_and_evaluate(config, workdir, strategy=None):
 
         export_dir = None
         if config["export"] and chief:
-            sample = next(iter(test_ds))[0][:8]
-            export_dir = export_lib.export_saved_model(model, os.path.join(workdir, "export"), verify_inputs=sample)
+            # TF Serving layout export/<model name>/<version>/, the pipeline's normalisation in the graph.
+            export_dir = export_lib.export_model(
+                model, os.path.join(workdir, "export"), model_name=config["model"]["name"] or "model",
+                normalization=data_cfg["normalization"], channel_mean=info.get("channel_mean"),
+            ).path
             print(f"SavedModel exported to {export_dir}")
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)

@@ -29,3 +29,10 @@ def test_export_to_a_file_path_is_refused(tmp_path):
     target.write_text("x")
     with pytest.raises(ValueError, match="is a file"):
         export.export_saved_model(_model(), str(target))
+
+
+def test_export_to_a_non_empty_folder_is_refused(tmp_path):
+    (tmp_path / "kept.txt").write_text("x")
+    with pytest.raises(ValueError, match="not empty"):
+        export.export_saved_model(_model(), str(tmp_path))
+    assert [p.name for p in tmp_path.iterdir()] == ["kept.txt"]

@@ -41,8 +41,10 @@ def test_quick_run_trains_evaluates_and_exports(tmp_path):
     assert int(model.optimizer.iterations) == 2
     (_, _), (x_test, _) = fashion_mnist.load_fashion_mnist()
     x = fashion_mnist.as_float_images(x_test[:3])
-    loaded = tf.saved_model.load(os.path.join(workdir, "export"))
-    logits = loaded.serve(tf.constant(x)).numpy()
+    # TF Serving layout export/<model name>/<version>/; the signature takes raw uint8 pixels.
+    assert results["export_dir"] == os.path.join(workdir, "export", "small_cnn", "1")
+    loaded = tf.saved_model.load(results["export_dir"])
+    logits = loaded.signatures["serving_default"](images=tf.constant(x_test[:3, :, :, None]))["logits"].numpy()
     assert logits.shape == (3, 10)
     np.testing.assert_allclose(logits, keras.ops.convert_to_numpy(model(x, training=False)), rtol=1e-5, atol=1e-5)
 

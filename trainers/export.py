@@ -1,0 +1,89 @@
+r"""Exports a finished runner workdir for TensorFlow Serving.
+
+  python -m trainers.export --workdir=runs/fashion_mnist --export_base=/models \
+      --model_name=fashion_mnist [--version=N]
+
+Reads `<workdir>/config.json` (the data section's `normalization`, which the
+serving graph applies to the raw pixels) and `<workdir>/checkpoints/model.keras`,
+and writes `<export_base>/<model_name>/<version>/` plus
+`<export_base>/models.config` through `sphere_tf.export.export_model`: the next
+free version unless `--version` is given (an existing version is refused),
+verified in a fresh process before it becomes visible. For
+`normalization='mean_subtraction'` the per-channel training mean is recomputed
+from the configured data set unless `--channel_mean` gives it.
+"""
+
+import json
+import os
+
+from trainers import _quiet_logs
+
+if __name__ == "__main__":
+    _quiet_logs.quiet_tensorflow_logs()  # before anything below imports TensorFlow
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "A finished runner workdir (config.json, checkpoints/model.keras).")
+_EXPORT_BASE = flags.DEFINE_string("export_base", None, "Folder of the TF Serving model folders.")
+_MODEL_NAME = flags.DEFINE_string("model_name", None, "Model name (folder and TF Serving name); default: "
+                                  "the config's model name.")
+_VERSION = flags.DEFINE_integer("version", None, "Version number; default: the next free one.")
+_INPUT_DTYPE = flags.DEFINE_enum("input_dtype", "uint8", ["uint8", "float32"], "dtype of the `images` input.")
+_CHANNEL_MEAN = flags.DEFINE_list("channel_mean", None, "Per-channel means for normalization='mean_subtraction' "
+                                  "(default: recomputed from the training data).")
+_VERIFY = flags.DEFINE_bool("verify", True, "Verify before the version becomes visible (fresh-process reload "
+                            "without sphere_tf, saved_model_cli run, warmup parse-back).")
+flags.mark_flags_as_required(["workdir", "export_base"])
+
+
+def read_workdir(workdir):
+    """`(config dict, model path)` of a runner workdir; `FileNotFoundError` naming the missing file."""
+    config_path = os.path.join(workdir, "config.json")
+    model_path = os.path.join(workdir, "checkpoints", "model.keras")
+    for path in (config_path, model_path):
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"--workdir={workdir!r} holds no {os.path.relpath(path, workdir)}; expected a "
+                                    "workdir written by trainers.train_classifier.")
+    with open(config_path) as f:
+        config = json.load(f)
+    return config, model_path
+
+
+def _channel_mean(config):
+    if _CHANNEL_MEAN.value:
+        return [float(v) for v in _CHANNEL_MEAN.value]
+    data_cfg = config.get("data", {})
+    if data_cfg.get("normalization") != "mean_subtraction":
+        return None
+    from sphere_tf import data as data_lib  # pylint: disable=import-outside-toplevel
+    from sphere_tf.training import classifier  # pylint: disable=import-outside-toplevel
+
+    _, _, info = data_lib.get_datasets(data_cfg["name"], batch_size=1, seed=config.get("seed", 0),
+                                       **classifier.data_kwargs(data_cfg))
+    return info["channel_mean"]
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    import keras  # pylint: disable=import-outside-toplevel
+
+    import sphere_tf  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import  (registers the layers)
+    from sphere_tf import export as export_lib  # pylint: disable=import-outside-toplevel
+
+    config, model_path = read_workdir(_WORKDIR.value)
+    model = keras.saving.load_model(model_path, compile=False)
+    model_name = _MODEL_NAME.value or config.get("model", {}).get("name") or "model"
+    result = export_lib.export_model(
+        model, _EXPORT_BASE.value, model_name=model_name, version=_VERSION.value,
+        normalization=config.get("data", {}).get("normalization", "centered_128"),
+        channel_mean=_channel_mean(config), input_dtype=_INPUT_DTYPE.value, verify=_VERIFY.value,
+    )
+    print(f"Exported {model_name!r} version {result.version} to {result.path}")
+    print(f"Signatures: {json.dumps(result.signatures)}")
+    print(f"Serve with: tensorflow_model_server --rest_api_port=8501 --model_config_file={result.models_config}")
+
+
+if __name__ == "__main__":
+    app.run(main)
