@@ -18,6 +18,8 @@ E‖x‖ is taken over both halves); the loss weights the halves 2(1 − mix) an
 the clean half.
 """
 
+import inspect
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -92,7 +94,7 @@ class FGSMAdversarialModel(keras.Model):
             weights = weights * tf.concat([sw, sw], axis=0)
         with tf.GradientTape() as tape:
             y_pred = self(inputs, training=True)
-            loss = self.compute_loss(x=inputs, y=targets, y_pred=y_pred, sample_weight=weights, training=True)
+            loss = self._training_loss(inputs, targets, y_pred, weights)
             self._track_loss(loss, batch)
             scaled = self.optimizer.scale_loss(loss) if self.optimizer is not None else loss
         variables = self.trainable_weights
@@ -100,6 +102,11 @@ class FGSMAdversarialModel(keras.Model):
             gradients = tape.gradient(scaled, variables)
             self.optimizer.apply(gradients, variables)
         return self.compute_metrics(x, y, y_pred[:batch], sample_weight=sample_weight)
+
+    def _training_loss(self, x, y, y_pred, sample_weight):
+        if "training" in inspect.signature(self.compute_loss).parameters:
+            return self.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True)
+        return self.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight)
 
     def _track_loss(self, loss, batch):
         tracker = next((m for m in self.metrics if m.name == "loss"), None)
