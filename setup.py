@@ -33,7 +33,9 @@ setuptools.setup(
     extras_require={
         # GPU hosts: the full wheel (pip install -e .[gpu] then uninstall tensorflow-cpu).
         "gpu": ["tensorflow[and-cuda]==2.21.*"],
-        "test": ["pytest", "pytest-xdist", "hypothesis", "matplotlib"],
+        "test": ["pytest", "pytest-xdist", "hypothesis", "matplotlib", "foolbox>=3.3,<4"],
         "examples": ["matplotlib"],
+        # DeepFool strength (sphere_tf.adversarial.deepfool_strength) and the adversarial runner's plot.
+        "adversarial": ["foolbox>=3.3,<4", "matplotlib"],
     },
 )

@@ -1,6 +1,7 @@
 """sphere_tf: deep learning on the hypersphere for Keras 3 / TensorFlow 2.
 
-Subpackages: `ops` (the maths: angles, angular and magnitude functions, margins,
+Subpackages: `adversarial` (FGSM/BIM/PGD attacks, adversarial training, DCNet
+Tables 7/8), `ops` (the maths: angles, angular and magnitude functions, margins,
 orthogonalisations, the layers' fused hot path), `kernels` (the C++ training-path
 kernels and their build), `layers`, `losses`, `regularizers`, `optimizers`,
 `metrics`, `evaluation` (face verification), `callbacks`, `energy`, `initializers`, `training`, `models`, `data`,
@@ -14,6 +15,7 @@ eq. c.n, with § for sections; docs/citations.md lists every key and the authors
 repositories cited by file.
 """
 
+from sphere_tf import adversarial
 from sphere_tf import callbacks
 from sphere_tf import data
 from sphere_tf import energy

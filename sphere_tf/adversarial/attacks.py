@@ -1,0 +1,193 @@
+"""FGSM, BIM and PGD through cleverhans 4, with budgets in pixel units, compiled once per model.
+
+DCNet's protocol (Liu et al., Decoupled Networks, CVPR 2018, §6.2, App. A.2/A.3)
+with J the training loss (softmax cross-entropy of the true label):
+
+```
+FGSM   x̃ = Clip_range(x + ε·sign(∇ₓJ(θ, x, y)))                      (Goodfellow et al., 2015)
+BIM    x₀ = x,  x_{t+1} = Clip_range(Clip_{x,ε}(x_t + τ·sign(∇ₓJ(θ, x_t, y))))   t < N   (Kurakin et al., 2016)
+PGD    BIM started from x + U(−ε, ε)^d (clipped to the range)       (Madry et al., 2018)
+```
+
+ε, τ are on the 0–255 scale (paper: ε = 8, τ = 2, N = 20) and mapped into the
+model's input space by a `PixelSpace` (`sphere_tf.adversarial.pixels`); "range"
+is the valid pixel range [0, 255] in input space, enforced after every step.
+The gradients come from cleverhans 4 (`cleverhans.tf2.attacks`:
+`fast_gradient_method`, `basic_iterative_method`,
+`projected_gradient_descent`), called with `sanity_checks=False` (its
+NumPy-based asserts fail under NumPy >= 1.24 and inside `tf.function`). Models
+run in inference mode (`training=False`: decoupled operators use their moving
+average of E‖x‖, as at test time).
+
+`make_attack` compiles the whole attack — the N-step BIM loop included,
+unrolled into one graph — into a single `tf.function` with a batch-size-free
+input signature, so it is traced once per (model, attack) and never again per
+batch or iteration.
+"""
+
+import numpy as np
+import tensorflow as tf
+from cleverhans.tf2.attacks.basic_iterative_method import basic_iterative_method
+from cleverhans.tf2.attacks.fast_gradient_method import fast_gradient_method
+from cleverhans.tf2.attacks.projected_gradient_descent import projected_gradient_descent
+
+from sphere_tf import validation
+from sphere_tf.models import blocks
+
+# "none" leaves the images alone (clean accuracy).
+ATTACKS = ("none", "fgsm", "bim", "pgd")
+# DCNet §6.2: "ε = 8, τ = 2, N = 20" on the 0–255 scale.
+PAPER_EPSILON = 8.0
+PAPER_STEP = 2.0
+PAPER_ITERATIONS = 20
+
+
+def inference_fn(model):
+    """`x -> logits` of `model` in inference mode (the `model_fn` cleverhans differentiates).
+
+    Raises:
+        ValueError: `model` needs labels as an input (a `MarginHead` model), which an attack cannot feed.
+    """
+    if blocks.needs_labels(model):
+        raise validation.invalid_argument(
+            "model", "a model mapping images to logits (a MarginHead model takes labels as an input)", model.name)
+    return lambda x: model(x, training=False)
+
+
+def _labels(labels):
+    return tf.cast(labels, tf.int64)
+
+
+def fgsm(model_fn, images, labels, space, epsilon=PAPER_EPSILON):
+    """One FGSM step of size ε (pixels) on the true labels, clipped to the valid range.
+
+    Args:
+        model_fn: callable `x -> logits` (`inference_fn(model)`).
+        images: float tensor (B, H, W, C), model inputs.
+        labels: int tensor (B,), the true classes.
+        space: `PixelSpace` of the inputs' normalisation.
+        epsilon: float >= 0, ε on the 0–255 scale.
+
+    Returns:
+        float32 tensor like `images`.
+    """
+    clip_min, clip_max = space.clip_bounds()
+    return fast_gradient_method(model_fn, images, space.epsilon(epsilon), np.inf, clip_min=clip_min,
+                                clip_max=clip_max, y=_labels(labels), sanity_checks=False)
+
+
+def _check_iterative(epsilon, step, iterations):
+    epsilon = validation.non_negative_float(epsilon, "epsilon")
+    step = validation.non_negative_float(step, "step")
+    iterations = validation.positive_int(iterations, "iterations")
+    if step > epsilon:
+        raise validation.invalid_argument("step", f"a float <= epsilon={epsilon:g} (cleverhans requires τ <= ε)",
+                                          step)
+    return epsilon, step, iterations
+
+
+def bim(model_fn, images, labels, space, epsilon=PAPER_EPSILON, step=PAPER_STEP, iterations=PAPER_ITERATIONS):
+    """The basic iterative method: N FGSM steps of τ, projected to the ε-ball and the range after each.
+
+    Args:
+        model_fn, images, labels, space: as `fgsm`.
+        epsilon: float >= 0, ε (pixels).
+        step: float in [0, ε], τ (pixels).
+        iterations: int > 0, N.
+
+    Returns:
+        float32 tensor like `images`.
+
+    Raises:
+        ValueError: a bad ε, τ or N (named).
+    """
+    epsilon, step, iterations = _check_iterative(epsilon, step, iterations)
+    clip_min, clip_max = space.clip_bounds()
+    return basic_iterative_method(model_fn, tf.cast(images, tf.float32), space.epsilon(epsilon), space.epsilon(step),
+                                  iterations, np.inf, clip_min=clip_min, clip_max=clip_max, y=_labels(labels),
+                                  sanity_checks=False)
+
+
+def pgd(model_fn, images, labels, space, epsilon=PAPER_EPSILON, step=PAPER_STEP, iterations=PAPER_ITERATIONS):
+    """BIM from a uniform random start in the ε-ball (Madry et al.); arguments as `bim`."""
+    epsilon, step, iterations = _check_iterative(epsilon, step, iterations)
+    clip_min, clip_max = space.clip_bounds()
+    eps = space.epsilon(epsilon)
+    return projected_gradient_descent(model_fn, tf.cast(images, tf.float32), eps, space.epsilon(step), iterations,
+                                      np.inf, clip_min=clip_min, clip_max=clip_max, y=_labels(labels),
+                                      rand_init=True, rand_minmax=eps, sanity_checks=False)
+
+
+def make_attack(model, attack, space, epsilon=PAPER_EPSILON, step=PAPER_STEP, iterations=PAPER_ITERATIONS):
+    """`attack` on `model` as one compiled function `(images, labels) -> adversarial images`.
+
+    The function is a `tf.function` with input signature `(None, H, W, C)` float32
+    and `(None,)` int32, so every batch (any size) reuses the one trace;
+    `fn.experimental_get_tracing_count()` stays 1.
+
+    Args:
+        model: a built Keras model mapping images to logits.
+        attack: one of `ATTACKS`.
+        space: `PixelSpace` of the inputs.
+        epsilon, step, iterations: ε, τ (pixels) and N (`bim`, `pgd`).
+
+    Returns:
+        The compiled callable.
+
+    Raises:
+        ValueError: unknown attack, bad budget, or a model that needs labels as input.
+    """
+    attack = validation.one_of(attack, "attack", ATTACKS)
+    model_fn = inference_fn(model)
+    if attack != "fgsm":
+        _check_iterative(epsilon, step, iterations)
+    shape = tuple(model.inputs[0].shape[1:])
+    signature = [tf.TensorSpec((None,) + shape, tf.float32), tf.TensorSpec((None,), tf.int32)]
+
+    def run(images, labels):
+        if attack == "none":
+            return tf.identity(images)
+        if attack == "fgsm":
+            return fgsm(model_fn, images, labels, space, epsilon)
+        if attack == "bim":
+            return bim(model_fn, images, labels, space, epsilon, step, iterations)
+        return pgd(model_fn, images, labels, space, epsilon, step, iterations)
+
+    return tf.function(run, input_signature=signature)
+
+
+def make_fgsm_sweep(model, space):
+    """FGSM on `model` with ε (pixels) as a tensor argument: one trace serves every ε of a curve.
+
+    Returns:
+        compiled callable `(images, labels, epsilon) -> adversarial images`, `epsilon` a float32 scalar
+        on the 0–255 scale.
+    """
+    model_fn = inference_fn(model)
+    shape = tuple(model.inputs[0].shape[1:])
+    clip_min, clip_max = space.clip_bounds()
+    signature = [tf.TensorSpec((None,) + shape, tf.float32), tf.TensorSpec((None,), tf.int32),
+                 tf.TensorSpec((), tf.float32)]
+
+    @tf.function(input_signature=signature)
+    def sweep(images, labels, epsilon):
+        return fast_gradient_method(model_fn, images, epsilon * space.scale, np.inf, clip_min=clip_min,
+                                    clip_max=clip_max, y=_labels(labels), sanity_checks=False)
+
+    return sweep
+
+
+def make_predict(model):
+    """`images -> int32 predicted classes` of `model` in inference mode, compiled once (forward only)."""
+    model_fn = inference_fn(model)
+    shape = tuple(model.inputs[0].shape[1:])
+
+    @tf.function(input_signature=[tf.TensorSpec((None,) + shape, tf.float32)])
+    def predict(images):
+        return tf.argmax(model_fn(images), axis=-1, output_type=tf.int32)
+
+    return predict
+
+
+__all__ = ["ATTACKS", "PAPER_EPSILON", "PAPER_ITERATIONS", "PAPER_STEP", "bim", "fgsm", "inference_fn",
+           "make_attack", "make_fgsm_sweep", "make_predict", "pgd"]

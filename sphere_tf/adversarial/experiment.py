@@ -1,0 +1,376 @@
+"""DCNet's adversarial experiment (Tables 7 and 8) from a config: train, attack, tabulate (no flags here).
+
+`run_experiment(config, workdir)` trains, for every seed, the four CNN-9 variants
+of DCNet §6.2 (Baseline conv, SphereConv, BallConv, TanhConv; standard gradients,
+no weight projection, no BN) naturally and with FGSM adversarial training, a
+separately trained baseline as the black-box source, then evaluates
+
+* white-box accuracy (Table 7): None / FGSM / BIM crafted on each target;
+* black-box accuracy (Table 8): the same attacks crafted on the source baseline;
+* white-box accuracy vs ε (a PNG);
+* optionally DeepFool strength (App. C) on the naturally trained models.
+
+The config schema is `DEFAULTS` (documented in docs/adversarial.md); the data,
+model, optimizer and schedule sections are the classifier runner's
+(`sphere_tf.training.classifier`, docs/runner.md) and are validated by it.
+Each trained model's whole training state is checkpointed under
+`workdir/checkpoints/<training>_<model>_seed<k>` (`training.checkpoint.fit_resumable`),
+so an interrupted run continues where it stopped and a finished one is only
+re-evaluated.
+"""
+
+import copy
+import json
+import os
+import sys
+import time
+
+import keras
+import numpy as np
+from absl import logging
+
+from sphere_tf import data as data_lib
+from sphere_tf import losses as losses_lib
+from sphere_tf import models as models_lib
+from sphere_tf import validation
+from sphere_tf.adversarial import attacks as attacks_lib
+from sphere_tf.adversarial import evaluation
+from sphere_tf.adversarial import pixels as pixels_lib
+from sphere_tf.adversarial import training as training_lib
+from sphere_tf.training import checkpoint as checkpoint_lib
+from sphere_tf.training import classifier
+from sphere_tf.training import optimization
+from sphere_tf.training import progress
+
+# DCNet §6.2 operators; the angular function of the adversarial models is not stated, cosine is inferred.
+PAPER_OPERATORS = {
+    "baseline": {"layer": "conv2d"},
+    "sphereconv": {"layer": "decoupled", "magnitude": "sphere", "angular": "cosine"},
+    "ballconv": {"layer": "decoupled", "magnitude": "ball", "angular": "cosine"},
+    "tanhconv": {"layer": "decoupled", "magnitude": "tanh", "angular": "cosine"},
+}
+SOURCE_TRAININGS = ("natural", "matched")
+
+DEFAULTS = {
+    "seeds": [0],
+    "data": copy.deepcopy(classifier.DEFAULTS["data"]),
+    "model": {"name": "dcnet_cnn9_adv"},
+    "operators": copy.deepcopy(PAPER_OPERATORS),
+    "models": list(evaluation.MODELS),
+    "trainings": list(evaluation.TRAININGS),
+    "optimizer": {"name": "adam", "learning_rate": 1e-3},
+    "schedule": copy.deepcopy(classifier.DEFAULTS["schedule"]),
+    "train": {"batch_size": 128, "epochs": 1, "steps": 0, "steps_per_epoch": 0, "verbose": "auto"},
+    "adversarial_training": {"epsilon": attacks_lib.PAPER_EPSILON, "mix": training_lib.DEFAULT_MIX},
+    "attack": {"epsilon": attacks_lib.PAPER_EPSILON, "step": attacks_lib.PAPER_STEP,
+               "iterations": attacks_lib.PAPER_ITERATIONS, "batch_size": 250, "extra": []},
+    "black_box": {"source_training": "natural", "natural_source": "", "fgsm_source": "", "source_seed_offset": 1000},
+    "curve": {"epsilons": [0.0, 1.0, 2.0, 4.0, 8.0, 16.0], "attack": "fgsm"},
+    "deepfool": {"images": 0, "steps": 50},
+}
+_FREE = ("model", "operators", "optimizer")
+
+
+def _plain(value):
+    if hasattr(value, "to_dict"):
+        value = value.to_dict()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _merge(defaults, config, prefix=""):
+    merged = copy.deepcopy(defaults)
+    for key, value in config.items():
+        dotted = f"{prefix}{key}"
+        if key not in defaults:
+            raise ValueError(f"Unknown config key {dotted!r}; expected one of {sorted(defaults)}.")
+        if isinstance(defaults[key], dict) and not (not prefix and key in _FREE):
+            if not isinstance(value, dict):
+                raise validation.invalid_argument(dotted, "a dict", value)
+            merged[key] = _merge(defaults[key], value, dotted + ".")
+        elif isinstance(defaults[key], dict):
+            if not isinstance(value, dict):
+                raise validation.invalid_argument(dotted, "a dict", value)
+            merged[key] = {**defaults[key], **value} if key != "operators" else dict(value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def classifier_config(config, model, seed):
+    """The classifier-runner config (`classifier.DEFAULTS` schema) that trains `model` with `seed`."""
+    if config["model"].get("operator") is not None:
+        raise validation.invalid_argument("model.operator", "unset (the operators come from `operators`)",
+                                          config["model"]["operator"])
+    return {
+        "seed": seed,
+        "data": dict(config["data"]),
+        "model": {**config["model"], "operator": config["operators"][model]},
+        "optimizer": dict(config["optimizer"]),
+        "schedule": dict(config["schedule"]),
+        "train": dict(config["train"]),
+        "export": False,
+    }
+
+
+def validate(config):
+    """Checks the whole config before any data is read; returns plain dicts with the defaults filled in.
+
+    Raises:
+        ValueError: an unknown key or a bad value, naming the dotted key.
+    """
+    config = _merge(DEFAULTS, _plain(config))
+    seeds = config["seeds"]
+    if not isinstance(seeds, list) or not seeds:
+        raise validation.invalid_argument("seeds", "a non-empty list of ints >= 0", seeds)
+    for i, seed in enumerate(seeds):
+        validation.integer(seed, f"seeds[{i}]", minimum=0)
+    if len(set(seeds)) != len(seeds):
+        raise validation.invalid_argument("seeds", "distinct seeds", seeds)
+    for key, choices in (("models", evaluation.MODELS), ("trainings", evaluation.TRAININGS)):
+        values = config[key]
+        if not isinstance(values, list) or not values:
+            raise validation.invalid_argument(key, f"a non-empty list of {choices}", values)
+        for i, value in enumerate(values):
+            validation.one_of(value, f"{key}[{i}]", choices)
+    if "baseline" not in config["operators"]:
+        raise validation.invalid_argument("operators", "a dict holding at least 'baseline' (the black-box source)",
+                                          sorted(config["operators"]))
+    for model in config["models"]:
+        if model not in config["operators"]:
+            raise validation.invalid_argument("operators", f"an entry for every model in `models` ({model!r})",
+                                              sorted(config["operators"]))
+    for model in sorted(set(config["models"]) | {"baseline"}):
+        try:
+            classifier.validate(classifier_config(config, model, config["seeds"][0]))
+        except ValueError as error:
+            raise ValueError(f"Invalid config for model {model!r}: {error}") from None
+    adv = config["adversarial_training"]
+    validation.non_negative_float(adv["epsilon"], "adversarial_training.epsilon")
+    validation.real(adv["mix"], "adversarial_training.mix", low=0.0, high=1.0)
+    attack = config["attack"]
+    validation.non_negative_float(attack["epsilon"], "attack.epsilon")
+    validation.real(attack["step"], "attack.step", low=0.0, high=attack["epsilon"])
+    validation.positive_int(attack["iterations"], "attack.iterations")
+    validation.positive_int(attack["batch_size"], "attack.batch_size")
+    if not isinstance(attack["extra"], list):
+        raise validation.invalid_argument("attack.extra", "a list of attack names", attack["extra"])
+    for i, name in enumerate(attack["extra"]):
+        validation.one_of(name, f"attack.extra[{i}]", tuple(a for a in attacks_lib.ATTACKS
+                                                              if a not in evaluation.TABLE_ATTACKS))
+    box = config["black_box"]
+    validation.one_of(box["source_training"], "black_box.source_training", SOURCE_TRAININGS)
+    validation.integer(box["source_seed_offset"], "black_box.source_seed_offset", minimum=1)
+    for key in ("natural_source", "fgsm_source"):
+        if box[key] and not os.path.isfile(_source_file(box[key])):
+            raise validation.invalid_argument(
+                f"black_box.{key}", "a .keras model file or the workdir of a finished train_classifier run",
+                box[key])
+    curve = config["curve"]
+    if not isinstance(curve["epsilons"], list) or not curve["epsilons"]:
+        raise validation.invalid_argument("curve.epsilons", "a non-empty list of floats >= 0", curve["epsilons"])
+    for i, eps in enumerate(curve["epsilons"]):
+        validation.non_negative_float(eps, f"curve.epsilons[{i}]")
+    validation.one_of(curve["attack"], "curve.attack", tuple(a for a in attacks_lib.ATTACKS if a != "none"))
+    validation.integer(config["deepfool"]["images"], "deepfool.images", minimum=0)
+    validation.positive_int(config["deepfool"]["steps"], "deepfool.steps")
+    return config
+
+
+def _source_file(path):
+    return path if path.endswith(".keras") else classifier.pretrained_model_path(path)
+
+
+def _test_arrays(test_ds):
+    images, labels = [], []
+    for x, y in test_ds:
+        images.append(x.numpy())
+        labels.append(y.numpy())
+    return np.concatenate(images), np.concatenate(labels).astype(np.int32)
+
+
+def _train(cfg, training, config, space, directory, verbose, callbacks):
+    """Builds and trains one model as `cfg` (a validated classifier config) says; returns the plain model."""
+    data_cfg, train_cfg = cfg["data"], cfg["train"]
+    kwargs = classifier.data_kwargs(data_cfg)
+
+    def load(step):
+        return data_lib.get_datasets(data_cfg["name"], batch_size=train_cfg["batch_size"], seed=cfg["seed"],
+                                     initial_step=step, **kwargs)
+
+    train_ds, _, info = load(0)
+    steps_per_epoch, epochs = classifier.run_length(train_cfg, info["steps_per_epoch"])
+    total = steps_per_epoch * epochs
+    keras.utils.set_random_seed(cfg["seed"])
+    model_cfg = dict(cfg["model"])
+    model = models_lib.create_model(model_cfg.pop("name"), input_shape=info["input_shape"],
+                                    num_classes=info["num_classes"], **model_cfg)
+    fit_model = model
+    if training == "fgsm":
+        adv = config["adversarial_training"]
+        fit_model = training_lib.adversarial_wrap(model, space, epsilon=adv["epsilon"], mix=adv["mix"])
+    rate = optimization.build_learning_rate(cfg["optimizer"].get("learning_rate"), cfg["schedule"], total)
+    fit_model.compile(optimizer=optimization.build_optimizer(cfg["optimizer"], rate),
+                      loss=losses_lib.SparseCrossentropy(), metrics=["accuracy"])
+    fit_model.optimizer.build(fit_model.trainable_variables)
+    checkpoint_lib.fit_resumable(
+        fit_model, lambda step: train_ds if step == 0 else load(step)[0], epochs=epochs, directory=directory,
+        steps_per_epoch=steps_per_epoch, every_steps=total,
+        callbacks=list(callbacks) + optimization.schedule_callbacks(cfg["schedule"]), verbose=verbose)
+    return model
+
+
+def _nested():
+    return {t: {} for t in evaluation.TRAININGS}
+
+
+def _mean_std(per_seed):
+    """training -> model -> attack -> list  =>  (means, stds) of the same nesting."""
+    means, stds = {}, {}
+    for training, per_model in per_seed.items():
+        means[training], stds[training] = {}, {}
+        for model, per_attack in per_model.items():
+            means[training][model] = {a: float(np.mean(v)) for a, v in per_attack.items()}
+            stds[training][model] = {a: float(np.std(v, ddof=1)) if len(v) > 1 else 0.0 for a, v in per_attack.items()}
+    return means, stds
+
+
+def run_experiment(config, workdir):
+    """Runs DCNet's white-box / black-box adversarial experiment; writes and returns `results.json`.
+
+    Writes to `workdir`: `config.json`, `checkpoints/` (each trained model's
+    state), `results.json`, `tables.md` (Tables 7 and 8, mean ± std over seeds,
+    the paper's CIFAR-10 numbers in brackets) and `accuracy_vs_epsilon.png`.
+
+    `results.json` holds `white_box` and `black_box`, each
+    `{training: {model: {attack: accuracy %}}}` (training in natural/fgsm, model in
+    baseline/sphereconv/ballconv/tanhconv, attack in none/fgsm/bim and the
+    `attack.extra` ones; means over seeds), `seeds`, the same nesting per seed
+    (`per_seed`) and as standard deviations (`std`), `curve` (ε and the
+    accuracies), `deepfool` (when asked for), the data sizes and the settings.
+
+    Args:
+        config: ConfigDict or dict following `DEFAULTS`.
+        workdir: str, the output folder.
+
+    Returns:
+        dict, the contents of `results.json`.
+
+    Raises:
+        ValueError: a bad config (before any data is read).
+        checkpoint.ConfigMismatchError: `workdir` holds another config's run.
+    """
+    started = time.time()
+    config = validate(config)
+    checkpoint_lib.record_config(workdir, config)
+    verbose, callbacks = config["train"]["verbose"], []
+    if verbose == "auto":
+        verbose = progress.fit_verbosity(sys.stdout)
+        callbacks = [] if verbose else [progress.EpochLogger()]
+    attacks = list(evaluation.TABLE_ATTACKS) + list(config["attack"]["extra"])
+    budget = {k: config["attack"][k] for k in ("epsilon", "step", "iterations")}
+    batch = config["attack"]["batch_size"]
+    white = {t: {m: {a: [] for a in attacks} for m in config["models"]} for t in config["trainings"]}
+    black = copy.deepcopy(white)
+    curves = {t: {m: [] for m in config["models"]} for t in config["trainings"]}
+    deepfool, sizes = {}, {}
+    checkpoints = os.path.join(workdir, "checkpoints")
+
+    for seed in config["seeds"]:
+        base_cfg = classifier.validate(classifier_config(config, "baseline", seed))
+        _, test_ds, info = data_lib.get_datasets(base_cfg["data"]["name"], batch_size=batch, seed=seed,
+                                                 **classifier.data_kwargs(base_cfg["data"]))
+        images, labels = _test_arrays(test_ds)
+        sizes = {"train_size": info["train_size"], "test_size": int(len(labels))}
+        space = pixels_lib.pixel_space(base_cfg["data"]["normalization"], info["input_shape"][-1],
+                                       info["channel_mean"])
+        sources = {}
+        for training in config["trainings"]:
+            kind = training if config["black_box"]["source_training"] == "matched" else "natural"
+            if kind in sources:
+                continue
+            path = config["black_box"][f"{kind}_source"]
+            if path:
+                sources[kind] = keras.models.load_model(_source_file(path))
+            else:
+                source_seed = seed + config["black_box"]["source_seed_offset"]
+                cfg = classifier.validate(classifier_config(config, "baseline", source_seed))
+                print(f"[seed {seed}] training the black-box source baseline ({kind}, seed {source_seed})")
+                sources[kind] = _train(cfg, kind, config, space,
+                                       os.path.join(checkpoints, f"source_{kind}_seed{source_seed}"), verbose,
+                                       callbacks)
+        for training in config["trainings"]:
+            targets = {}
+            for model_name in config["models"]:
+                cfg = classifier.validate(classifier_config(config, model_name, seed))
+                print(f"[seed {seed}] training {model_name} ({training})")
+                model = _train(cfg, training, config, space,
+                               os.path.join(checkpoints, f"{training}_{model_name}_seed{seed}"), verbose, callbacks)
+                targets[model_name] = model
+                accs = evaluation.white_box(model, images, labels, space, attacks=attacks, batch_size=batch, **budget)
+                for attack, acc in accs.items():
+                    white[training][model_name][attack].append(acc)
+                curves[training][model_name].append(evaluation.accuracy_curve(
+                    model, images, labels, space, config["curve"]["epsilons"], attack=config["curve"]["attack"],
+                    batch_size=batch, **budget))
+                print(f"[seed {seed}] white-box {training} {model_name}: "
+                      + ", ".join(f"{a} {v:.2f}%" for a, v in accs.items()))
+                if training == "natural" and config["deepfool"]["images"]:
+                    n = config["deepfool"]["images"]
+                    strength = evaluation.deepfool_strength(model, images[:n], labels[:n], space,
+                                                            steps=config["deepfool"]["steps"])
+                    deepfool.setdefault(model_name, []).append(
+                        {k: strength[k] for k in ("l2_median", "linf_median", "attacked", "success_rate")})
+            kind = training if config["black_box"]["source_training"] == "matched" else "natural"
+            transfer = evaluation.black_box(sources[kind], targets, images, labels, space, attacks=attacks,
+                                            batch_size=batch, **budget)
+            for model_name, accs in transfer.items():
+                for attack, acc in accs.items():
+                    black[training][model_name][attack].append(acc)
+            print(f"[seed {seed}] black-box {training}: " + "; ".join(
+                f"{m} " + ", ".join(f"{a} {v:.2f}%" for a, v in accs.items()) for m, accs in transfer.items()))
+
+    white_mean, white_std = _mean_std(white)
+    black_mean, black_std = _mean_std(black)
+    results = {
+        "white_box": white_mean,
+        "black_box": black_mean,
+        "seeds": list(config["seeds"]),
+        "std": {"white_box": white_std, "black_box": black_std},
+        "per_seed": {"white_box": white, "black_box": black},
+        "curve": {"attack": config["curve"]["attack"], "epsilons": config["curve"]["epsilons"],
+                  "white_box": {t: {m: np.mean(v, axis=0).tolist() for m, v in per.items()}
+                                for t, per in curves.items()}},
+        "deepfool": deepfool,
+        "data": {"name": config["data"]["name"], **sizes, "normalization": config["data"]["normalization"]},
+        "attack": budget,
+        "adversarial_training": config["adversarial_training"],
+        "black_box_source": config["black_box"]["source_training"],
+        "seconds": time.time() - started,
+    }
+    with open(os.path.join(workdir, "results.json"), "w") as f:
+        json.dump(results, f, indent=2)
+    tables = "\n\n".join([
+        evaluation.markdown_table(white, f"White-box attacks (Table 7 layout), {config['data']['name']}, "
+                                  f"accuracy %, mean ± std over seeds {config['seeds']}; (paper, CIFAR-10)",
+                                  attacks=attacks, paper=evaluation.PAPER_TABLE7),
+        evaluation.markdown_table(black, f"Black-box attacks (Table 8 layout), {config['data']['name']}, "
+                                  f"accuracy %, mean ± std over seeds {config['seeds']}; (paper, CIFAR-10)",
+                                  attacks=attacks, paper=evaluation.PAPER_TABLE8),
+    ])
+    with open(os.path.join(workdir, "tables.md"), "w") as f:
+        f.write(tables + "\n")
+    evaluation.plot_curves(curves, config["curve"]["epsilons"], os.path.join(workdir, "accuracy_vs_epsilon.png"),
+                           title=f"White-box {config['curve']['attack'].upper()} accuracy vs ε "
+                                 f"({config['data']['name']})")
+    logging.info("Results: %s", json.dumps(results["white_box"]))
+    print(tables)
+    print(f"{sizes.get('train_size')} train / {sizes.get('test_size')} test images; "
+          f"{time.time() - started:.0f} s; workdir {workdir}")
+    return results
+
+
+__all__ = ["DEFAULTS", "PAPER_OPERATORS", "SOURCE_TRAININGS", "classifier_config", "run_experiment", "validate"]

@@ -1,0 +1,116 @@
+"""Attack budgets given on the 0–255 pixel scale, converted into a model's input space.
+
+DCNet's adversarial protocol (Liu et al., Decoupled Networks, CVPR 2018, §6.2 and
+App. A.2) gives ε = 8, τ = 2 in pixel units. A model sees normalised inputs
+(`sphere_tf.data.preprocessing.NORMALIZATIONS`), so the budget and the valid
+range are mapped through the normalisation in use:
+
+```
+input = a·pixel + b_c                  (affine; a shared by all channels)
+ε_input = a·ε_pixel                    'centered_128': a = 1/128, 'mean_subtraction'/'none': a = 1
+valid range per channel = [b_c, a·255 + b_c]
+```
+
+`pixel_space` finds a and b_c by evaluating the registered normalisation at
+pixel values 0, 100 and 255, so any affine normalisation registered with
+`preprocessing.register_normalization` works; a non-affine one, or one whose
+scale differs between channels (an ℓ∞ ball in pixels would not be a ball in the
+input), is refused.
+"""
+
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+
+from sphere_tf import validation
+from sphere_tf.data import preprocessing
+
+PIXEL_MAX = 255.0
+_PROBE = (0.0, 100.0, PIXEL_MAX)
+
+
+@dataclasses.dataclass(frozen=True)
+class PixelSpace:
+    """The affine map pixel (0–255) -> model input of one normalisation.
+
+    Attributes:
+        scale: float > 0, input units per pixel unit (a).
+        lower: tuple of floats, per channel the input value of pixel 0 (b_c).
+        upper: tuple of floats, per channel the input value of pixel 255.
+        normalization: str, the normalisation's name (for messages).
+    """
+
+    scale: float
+    lower: tuple
+    upper: tuple
+    normalization: str = ""
+
+    @property
+    def channels(self):
+        """int, the number of channels."""
+        return len(self.lower)
+
+    def epsilon(self, pixels, name="epsilon"):
+        """`pixels` (a budget on the 0–255 scale, >= 0) in input units."""
+        return validation.non_negative_float(pixels, name) * self.scale
+
+    def clip_bounds(self):
+        """`(clip_min, clip_max)` for cleverhans: floats when every channel shares them, else `(C,)` tensors."""
+        if len(set(self.lower)) == 1 and len(set(self.upper)) == 1:
+            return self.lower[0], self.upper[0]
+        return tf.constant(self.lower, tf.float32), tf.constant(self.upper, tf.float32)
+
+    def to_pixels(self, inputs):
+        """Model inputs (..., C) back to the 0–255 scale (NumPy)."""
+        return (np.asarray(inputs, np.float64) - np.asarray(self.lower)) / self.scale
+
+    def from_pixels(self, pixels):
+        """0–255 pixels (..., C) to model inputs (NumPy, float32)."""
+        return (np.asarray(pixels, np.float64) * self.scale + np.asarray(self.lower)).astype(np.float32)
+
+
+def pixel_space(normalization, channels, channel_mean=None):
+    """The `PixelSpace` of a registered (or callable) normalisation.
+
+    Args:
+        normalization: str, a name in `preprocessing.NORMALIZATIONS`, or a callable
+            `fn(image, channel_mean) -> image`.
+        channels: int > 0, image channels.
+        channel_mean: sequence of floats or None, the means passed to the
+            normalisation ('mean_subtraction' needs them: `get_datasets`' `info['channel_mean']`).
+
+    Returns:
+        PixelSpace.
+
+    Raises:
+        ValueError: unknown name, `channel_mean` of the wrong length, or a
+            normalisation that is not affine with one positive scale for all channels.
+    """
+    channels = validation.positive_int(channels, "channels")
+    name = normalization if isinstance(normalization, str) else getattr(normalization, "__name__", "normalization")
+    fn = preprocessing.get_normalization(normalization)
+    if channel_mean is not None:
+        channel_mean = tuple(float(m) for m in np.ravel(channel_mean))
+        if len(channel_mean) != channels:
+            raise validation.invalid_argument("channel_mean", f"{channels} values (one per channel)", channel_mean)
+    probe = tf.constant([[[v] * channels for v in _PROBE]], tf.float32)  # (1, 3, C)
+    try:
+        out = np.asarray(fn(probe, channel_mean), np.float64)[0]
+    except Exception as error:  # noqa: BLE001 (any failure of a user's normalisation is reported the same way)
+        raise ValueError(f"Normalisation {name!r} could not be evaluated on a probe image "
+                         f"(channel_mean={channel_mean!r}): {error}") from error
+    lower, middle, upper = out
+    scale = (upper - lower) / PIXEL_MAX
+    if not np.all(np.isfinite(out)) or np.any(scale <= 0):
+        raise validation.invalid_argument("normalization", "an increasing affine map of the pixels", name)
+    if not np.allclose(middle, lower + _PROBE[1] * scale, rtol=1e-5, atol=1e-5):
+        raise validation.invalid_argument(
+            "normalization", "an affine map of the pixels (an ε-ball on the 0–255 scale must stay a ball)", name)
+    if not np.allclose(scale, scale[0], rtol=1e-6):
+        raise validation.invalid_argument(
+            "normalization", f"one scale for every channel (got {scale.tolist()})", name)
+    return PixelSpace(float(scale[0]), tuple(float(v) for v in lower), tuple(float(v) for v in upper), name)
+
+
+__all__ = ["PIXEL_MAX", "PixelSpace", "pixel_space"]
