@@ -64,3 +64,27 @@ def test_config_round_trip_and_bad_arguments():
         adversarial_wrap(model, "centered_128")
     with pytest.raises(ValueError, match="clip_max"):
         FGSMAdversarialModel(model.inputs[0], model.outputs[0], epsilon=0.1, clip_min=1.0, clip_max=0.0)
+
+
+def test_keras_file_round_trip_keeps_settings_weights_and_training(tmp_path):
+    model, _, _ = _linear.linear_model(seed=2)
+    wrapped = adversarial_wrap(model, SPACE, epsilon=4, mix=0.3)
+    wrapped.compile(optimizer=keras.optimizers.SGD(0.1), loss=keras.losses.SparseCategoricalCrossentropy(
+        from_logits=True))
+    x, y = _data(2)
+    wrapped.train_on_batch(x, y)
+    path = str(tmp_path / "adversarial.keras")
+    wrapped.save(path)
+    loaded = keras.models.load_model(path)
+    assert isinstance(loaded, FGSMAdversarialModel)
+    assert (loaded.epsilon, loaded.mix) == (pytest.approx(4 / 128), 0.3)
+    assert loaded.clip_min == pytest.approx(LO) and loaded.clip_max == pytest.approx(HI)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded(x)), keras.ops.convert_to_numpy(wrapped(x)),
+                               atol=1e-6)
+    np.testing.assert_allclose(loaded.adversarial_examples(x, y).numpy(),
+                               wrapped.adversarial_examples(x, y).numpy(), atol=1e-6)
+    # The reloaded model trains on as the original does (same optimizer state, same step).
+    loaded.train_on_batch(x, y)
+    wrapped.train_on_batch(x, y)
+    for a, b in zip(loaded.get_weights(), wrapped.get_weights()):
+        np.testing.assert_allclose(a, b, atol=1e-6)
