@@ -8,6 +8,11 @@ its horizontal flip (features concatenated), scores pairs by cosine, and adds
 `tar_at_far` and the angular Fisher score to `WORKDIR/results.json`; the ROC
 goes to `WORKDIR/roc.png`. Images are `NAME/NAME_%04d.jpg` under `--images`
 (`--image_pattern` changes that) and must have the training crops' size.
+
+YouTube Faces: `--protocol=ytf --pairs YouTubeFaces/splits.txt --images
+YouTubeFaces/aligned_images_DB` embeds `--frames_per_video` evenly spaced frames
+of each video (0: all), averages their unit-norm features per video and writes
+`ytf_accuracy`, `ytf_std`.
 """
 
 from trainers import _quiet_logs
@@ -28,6 +33,10 @@ _PATTERN = flags.DEFINE_string("image_pattern", faces.LFW_IMAGE_PATTERN,
                                "Relative path of image (name, index) under --images.")
 _BATCH = flags.DEFINE_integer("batch_size", 64, "Images per embedding batch.")
 _FARS = flags.DEFINE_list("far", ["1e-3", "1e-4"], "False accept rates of TAR@FAR.")
+_PROTOCOL = flags.DEFINE_enum("protocol", "lfw", ["lfw", "ytf"],
+                              "lfw: image pairs (pairs.txt); ytf: YouTube Faces video pairs (splits.txt).")
+_FRAMES = flags.DEFINE_integer("frames_per_video", 100, "YTF: frames embedded per video, evenly spaced (0: all).",
+                               lower_bound=0)
 flags.mark_flags_as_required(["workdir", "pairs", "images"])
 
 
@@ -36,11 +45,14 @@ def main(argv):
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     results = face.evaluate_workdir(
         _WORKDIR.value, _PAIRS.value, _IMAGES.value, image_pattern=_PATTERN.value, batch_size=_BATCH.value,
-        far_targets=tuple(float(f) for f in _FARS.value),
+        far_targets=tuple(float(f) for f in _FARS.value), protocol=_PROTOCOL.value,
+        frames_per_video=_FRAMES.value or None,
     )
-    if results["lfw_accuracy"] is not None:
-        print(f"Verification accuracy: {results['lfw_accuracy']:.2f}% +- {results['lfw_std']:.2f} "
-              f"({results['num_pairs']} pairs, {results['num_images']} images)")
+    key = _PROTOCOL.value
+    if results[f"{key}_accuracy"] is not None:
+        count = f"{results['num_videos']} videos" if key == "ytf" else f"{results['num_images']} images"
+        print(f"Verification accuracy: {results[f'{key}_accuracy']:.2f}% +- {results[f'{key}_std']:.2f} "
+              f"({results['num_pairs']} pairs, {count})")
     else:  # a one-fold list (View 1): no held-out threshold, only the ROC
         print(f"One fold ({results['num_pairs']} pairs): no 10-fold accuracy; see the ROC.")
     print("TAR@FAR: " + ", ".join(f"{k}: {v:.2f}%" for k, v in results["tar_at_far"].items()))

@@ -24,6 +24,18 @@ An image `(name, idx)` is the file `name/name_%04d.jpg` under the image folder
 header "1100") are one fold: `read_pairs` takes a one-number header as one fold
 of that many pairs of each kind. A malformed line raises `CorruptDataError`
 naming the file and the line number.
+
+YouTube Faces (Wolf et al., "Face Recognition in Unconstrained Videos with
+Matched Background Similarity", CVPR 2011) `splits.txt`::
+
+    split number, pair number, first name, second name, match pair, is same
+    1, 1, Alan_Ball/2, Alan_Ball/4, 1, 1   <- 10 splits of 500 video pairs
+    ...
+
+Each name is a video folder `<identity>/<video>` of the aligned frames
+(`aligned_images_DB/`); the last column is the label. `read_ytf_splits` returns
+the same `Pairs` with `videos=True`, whose sides are video folders:
+verification embeds frames and averages them per video (`video_frames`).
 """
 
 import dataclasses
@@ -151,6 +163,7 @@ class Pairs:
         same: bool array, True for a matched (same identity) pair.
         fold: int32 array, the fold of each pair (0-based).
         line: int32 array, the line number (1-based) of each pair in `path`.
+        videos: bool, the sides are video folders of frames (YouTube Faces), not images.
     """
 
     path: str
@@ -159,6 +172,7 @@ class Pairs:
     same: np.ndarray
     fold: np.ndarray
     line: np.ndarray
+    videos: bool = False
 
     def __len__(self):
         return len(self.left)
@@ -252,6 +266,92 @@ def read_pairs(path, image_pattern=LFW_IMAGE_PATTERN):
     )
 
 
+YTF_HEADER = ("split number", "pair number", "first name", "second name", "match pair", "is same")
+
+
+def read_ytf_splits(path):
+    """Parses a YouTube Faces `splits.txt` (see the module docstring).
+
+    Args:
+        path: str, e.g. `YouTubeFaces/splits.txt`.
+
+    Returns:
+        `Pairs` with `videos=True`: `left`/`right` are video folders `identity/video`,
+        `fold` the split - 1, `same` the 'is same' column.
+
+    Raises:
+        DataNotFoundError: `path` does not exist.
+        CorruptDataError: a malformed header or line (file and line named), split numbers that are
+            not 1..K in order, or splits of different sizes.
+    """
+    if not os.path.isfile(path):
+        raise DataNotFoundError(f"YouTube Faces split list {path!r} does not exist (the published file is splits.txt).")
+    with open(path, encoding="utf-8") as f:
+        rows = [(n, [t.strip() for t in line.split(",")]) for n, line in enumerate(f, start=1) if line.strip()]
+    if not rows:
+        raise CorruptDataError(f"{path}: empty split list (expected the header '{', '.join(YTF_HEADER)}').")
+    header_line, header = rows[0]
+    if tuple(t.lower() for t in header) != YTF_HEADER:
+        raise CorruptDataError(f"{path}:{header_line}: header {', '.join(header)!r} is not "
+                               f"{', '.join(YTF_HEADER)!r}.")
+    left, right, same, fold, numbers = [], [], [], [], []
+    for number, fields in rows[1:]:
+        if len(fields) != 6:
+            raise CorruptDataError(f"{path}:{number}: expected 6 comma-separated fields "
+                                   f"'split, pair, name1, name2, match, same', got {len(fields)}.")
+        split, _, first, second, _, is_same = fields
+        if not split.isdigit() or int(split) < 1:
+            raise CorruptDataError(f"{path}:{number}: split number {split!r} is not a positive integer.")
+        if is_same not in ("0", "1"):
+            raise CorruptDataError(f"{path}:{number}: 'is same' is {is_same!r}, expected 0 or 1.")
+        for video in (first, second):
+            parts = video.split("/")
+            if len(parts) != 2 or not all(parts):
+                raise CorruptDataError(f"{path}:{number}: video {video!r} is not 'identity/video'.")
+        if fold and int(split) - 1 not in (fold[-1], fold[-1] + 1):
+            raise CorruptDataError(f"{path}:{number}: split {split} follows split {fold[-1] + 1}; splits must "
+                                   "come in order 1, 2, ...")
+        if not fold and int(split) != 1:
+            raise CorruptDataError(f"{path}:{number}: the first pair is in split {split}, expected 1.")
+        left.append(first)
+        right.append(second)
+        same.append(is_same == "1")
+        fold.append(int(split) - 1)
+        numbers.append(number)
+    if not left:
+        raise CorruptDataError(f"{path}: no pair lines after the header.")
+    sizes = np.bincount(np.asarray(fold))
+    if len(set(sizes.tolist())) != 1:
+        raise CorruptDataError(f"{path}: splits of different sizes {sizes.tolist()} (the protocol has equal splits).")
+    return Pairs(os.fspath(path), tuple(left), tuple(right), np.asarray(same, bool), np.asarray(fold, np.int32),
+                 np.asarray(numbers, np.int32), videos=True)
+
+
+def video_frames(video_dir, frames_per_video=None):
+    """The frame images of one video folder, in sorted order, evenly thinned to `frames_per_video`.
+
+    Args:
+        video_dir: str, a folder of frame images.
+        frames_per_video: int > 0 or None (all frames): frames k·n/m (k = 0..m-1) of n.
+
+    Returns:
+        list of str, the frame paths.
+
+    Raises:
+        DataNotFoundError: the folder is missing or holds no image.
+    """
+    frames_per_video = validation.positive_int(frames_per_video, "frames_per_video", allow_none=True)
+    if not os.path.isdir(video_dir):
+        raise DataNotFoundError(f"video folder {video_dir!r} does not exist.")
+    frames = sorted(os.path.join(video_dir, f) for f in os.listdir(video_dir)
+                    if f.lower().endswith(IMAGE_EXTENSIONS))
+    if not frames:
+        raise DataNotFoundError(f"video folder {video_dir!r} holds no image ({', '.join(IMAGE_EXTENSIONS)}).")
+    if frames_per_video is not None and len(frames) > frames_per_video:
+        frames = [frames[k * len(frames) // frames_per_video] for k in range(frames_per_video)]
+    return frames
+
+
 def check_pair_images(pairs, images_dir):
     """Absolute paths of the distinct images of `pairs` under `images_dir`, and each side's index into them.
 
@@ -268,11 +368,13 @@ def check_pair_images(pairs, images_dir):
     """
     if not os.path.isdir(images_dir):
         raise DataNotFoundError(f"image folder {images_dir!r} (for {pairs.path}) is not a folder.")
+    exists = os.path.isdir if pairs.videos else os.path.isfile
     for side in (pairs.left, pairs.right):
         for relative, number in zip(side, pairs.line):
-            if not os.path.isfile(os.path.join(images_dir, relative)):
+            if not exists(os.path.join(images_dir, relative)):
                 raise DataNotFoundError(
-                    f"{pairs.path}:{number}: image {relative!r} is not in {images_dir!r}."
+                    f"{pairs.path}:{number}: {'video folder' if pairs.videos else 'image'} {relative!r} is not "
+                    f"in {images_dir!r}."
                 )
     unique = sorted(set(pairs.left) | set(pairs.right))
     position = {p: i for i, p in enumerate(unique)}

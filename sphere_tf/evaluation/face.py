@@ -68,8 +68,19 @@ def _pair_images_dataset(paths, shape, normalization, batch_size):
     )
 
 
+def _video_features(embed, videos, images_dir, shape, normalization, batch_size, frames_per_video):
+    """One feature per video folder: the mean of its frames' unit-norm (flip-concatenated) embeddings."""
+    frames, owner = [], []
+    for index, video in enumerate(videos):
+        listed = faces.video_frames(video, frames_per_video)
+        frames += listed
+        owner += [index] * len(listed)
+    per_frame = verification.extract_embeddings(embed, _pair_images_dataset(frames, shape, normalization, batch_size))
+    return verification.mean_unit_embeddings(per_frame, np.asarray(owner), len(videos))
+
+
 def verify(model, pairs, images_dir, *, batch_size=64, normalization="centered_128",
-           far_targets=verification.DEFAULT_FAR_TARGETS, roc_path=None):
+           far_targets=verification.DEFAULT_FAR_TARGETS, roc_path=None, frames_per_video=100):
     """Evaluates `model`'s embeddings on verification pairs.
 
     Args:
@@ -80,9 +91,13 @@ def verify(model, pairs, images_dir, *, batch_size=64, normalization="centered_1
         normalization: str, the training run's `data.normalization`.
         far_targets: floats, the FARs of `tar_at_far`.
         roc_path: str or None, write the ROC there as a PNG.
+        frames_per_video: int or None, for video pairs (YouTube Faces, `pairs.videos`): frames
+            embedded per video, evenly spaced (None: all). A video's feature is the mean of its
+            frames' unit-norm features.
 
     Returns:
-        dict (accuracies and rates in percent): `lfw_accuracy`, `lfw_std`, `fold_accuracies`,
+        dict (accuracies and rates in percent): `lfw_accuracy`, `lfw_std` (`ytf_accuracy`,
+        `ytf_std` for video pairs), `fold_accuracies`,
         `fold_thresholds`, `tar_at_far` (keys `str(far)`), `angular_fisher_score`,
         `min_interclass_angle_deg`, `num_pairs`, `num_images`.
 
@@ -94,7 +109,11 @@ def verify(model, pairs, images_dir, *, batch_size=64, normalization="centered_1
     shape = tuple(int(d) for d in embedder.input.shape[1:])
     paths, left, right = faces.check_pair_images(pairs, images_dir)
     embed = verification.flip_embedding_fn(embedder)
-    features = verification.extract_embeddings(embed, _pair_images_dataset(paths, shape, normalization, batch_size))
+    if pairs.videos:
+        features = _video_features(embed, paths, images_dir, shape, normalization, batch_size, frames_per_video)
+    else:
+        features = verification.extract_embeddings(
+            embed, _pair_images_dataset(paths, shape, normalization, batch_size))
     scores = verification.cosine_scores(features, left, right)
     folds = verification.kfold_accuracy(scores, pairs.same, pairs.fold) if pairs.num_folds > 1 else None
     rates = verification.tar_at_far(scores, pairs.same, far_targets)
@@ -105,14 +124,15 @@ def verify(model, pairs, images_dir, *, batch_size=64, normalization="centered_1
     identity_names = [os.path.relpath(p, images_dir).split(os.sep)[0] for p in paths]
     names = sorted(set(identity_names))
     labels = np.asarray([names.index(n) for n in identity_names], np.int32)
+    protocol = "ytf" if pairs.videos else "lfw"  # the key names of the 10-fold figures
     results = {
-        "lfw_accuracy": None if folds is None else 100.0 * folds["accuracy"],
-        "lfw_std": None if folds is None else 100.0 * folds["std"],
+        f"{protocol}_accuracy": None if folds is None else 100.0 * folds["accuracy"],
+        f"{protocol}_std": None if folds is None else 100.0 * folds["std"],
         "fold_accuracies": None if folds is None else [100.0 * a for a in folds["fold_accuracies"]],
         "fold_thresholds": None if folds is None else folds["thresholds"],
         "tar_at_far": {str(k): 100.0 * v for k, v in rates.items()},
         "num_pairs": len(pairs),
-        "num_images": len(paths),
+        "num_videos" if pairs.videos else "num_images": len(paths),
     }
     if len(names) > 1:
         results["angular_fisher_score"] = float(metrics.angular_fisher_score(features, labels, len(names)))
@@ -129,17 +149,23 @@ def _run_normalization(workdir):
     return "centered_128"
 
 
+PROTOCOLS = ("lfw", "ytf")
+
+
 def evaluate_workdir(workdir, pairs, images, *, image_pattern=faces.LFW_IMAGE_PATTERN, batch_size=64,
-                     far_targets=verification.DEFAULT_FAR_TARGETS):
+                     far_targets=verification.DEFAULT_FAR_TARGETS, protocol="lfw", frames_per_video=100):
     """Verification of a finished run in `workdir`; merges the results into `workdir/results.json`.
 
     Args:
         workdir: str, a run of `train_face` / the runner (holds `checkpoints/model.keras`).
-        pairs: str, the pair list (LFW `pairs.txt` format).
-        images: str, the image folder.
+        pairs: str, the pair list: LFW `pairs.txt` format, or YouTube Faces `splits.txt` with
+            `protocol='ytf'`.
+        images: str, the image folder (YTF: the `aligned_images_DB` folder of video folders).
         image_pattern: str, see `faces.read_pairs`.
         batch_size: int, images per embedding batch.
         far_targets: floats.
+        protocol: 'lfw' (image pairs) or 'ytf' (video pairs, frames averaged).
+        frames_per_video: int or None, see `verify`.
 
     Returns:
         dict, the verification results (see `verify`) plus `pairs`, `images`, `roc_png`.
@@ -155,11 +181,12 @@ def evaluate_workdir(workdir, pairs, images, *, image_pattern=faces.LFW_IMAGE_PA
     model_path = os.path.join(workdir, "checkpoints", "model.keras")
     if not os.path.isfile(model_path):
         raise faces.DataNotFoundError(f"no trained model in workdir {workdir!r} (expected {model_path}).")
-    parsed = faces.read_pairs(pairs, image_pattern=image_pattern)
+    validation.one_of(protocol, "protocol", PROTOCOLS)
+    parsed = faces.read_ytf_splits(pairs) if protocol == "ytf" else faces.read_pairs(pairs, image_pattern=image_pattern)
     model = keras.models.load_model(model_path)
     roc_path = os.path.join(workdir, "roc.png")
     results = verify(model, parsed, images, batch_size=batch_size, normalization=_run_normalization(workdir),
-                     far_targets=far_targets, roc_path=roc_path)
+                     far_targets=far_targets, roc_path=roc_path, frames_per_video=frames_per_video)
     results.update({"pairs": os.path.abspath(pairs), "images": os.path.abspath(images), "roc_png": roc_path})
     results_path = os.path.join(workdir, "results.json")
     merged = {}

@@ -285,6 +285,28 @@ def extract_embeddings(embed_fn, images):
     return np.concatenate(outputs, axis=0)
 
 
+def mean_unit_embeddings(embeddings, owner, count, epsilon=1e-12):
+    """Per group, the mean of its members' L2-normalised embeddings (a video's feature from its frames).
+
+    Args:
+        embeddings: float array (n, d).
+        owner: int array (n,), the group of each row, in [0, count).
+        count: int, the number of groups; every group must have a member.
+
+    Returns:
+        float32 array (count, d).
+    """
+    embeddings = np.asarray(embeddings, np.float64)
+    owner = np.asarray(owner)
+    members = np.bincount(owner, minlength=count)
+    if len(members) != count or members.min() < 1:
+        raise validation.invalid_argument("owner", f"every group 0..{count - 1} with at least one member", members)
+    unit = embeddings / np.maximum(np.sqrt(np.sum(embeddings**2, axis=1, keepdims=True)), epsilon)
+    sums = np.zeros((count, unit.shape[1]))
+    np.add.at(sums, owner, unit)
+    return (sums / members[:, None]).astype(np.float32)
+
+
 def cosine_scores(embeddings, left, right, epsilon=1e-12):
     """Cosine similarity of `embeddings[left[k]]` and `embeddings[right[k]]` for each pair k.
 
