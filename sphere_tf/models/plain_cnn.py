@@ -48,6 +48,7 @@ def build_plain_cnn(
     feature_bn_relu=True,
     stem=None,
     stem_width=None,
+    first_operator=None,
 ):
     """Builds a plain CNN: `len(widths)` stages of `convs_per_stage` convs 'same', 2×2 max-pool.
 
@@ -74,6 +75,9 @@ def build_plain_cnn(
             L-Softmax's Conv0 of Table 2.1) or 'imagenet' (7×7/2 conv unit and
             3×3/2 max-pool, OPT's CNN-10 for ImageNet).
         stem_width: int, the stem's filters before `width_multiplier` (None: `widths[0]`).
+        first_operator: operator spec of the first conv of the stages (`conv1_1`) only;
+            None gives `operator`. OPT's PE-OPT and S-OPT keep full OPT there, where the
+            3 input channels admit neither channel blocks nor 144 sampled dimensions.
 
     Returns:
         A functional `keras.Model` mapping images (and labels, for a `MarginHead`) to logits.
@@ -87,6 +91,8 @@ def build_plain_cnn(
     else:
         dense_units = (validation.positive_int(dense_units, "dense_units"),) if dense_units else ()
     operators.validate_operator(operator)
+    if first_operator is not None:
+        operators.validate_operator(first_operator, "first_operator")
     if fc_operator is None:
         fc_operator = operator if decoupled_dense else {"layer": "conv2d"}
     operators.validate_operator(fc_operator, "fc_operator", dense=True)
@@ -97,7 +103,8 @@ def build_plain_cnn(
         x = blocks.stem_unit(x, stem, stem_width, operator, batch_norm=batch_norm, relu=relu, activation=activation)
     for stage, width in enumerate(widths):
         for i in range(convs_per_stage):
-            x = blocks.conv_unit(x, operator, width, kernel_size, batch_norm=batch_norm, relu=relu,
+            spec = first_operator if first_operator is not None and stage == i == 0 else operator
+            x = blocks.conv_unit(x, spec, width, kernel_size, batch_norm=batch_norm, relu=relu,
                                  activation=activation, name=f"conv{stage + 1}_{i + 1}")
         x = keras.layers.MaxPooling2D(2, name=f"pool{stage + 1}")(x)
     x = keras.layers.Flatten(name="flatten")(x)
