@@ -157,7 +157,8 @@ def quick(config):
     config.export = False
     config.model.width_multiplier = 0.125
     if "blocks_per_stage" in config.model:  # ResNets: one block per stage (tracing 35 layers dominates)
-        config.model.blocks_per_stage = 1
+        blocks = config.model.blocks_per_stage
+        config.model.blocks_per_stage = (1,) * len(blocks) if isinstance(blocks, (list, tuple)) else 1
     if config.data.name == "imagenet2012":  # the generated archives hold a few images per class
         config.data.train_limit, config.data.test_limit = 4, 2
         config.train.batch_size = 2
