@@ -4,7 +4,10 @@ Deep Hyperspherical Learning (Liu et al., NIPS 2017), Table 1; W. Liu's PhD thes
 §3.4 and Table 3.1. Rows: the conv operator (`operator`); columns: the loss (`loss`).
 Accuracy % (paper):
 
-| operator \ loss | softmax | wsoftmax_sigmoid0.1 | wsoftmax_sigmoid0.3 | wsoftmax_sigmoid0.7 | wsoftmax_linear | wsoftmax_cosine | asoftmax | gasoftmax |
+(columns: softmax, wsoftmax_sigmoid0.1, wsoftmax_sigmoid0.3, wsoftmax_sigmoid0.7, wsoftmax_linear,
+wsoftmax_cosine, asoftmax, gasoftmax)
+
+| operator \ loss | softmax | W σ0.1 | W σ0.3 | W σ0.7 | W lin | W cos | A m=4 | GA m=4 |
 |-----------------|---------|-------|-------|-------|-------|-------|-------|-------|
 | sigmoid0.1      | 90.97   | 90.91 | 90.89 | 90.88 | 91.07 | 91.13 | 91.87 | 91.99 |
 | sigmoid0.3      | 91.08   | 91.44 | 91.37 | 91.21 | 91.34 | 91.28 | 92.13 | 92.38 |
