@@ -8,6 +8,8 @@ matching `UNAVAILABLE` must raise instead. The `quick` variant of every config
 then trains two steps end to end on archives generated in the published formats.
 """
 
+# bazel-size: large
+
 import glob
 import importlib.util
 import itertools
