@@ -10,6 +10,7 @@ from sphere_tf.data import preprocessing
 from sphere_tf.data import tfds_source
 from sphere_tf.data.datasets import DATASETS
 from sphere_tf.data.datasets import DatasetSpec
+from sphere_tf.data.datasets import check_class_limits
 from sphere_tf.data.datasets import get_datasets
 from sphere_tf.data.datasets import register_dataset
 from sphere_tf.data.errors import CorruptDataError

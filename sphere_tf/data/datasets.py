@@ -127,6 +127,40 @@ def _subset(arrays, limit, rng):
     return tuple(a[index] if isinstance(a, np.ndarray) else tuple(a[j] for j in index) for a in arrays)
 
 
+def check_class_limits(class_limits, num_classes, name="class_limits"):
+    """`class_limits` as a tuple of ints >= 0 (None and [] give ()); at most `num_classes` of them.
+
+    Raises:
+        ValueError: not a list of ints >= 0, or more entries than classes (named `name`).
+    """
+    if class_limits is None:
+        return ()
+    if not isinstance(class_limits, (list, tuple)) or len(class_limits) > num_classes:
+        raise validation.invalid_argument(
+            name, f"a list of at most {num_classes} ints >= 0 (images kept of classes 0, 1, ...; 0: all)",
+            class_limits)
+    return tuple(validation.integer(k, f"{name}[{c}]", minimum=0) for c, k in enumerate(class_limits))
+
+
+def _class_subset(arrays, limits, rng):
+    """Keeps at most `limits[c]` examples of class c (0: all; classes past the list: all), a seeded choice.
+
+    The kept examples of class c are the first `limits[c]` of a permutation of its
+    examples drawn from `rng`, class by class in order; file order is kept.
+    """
+    labels = np.asarray(arrays[-1])
+    keep = np.ones(len(labels), bool)
+    for c, limit in enumerate(limits):
+        members = np.flatnonzero(labels == c)
+        if limit and limit < len(members):
+            keep[members] = False
+            keep[members[rng.permutation(len(members))[:limit]]] = True
+    if keep.all():
+        return arrays
+    index = np.flatnonzero(keep)
+    return tuple(a[index] if isinstance(a, np.ndarray) else tuple(a[j] for j in index) for a in arrays)
+
+
 def _load_manual(name, manual_dir, split, label_mode):
     """Per-example arrays of one split from the published files; the last array holds the labels."""
     if name == "cifar10":
@@ -165,6 +199,7 @@ def get_datasets(
     test_limit=0,
     label_mode="fine",
     val_labels_file=None,
+    class_limits=None,
     initial_step=0,
     drop_remainder=True,
     channel_mean=None,
@@ -187,6 +222,10 @@ def get_datasets(
         label_mode: 'fine' or 'coarse' (CIFAR-100 only).
         val_labels_file: str, ImageNet validation ground truth (source='manual'; see
             `imagenet.read_val_labels`).
+        class_limits: None or a list of ints >= 0: keep at most `class_limits[c]` training
+            examples of class c (0: all; classes past the list: all), a seeded random choice
+            made before `train_limit` (the imbalanced-data settings of MHE, NeurIPS 2018, §5 and
+            Liu's thesis 2020, App. D.1). Not for ImageNet from tensorflow-datasets.
         initial_step: int >= 0, the training step the stream starts at (resume).
         drop_remainder: bool, every training batch holds exactly `batch_size` examples.
         channel_mean: sequence of floats or None, the means for 'mean_subtraction' (None: the
@@ -212,6 +251,10 @@ def get_datasets(
     label_mode = validation.one_of(label_mode, "label_mode", ("fine", "coarse"))
     if label_mode == "coarse" and name != "cifar100":
         raise validation.invalid_argument("label_mode", "'fine' (only cifar100 has coarse labels)", label_mode)
+    class_limits = check_class_limits(class_limits, 20 if label_mode == "coarse" else spec.num_classes)
+    if class_limits and name == "imagenet2012" and source == "tfds":
+        raise validation.invalid_argument("class_limits", "None for imagenet2012 from tfds (streamed shards)",
+                                          class_limits)
     if not callable(augmentation):
         validation.one_of(augmentation, "augmentation", tuple(preprocessing.AUGMENTATIONS))
     eval_augmentation = spec.eval_augmentation if eval_augmentation is None else eval_augmentation
@@ -247,7 +290,8 @@ def get_datasets(
         val_index = imagenet.index_val_tar(manual_dir, val_labels_file, train_index["wnids"])
         num_classes = len(train_index["wnids"])
         keys = ("offsets", "lengths", "labels")
-        train_arrays = _subset(tuple(train_index[k] for k in keys), train_limit, rng)
+        train_arrays = _class_subset(tuple(train_index[k] for k in keys), class_limits, rng)
+        train_arrays = _subset(train_arrays, train_limit, rng)
         test_arrays = tuple(val_index[k][: test_limit or None] for k in keys)
         train = _tar_examples(os.path.join(manual_dir, imagenet.TRAIN_ARCHIVE), *train_arrays)
         test = _tar_examples(os.path.join(manual_dir, imagenet.VAL_ARCHIVE), *test_arrays)
@@ -276,6 +320,7 @@ def get_datasets(
             test_arrays = tfds_source.load_arrays(spec.tfds_name, "test", data_dir, label_key)
         mean = _channel_mean(train_arrays[0]) if normalization == "mean_subtraction" else spec.channel_mean
         num_classes = 20 if label_mode == "coarse" else spec.num_classes
+        train_arrays = _class_subset(train_arrays, class_limits, rng)
         train_arrays = _subset(train_arrays, train_limit, rng)
         test_arrays = tuple(a[: test_limit or None] for a in test_arrays)
         train = _array_examples(*train_arrays)

@@ -79,6 +79,20 @@ def conv_unit(x, operator, filters, kernel_size, strides=1, batch_norm=True, rel
     return x
 
 
+STEMS = ("cifar", "imagenet")
+
+
+def stem_unit(x, stem, width, operator, batch_norm=True, relu=True, activation="relu"):
+    """The stem `conv0`: 'cifar' a 3×3 stride-1 conv unit; 'imagenet' a 7×7 stride-2 conv unit and a 3×3
+    stride-2 max-pool `pool0` (He et al., 2016)."""
+    validation.one_of(stem, "stem", STEMS)
+    if stem == "imagenet":
+        x = conv_unit(x, operator, width, 7, strides=2, batch_norm=batch_norm, relu=relu,
+                      activation=activation, name="conv0")
+        return keras.layers.MaxPooling2D(3, strides=2, padding="same", name="pool0")(x)
+    return conv_unit(x, operator, width, 3, batch_norm=batch_norm, relu=relu, activation=activation, name="conv0")
+
+
 def fc_unit(x, operator, units, batch_norm=True, relu=True, activation="relu", name="fc"):
     """A hidden FC layer of the kind of `operator` → BatchNorm → activation."""
     x = operators.dense_layer(operator, units, use_bias=not batch_norm, name=name)(x)

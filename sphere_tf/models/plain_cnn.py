@@ -10,7 +10,8 @@
 | `dcnet_mnist_2d` | DCNet App. D (MNIST visualisation)                 | [3×3; 32/64/128]×2      | 256, 2     |
 | `small_cnn`      | the Fashion-MNIST network of `configs/dcnet/`      | [3×3; 32/64]×2          | 128        |
 
-Every conv is 'same' padded, stride 1, followed by BatchNorm and ReLU (each
+An optional stem (`stem='cifar'`: a 3×3 conv `conv0`; `'imagenet'`: 7×7/2 conv
+and 3×3/2 max-pool) comes first. Every conv is 'same' padded, stride 1, followed by BatchNorm and ReLU (each
 switchable) and each stage by a 2×2 max-pool with stride 2. SphereNet's
 Fig. 3(c) varies the widths of CNN-9 (`FIG3C_WIDTHS`, pass `widths=`);
 `width_multiplier` scales any width set (tests use it to shrink models).
@@ -45,6 +46,9 @@ def build_plain_cnn(
     width_multiplier=1.0,
     activation="relu",
     feature_bn_relu=True,
+    stem=None,
+    stem_width=None,
+    first_operator=None,
 ):
     """Builds a plain CNN: `len(widths)` stages of `convs_per_stage` convs 'same', 2×2 max-pool.
 
@@ -67,6 +71,13 @@ def build_plain_cnn(
         activation: 'relu' or 'prelu' (L-Softmax's networks use PReLU).
         feature_bn_relu: bool, BatchNorm/activation after the last hidden FC too
             (False keeps a 2-D feature signed for plotting).
+        stem: None (no stem), 'cifar' (a 3×3 conv unit `conv0` before the stages,
+            L-Softmax's Conv0 of Table 2.1) or 'imagenet' (7×7/2 conv unit and
+            3×3/2 max-pool, OPT's CNN-10 for ImageNet).
+        stem_width: int, the stem's filters before `width_multiplier` (None: `widths[0]`).
+        first_operator: operator spec of the first conv of the stages (`conv1_1`) only;
+            None gives `operator`. OPT's PE-OPT and S-OPT keep full OPT there, where the
+            3 input channels admit neither channel blocks nor 144 sampled dimensions.
 
     Returns:
         A functional `keras.Model` mapping images (and labels, for a `MarginHead`) to logits.
@@ -80,14 +91,20 @@ def build_plain_cnn(
     else:
         dense_units = (validation.positive_int(dense_units, "dense_units"),) if dense_units else ()
     operators.validate_operator(operator)
+    if first_operator is not None:
+        operators.validate_operator(first_operator, "first_operator")
     if fc_operator is None:
         fc_operator = operator if decoupled_dense else {"layer": "conv2d"}
     operators.validate_operator(fc_operator, "fc_operator", dense=True)
     images = blocks.images_input(input_shape)
     x = images
+    if stem is not None:
+        stem_width = widths[0] if stem_width is None else blocks.scale_widths(stem_width, multiplier, "stem_width")[0]
+        x = blocks.stem_unit(x, stem, stem_width, operator, batch_norm=batch_norm, relu=relu, activation=activation)
     for stage, width in enumerate(widths):
         for i in range(convs_per_stage):
-            x = blocks.conv_unit(x, operator, width, kernel_size, batch_norm=batch_norm, relu=relu,
+            spec = first_operator if first_operator is not None and stage == i == 0 else operator
+            x = blocks.conv_unit(x, spec, width, kernel_size, batch_norm=batch_norm, relu=relu,
                                  activation=activation, name=f"conv{stage + 1}_{i + 1}")
         x = keras.layers.MaxPooling2D(2, name=f"pool{stage + 1}")(x)
     x = keras.layers.Flatten(name="flatten")(x)

@@ -35,17 +35,12 @@ from sphere_tf.models import blocks
 from sphere_tf.models import operators
 from sphere_tf.models.registry import register_model
 
-STEMS = ("cifar", "imagenet")
+STEMS = blocks.STEMS
 SHORTCUTS = ("projection", "zero_pad")
 
 
 def _stem(x, stem, width, operator, batch_norm, relu, activation):
-    if stem == "imagenet":
-        x = blocks.conv_unit(x, operator, width, 7, strides=2, batch_norm=batch_norm, relu=relu,
-                             activation=activation, name="conv0")
-        return keras.layers.MaxPooling2D(3, strides=2, padding="same", name="pool0")(x)
-    return blocks.conv_unit(x, operator, width, 3, batch_norm=batch_norm, relu=relu, activation=activation,
-                            name="conv0")
+    return blocks.stem_unit(x, stem, width, operator, batch_norm, relu, activation)
 
 
 def zero_pad_shortcut(x, width, strides, name):

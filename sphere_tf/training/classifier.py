@@ -47,7 +47,7 @@ DEFAULTS = {
     "data": {
         "name": "fashion_mnist", "source": "auto", "manual_dir": "", "data_dir": "", "augmentation": "none",
         "eval_augmentation": "", "normalization": "centered_128", "train_limit": 0, "test_limit": 0,
-        "label_mode": "fine", "val_labels_file": "",
+        "label_mode": "fine", "val_labels_file": "", "class_limits": [],
     },
     "model": {"name": "small_cnn"},
     "loss": {"label_smoothing": 0.0, "data_dependent_mhe": 0.0},
@@ -171,6 +171,8 @@ def validate(config):
     validation.one_of(data["label_mode"], "data.label_mode", ("fine", "coarse"))
     validation.integer(data["train_limit"], "data.train_limit", minimum=0)
     validation.integer(data["test_limit"], "data.test_limit", minimum=0)
+    classes = 20 if data["label_mode"] == "coarse" else datasets_lib.DATASETS[data["name"]].num_classes
+    datasets_lib.check_class_limits(data["class_limits"], classes, "data.class_limits")
 
     _check_model(config["model"])
     loss = config["loss"]

@@ -18,7 +18,10 @@ SphereFace+'s data-dependent MHE needs the labels and goes on the margin head
 (`loss.data_dependent_mhe`), not here.
 
 The regularizer becomes the `regularizer` of the layer's `kernel` variable,
-which Keras adds to the training loss (`model.losses`).
+which Keras adds to the training loss (`model.losses`). A layer matched by
+several entries (the papers' weight decay on every layer plus MHE on the
+hidden ones) gets their sum, a `SummedRegularizer` whose `parts` are the
+entries' regularizers in list order.
 """
 
 import fnmatch
@@ -66,6 +69,23 @@ def build_regularizer(entry, index=0):
         raise ValueError(f"Invalid option in regularizers[{index}] ({entry.get('name')!r}): {error}") from None
 
 
+class SummedRegularizer:
+    """The sum of several kernel regularizers (a layer matched by several `regularizers` entries).
+
+    Args:
+        parts: list of callables `regularizer(kernel) -> scalar`, kept in order as `parts`.
+    """
+
+    def __init__(self, parts):
+        self.parts = list(parts)
+
+    def __call__(self, x):
+        total = self.parts[0](x)
+        for part in self.parts[1:]:
+            total = total + part(x)
+        return total
+
+
 def kernel_layers(model):
     """Layers under `model` that own a `kernel` variable, in walk order."""
     return walk.find_layers(model, lambda layer: isinstance(getattr(layer, "kernel", None), keras.Variable))
@@ -79,14 +99,15 @@ def attach(model, entries):
         entries: list of dicts (the config's `regularizers`).
 
     Returns:
-        dict layer name -> regularizer name, the layers regularized.
+        dict layer name -> regularizer name, the layers regularized (names of
+        several entries on one layer joined by '+', e.g. 'weight_decay+mhe').
 
     Raises:
         ValueError: a pattern matches no layer with a kernel (the message lists
-            them), or a layer is matched by two entries.
+            them).
     """
     candidates = kernel_layers(model)
-    attached = {}
+    attached, parts = {}, {}
     for index, entry in enumerate(entries or ()):
         reg = build_regularizer(entry, index)
         patterns = _patterns(entry, index)
@@ -97,8 +118,9 @@ def attach(model, entries):
                 f"layers: {[layer.name for layer in candidates]}."
             )
         for layer in matched:
-            if layer.name in attached:
-                raise ValueError(f"Layer {layer.name!r} is matched by two `regularizers` entries.")
-            layer.kernel.regularizer = reg
-            attached[layer.name] = entry["name"]
+            parts.setdefault(layer.name, (layer, []))[1].append(reg)
+            previous = attached.get(layer.name)
+            attached[layer.name] = f"{previous}+{entry['name']}" if previous else entry["name"]
+    for layer, regs in parts.values():
+        layer.kernel.regularizer = regs[0] if len(regs) == 1 else SummedRegularizer(regs)
     return attached

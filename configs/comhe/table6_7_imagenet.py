@@ -1,0 +1,51 @@
+r"""CoMHE Table 6.7: ResNet-18 / ResNet-34 on ImageNet-2012, top-1 error.
+
+Compressive Hyperspherical Energy Minimization (CVPR 2020), Table 7; W. Liu's PhD thesis
+(2020), Table 6.7. Top-1 error % (paper):
+
+| method           | resnet18 | resnet34 | ResNet-50 |
+|------------------|----------|----------|-----------|
+| baseline         | 32.95    | 30.04    | 25.30     |
+| orthogonal       | 32.65    | 29.74    | 25.19     |
+| orthonormal      | 32.61    | 29.75    | 25.21     |
+| SRIP             | 32.53    | 29.55    | 24.91     |
+| mhe              | 32.50    | 29.60    | 25.02     |
+| half_space_mhe   | 32.45    | 29.50    | 24.98     |
+| random           | 31.90    | 29.38    | 24.51     |
+| angle_preserving | 31.80    | 29.32    | 24.53     |
+
+Not here: ResNet-50 (the zoo has no bottleneck ResNet) and SRIP (no regularizer).
+
+Recipe (thesis App. E.1): standard ResNets, SGD momentum 0.9, batch 64, lr 0.1, stop at
+500k iterations, weight decay 1e-4, λ = 1, s = 2, orthogonal/orthonormal regularization
+1e-5. Not stated in the paper, our choices: MHE's ImageNet schedule (×0.1 at 150k, 300k,
+400k; thesis App. D.1), shorter side 256 + random 224 crop + flip, centre crop for testing,
+(x − 127.5)/128 input.
+
+Run:
+  python -m trainers.train_classifier \
+    --config configs/comhe/table6_7_imagenet.py:model=resnet18,method=random \
+    --workdir runs/comhe_t6_7 --config.data.manual_dir=/path/to/ILSVRC2012 \
+    --config.data.val_labels_file=/path/to/LOC_val_solution.csv
+"""
+
+from configs import comhe
+from configs import common
+from configs import mhe
+
+RESNETS = {"resnet18": 2, "resnet34": (3, 4, 6, 3)}
+METHODS = ("baseline", "orthogonal", "orthonormal", "mhe", "half_space_mhe", "random", "angle_preserving")
+VARIANTS = {"model": tuple(RESNETS), "method": METHODS}
+
+
+def get_config(arg=None):
+    arg = common.parse_arg(arg, quick=False, model="resnet18", method="random")
+    mhe.check(arg.model, "model", RESNETS)
+    mhe.check(arg.method, "method", METHODS)
+    model = dict(name="resnet18", blocks_per_stage=RESNETS[arg.model], operator=dict(mhe.HE_CONV))
+    if arg.method in ("orthonormal",):
+        regularizers = mhe.mhe_entries(arg.method, hidden=mhe.RESNET_HIDDEN)
+    else:
+        regularizers = comhe.entries(arg.method, hidden=mhe.RESNET_HIDDEN)
+    config = mhe.imagenet_config(model=model, regularizers=regularizers)
+    return mhe.quick(config) if arg.quick else config
