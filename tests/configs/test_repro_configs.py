@@ -23,7 +23,8 @@ CONFIG_FILES = sorted(p for p in glob.glob(os.path.join(REPRO, "*.py")) if not p
 # Every config's variant axes (argument -> choices), as its docstring lists them.
 AXES = {
     "fashion_mnist_no_relu.py": {"operator": ["conv2d", "sphere", "tanh"], "relu": ["True", "False"]},
-    "fashion_mnist_convnorm_scarcity.py": {"norm": ["bn", "convnorm_bn", "convnorm", "vanilla"]},
+    "fashion_mnist_convnorm_scarcity.py": {"norm": ["bn", "convnorm_bn", "convnorm", "vanilla"],
+                                           "schedule": ["constant", "cosine"]},
     "fashion_mnist_mhe.py": {"reg": ["none", "mhe", "hs_mhe", "rp_comhe"]},
     "fashion_mnist_margin_2d.py": {"loss": ["softmax", "lsoftmax_m2", "lsoftmax_m4", "asoftmax_m4"]},
 }
@@ -55,7 +56,7 @@ def test_every_variant_validates(path):
 @pytest.mark.parametrize("path", CONFIG_FILES, ids=os.path.basename)
 def test_bad_variant_value_names_the_argument(path):
     module = sweep.load_config_module(path)
-    (axis, choices), = [(k, v) for k, v in AXES[os.path.basename(path)].items() if k != "relu"][:1]
+    axis, choices = next((k, v) for k, v in AXES[os.path.basename(path)].items() if k != "relu")
     with pytest.raises(ValueError, match=rf"{axis}='bogus'.*{choices[0]}"):
         module.get_config(f"{axis}=bogus")
     with pytest.raises(ValueError, match="Unknown config argument 'nope'"):
@@ -66,9 +67,11 @@ def test_variants_differ_only_in_their_axis():
     """The compared variants of a claim share data, optimizer and schedule (a fair comparison)."""
     for path in CONFIG_FILES:
         module = sweep.load_config_module(path)
+        axes = AXES[os.path.basename(path)]
+        keys = ("data", "optimizer", "train", "seed") + (() if "schedule" in axes else ("schedule",))
         configs = [classifier.validate(module.get_config(v)) for v in _variants(path)]
         for config in configs[1:]:
-            for key in ("data", "optimizer", "schedule", "train", "seed"):
+            for key in keys:
                 assert config[key] == configs[0][key], (path, key)
 
 
