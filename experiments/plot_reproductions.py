@@ -27,7 +27,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from trainers import sweep  # noqa: E402
 
 _RUNS = flags.DEFINE_string("runs", "runs/repro", "Folder holding one sweep workdir per claim.")
 _IMG = flags.DEFINE_string("img_dir", "docs/img", "Where the PNGs go.")
@@ -43,6 +42,13 @@ def _runs(claim_dir):
         if seeds:
             out[os.path.basename(variant_dir)] = [json.load(open(p)) for p in seeds]
     return out
+
+
+def _mean_std(values):
+    """Mean and sample std (ddof 1), as trainers/sweep.py's summaries."""
+    values = np.asarray(values, np.float64)
+    return {"mean": float(values.mean()), "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0,
+            "n": int(len(values))}
 
 
 def _band(ax, steps, series, label):
@@ -88,7 +94,8 @@ def _margin_features(claim_dir, img_path, json_path):
     (_, _), (x_test, y_test) = fashion_mnist.load_fashion_mnist()
     images = ((x_test.astype(np.float32) - 127.5) / 128.0)[..., None]
     labels = y_test.astype(np.int64)
-    variants = sorted(d for d in os.listdir(claim_dir) if os.path.isdir(os.path.join(claim_dir, d)))
+    variants = sorted((d for d in os.listdir(claim_dir) if os.path.isdir(os.path.join(claim_dir, d))),
+                      key=lambda d: (not d.endswith("-softmax"), d))  # the softmax baseline first
     fig, axes = plt.subplots(1, len(variants), figsize=(4 * len(variants), 4))
     axes = np.atleast_1d(axes)
     stats = {}
@@ -114,8 +121,7 @@ def _margin_features(claim_dir, img_path, json_path):
                 ax.set_title(variant, fontsize=9)
                 ax.set_aspect("equal", "datalim")
         stats[variant] = {"runs": rows, "aggregate": {
-            key: sweep.mean_std([r[key] for r in rows]) for key in ("angular_fisher_score",
-                                                                    "min_interclass_angle_deg")}}
+            key: _mean_std([r[key] for r in rows]) for key in ("angular_fisher_score", "min_interclass_angle_deg")}}
     axes[0].legend(markerscale=4, fontsize=6, ncol=2)
     fig.suptitle("2-D test features (Fashion-MNIST, seed 0, 300 per class)", fontsize=10)
     fig.tight_layout()
