@@ -6,6 +6,9 @@ Reads the run folders `trainers/sweep.py` wrote (`<runs>/<claim>/<variant>/seed_
 * `docs/img/repro_convnorm_curves.png`: training loss per interval, BN vs ConvNorm + BN;
 * `docs/img/repro_mhe_energy.png`: hidden-layer energy (half-space, s = 1, thesis Eq. E.2) per interval;
 * `docs/img/repro_margin_2d.png`: 2-D test features of seed 0 per loss (L-Softmax Fig. 2);
+* `experiments/results/fashion_mnist_convnorm_scarcity_batch_statistics.json`: per ConvNorm run, the test
+  accuracy with BatchNorm's moving statistics (as evaluated) and with batch statistics (batches of 1000 test
+  images), to separate lagging moving statistics from what the network learned;
 * `experiments/results/fashion_mnist_margin_2d_features.json`: per seed and loss, the angular Fisher score
   (thesis Eq. A.1; `sphere_tf.metrics.angular_fisher_score`) and the minimum inter-class angle of the 10k
   test features, with mean ± std.
@@ -89,11 +92,7 @@ def _margin_features(claim_dir, img_path, json_path):
     import keras  # noqa: PLC0415
     from sphere_tf import metrics  # noqa: PLC0415
     from sphere_tf import models  # noqa: PLC0415
-    from sphere_tf.data import fashion_mnist  # noqa: PLC0415
-
-    (_, _), (x_test, y_test) = fashion_mnist.load_fashion_mnist()
-    images = ((x_test.astype(np.float32) - 127.5) / 128.0)[..., None]
-    labels = y_test.astype(np.int64)
+    images, labels = _test_images()
     variants = sorted((d for d in os.listdir(claim_dir) if os.path.isdir(os.path.join(claim_dir, d))),
                       key=lambda d: (not d.endswith("-softmax"), d))  # the softmax baseline first
     fig, axes = plt.subplots(1, len(variants), figsize=(4 * len(variants), 4))
@@ -135,6 +134,42 @@ def _margin_features(claim_dir, img_path, json_path):
         print(f"| `{variant}` | {afs['mean']:.4f} ± {afs['std']:.4f} | {ang['mean']:.1f} ± {ang['std']:.1f} |")
 
 
+def _test_images():
+    from sphere_tf.data import fashion_mnist  # noqa: PLC0415
+
+    (_, _), (x_test, y_test) = fashion_mnist.load_fashion_mnist()
+    return ((x_test.astype(np.float32) - 127.5) / 128.0)[..., None], y_test.astype(np.int64)
+
+
+def _convnorm_batch_statistics(claim_dir, json_path):
+    import keras  # noqa: PLC0415
+
+    images, labels = _test_images()
+    stats = {}
+    for variant in sorted(d for d in os.listdir(claim_dir) if os.path.isdir(os.path.join(claim_dir, d))):
+        rows = []
+        for seed_dir in sorted(glob.glob(os.path.join(claim_dir, variant, "seed_*"))):
+            model = keras.models.load_model(os.path.join(seed_dir, "checkpoints", "model.keras"))
+            moving = np.argmax(model.predict(images, batch_size=1000, verbose=0), axis=1)
+            # training=True: BatchNormalization normalises with the batch's own statistics (the loaded copy's
+            # moving averages change, which does not matter: it is discarded).
+            batch = np.concatenate([np.argmax(np.asarray(model(images[i:i + 1000], training=True)), axis=1)
+                                    for i in range(0, len(images), 1000)])
+            rows.append({"seed": int(seed_dir.split("seed_")[-1]),
+                         "moving_statistics_accuracy": 100.0 * float(np.mean(moving == labels)),
+                         "batch_statistics_accuracy": 100.0 * float(np.mean(batch == labels))})
+        stats[variant] = {"runs": rows, "aggregate": {
+            key: _mean_std([r[key] for r in rows]) for key in ("moving_statistics_accuracy",
+                                                               "batch_statistics_accuracy")}}
+        agg = stats[variant]["aggregate"]
+        print(f"| `{variant}` | {agg['moving_statistics_accuracy']['mean']:.2f} ± "
+              f"{agg['moving_statistics_accuracy']['std']:.2f} | {agg['batch_statistics_accuracy']['mean']:.2f} ± "
+              f"{agg['batch_statistics_accuracy']['std']:.2f} |")
+    with open(json_path, "w") as f:
+        json.dump(stats, f, indent=1)
+    print(f"wrote {json_path}")
+
+
 def main(argv):
     del argv
     os.makedirs(_IMG.value, exist_ok=True)
@@ -152,6 +187,8 @@ def main(argv):
                 {"training loss": lambda h: h["loss"], "training accuracy": lambda h: h["accuracy"]},
                 os.path.join(_IMG.value, "repro_convnorm_curves.png"),
                 "10% of Fashion-MNIST (6k), SGD 0.05 m 0.9, batch 128 (mean ± std over seeds)")
+        _convnorm_batch_statistics(claims["convnorm"], os.path.join(
+            _RESULTS.value, "fashion_mnist_convnorm_scarcity_batch_statistics.json"))
     if "mhe" not in missing:
         _curves(_runs(claims["mhe"]),
                 {"hidden-layer energy (half-space, s=1)": _hidden_energy,
