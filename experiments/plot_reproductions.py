@@ -6,7 +6,7 @@ Reads the run folders `trainers/sweep.py` wrote (`<runs>/<claim>/<variant>/seed_
 * `docs/img/repro_convnorm_curves.png`: training loss per interval, BN vs ConvNorm + BN;
 * `docs/img/repro_mhe_energy.png`: hidden-layer energy (half-space, s = 1, thesis Eq. E.2) per interval;
 * `docs/img/repro_margin_2d.png`: 2-D test features of seed 0 per loss (L-Softmax Fig. 2);
-* `experiments/results/fashion_mnist_convnorm_scarcity_batch_statistics.json`: per ConvNorm run, the test
+* `experiments/results/fashion_mnist_{no_relu,convnorm_scarcity}_batch_statistics.json`: per run, the test
   accuracy with BatchNorm's moving statistics (as evaluated) and with batch statistics (batches of 1000 test
   images), to separate lagging moving statistics from what the network learned;
 * `experiments/results/fashion_mnist_margin_2d_features.json`: per seed and loss, the angular Fisher score
@@ -141,7 +141,7 @@ def _test_images():
     return ((x_test.astype(np.float32) - 127.5) / 128.0)[..., None], y_test.astype(np.int64)
 
 
-def _convnorm_batch_statistics(claim_dir, json_path):
+def _batch_statistics(claim_dir, json_path):
     import keras  # noqa: PLC0415
 
     images, labels = _test_images()
@@ -182,12 +182,13 @@ def main(argv):
                 {"training loss": lambda h: h["loss"], "training accuracy": lambda h: h["accuracy"]},
                 os.path.join(_IMG.value, "repro_no_relu_curves.png"),
                 "small CNN 16/32 on 6k Fashion-MNIST, Adam 1e-3, batch 64 (mean ± std over seeds)")
+        _batch_statistics(claims["no_relu"], os.path.join(_RESULTS.value, "fashion_mnist_no_relu_batch_statistics.json"))
     if "convnorm" not in missing:
         _curves(_runs(claims["convnorm"]),
                 {"training loss": lambda h: h["loss"], "training accuracy": lambda h: h["accuracy"]},
                 os.path.join(_IMG.value, "repro_convnorm_curves.png"),
                 "10% of Fashion-MNIST (6k), SGD 0.05 m 0.9, batch 128 (mean ± std over seeds)")
-        _convnorm_batch_statistics(claims["convnorm"], os.path.join(
+        _batch_statistics(claims["convnorm"], os.path.join(
             _RESULTS.value, "fashion_mnist_convnorm_scarcity_batch_statistics.json"))
     if "mhe" not in missing:
         _curves(_runs(claims["mhe"]),
