@@ -49,8 +49,9 @@ def test_every_variant_validates(path):
         config = classifier.validate(module.get_config(variant))
         assert config["data"]["name"] == "fashion_mnist"
         assert config["export"] is False
-    for variant in module.SWEEP_VARIANTS:
-        assert variant in variants, variant
+    full = [classifier.validate(module.get_config(v)) for v in variants]
+    for variant in module.SWEEP_VARIANTS:  # may leave axes at their defaults
+        assert classifier.validate(module.get_config(variant)) in full, variant
 
 
 @pytest.mark.parametrize("path", CONFIG_FILES, ids=os.path.basename)
