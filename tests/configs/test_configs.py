@@ -18,6 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CONFIG_FILES = sorted(
     p for p in glob.glob(os.path.join(ROOT, "configs", "**", "*.py"), recursive=True)
     if os.path.basename(p) not in ("__init__.py", "common.py")
+    and os.sep + os.path.join("configs", "repro") + os.sep not in p  # tests/configs/test_repro_configs.py
 )
 
 
