@@ -1,0 +1,187 @@
+"""The Fashion-MNIST reproduction configs (configs/repro/) and the sweep driver (trainers/sweep.py).
+
+Every variant of every config validates; every config's quick variant trains two steps on the real
+Fashion-MNIST files; the sweep's mean ± std matches hand-computed values and the runs' own results.json.
+"""
+
+import glob
+import itertools
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+
+from sphere_tf.training import classifier
+from trainers import sweep
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPRO = os.path.join(ROOT, "configs", "repro")
+CONFIG_FILES = sorted(p for p in glob.glob(os.path.join(REPRO, "*.py")) if not p.endswith("__init__.py"))
+
+# Every config's variant axes (argument -> choices), as its docstring lists them.
+AXES = {
+    "fashion_mnist_no_relu.py": {"operator": ["conv2d", "sphere", "tanh"], "relu": ["True", "False"]},
+    "fashion_mnist_convnorm_scarcity.py": {"norm": ["bn", "convnorm_bn", "convnorm", "vanilla"],
+                                           "schedule": ["constant", "cosine"]},
+    "fashion_mnist_mhe.py": {"reg": ["none", "mhe", "hs_mhe", "rp_comhe"]},
+    "fashion_mnist_margin_2d.py": {"loss": ["softmax", "lsoftmax_m2", "lsoftmax_m4", "asoftmax_m4"]},
+}
+
+
+def _variants(path):
+    axes = AXES[os.path.basename(path)]
+    for values in itertools.product(*axes.values()):
+        yield ",".join(f"{k}={v}" for k, v in zip(axes, values))
+
+
+def test_every_config_has_axes():
+    assert sorted(os.path.basename(p) for p in CONFIG_FILES) == sorted(AXES)
+
+
+@pytest.mark.parametrize("path", CONFIG_FILES, ids=os.path.basename)
+def test_every_variant_validates(path):
+    module = sweep.load_config_module(path)
+    assert "python -m trainers.sweep" in module.__doc__
+    variants = list(_variants(path))
+    for variant in variants + [v + ",quick" for v in variants]:
+        config = classifier.validate(module.get_config(variant))
+        assert config["data"]["name"] == "fashion_mnist"
+        assert config["export"] is False
+    full = [classifier.validate(module.get_config(v)) for v in variants]
+    for variant in module.SWEEP_VARIANTS:  # may leave axes at their defaults
+        assert classifier.validate(module.get_config(variant)) in full, variant
+
+
+@pytest.mark.parametrize("path", CONFIG_FILES, ids=os.path.basename)
+def test_bad_variant_value_names_the_argument(path):
+    module = sweep.load_config_module(path)
+    axis, choices = next((k, v) for k, v in AXES[os.path.basename(path)].items() if k != "relu")
+    with pytest.raises(ValueError, match=rf"{axis}='bogus'.*{choices[0]}"):
+        module.get_config(f"{axis}=bogus")
+    with pytest.raises(ValueError, match="Unknown config argument 'nope'"):
+        module.get_config("nope=1")
+
+
+def test_variants_differ_only_in_their_axis():
+    """The compared variants of a claim share data, optimizer and schedule (a fair comparison)."""
+    for path in CONFIG_FILES:
+        module = sweep.load_config_module(path)
+        axes = AXES[os.path.basename(path)]
+        keys = ("data", "optimizer", "train", "seed") + (() if "schedule" in axes else ("schedule",))
+        configs = [classifier.validate(module.get_config(v)) for v in _variants(path)]
+        for config in configs[1:]:
+            for key in keys:
+                assert config[key] == configs[0][key], (path, key)
+
+
+def test_mhe_baseline_tracks_the_same_layers_unregularized():
+    module = sweep.load_config_module(os.path.join(REPRO, "fashion_mnist_mhe.py"))
+    baseline = module.get_config("reg=none")
+    assert [r["factor"] for r in baseline.regularizers] == [0.0, 0.0]
+    for reg in ("mhe", "hs_mhe", "rp_comhe"):
+        config = module.get_config(f"reg={reg}")
+        assert [r["layers"] for r in config.regularizers] == [r["layers"] for r in baseline.regularizers]
+
+
+# One quick variant per config: the one with the most distinctive layers.
+QUICK = {
+    "fashion_mnist_no_relu.py": "quick,operator=sphere,relu=False",
+    "fashion_mnist_convnorm_scarcity.py": "quick,norm=convnorm_bn",
+    "fashion_mnist_mhe.py": "quick,reg=rp_comhe",
+    "fashion_mnist_margin_2d.py": "quick,loss=lsoftmax_m4",
+}
+
+
+@pytest.mark.parametrize("path", CONFIG_FILES, ids=os.path.basename)
+def test_quick_variant_trains_two_steps(path, tmp_path):
+    config = sweep.load_config_module(path).get_config(QUICK[os.path.basename(path)])
+    results = classifier.train_and_evaluate(config, str(tmp_path))
+    assert results["steps"] == 2
+    assert len(results["history"]["loss"]) == 1
+    assert math.isfinite(results["test_loss"]) and 0.0 <= results["test_accuracy"] <= 100.0
+    if os.path.basename(path) == "fashion_mnist_mhe.py":  # the tracked energy is in the history
+        assert results["regularized_layers"]
+        assert math.isfinite(results["history"]["energy/total"][0])
+
+
+def test_mean_std_hand_computed():
+    # 80, 82, 84: mean 82, sample variance ((−2)² + 0 + 2²)/2 = 4, std 2.
+    assert sweep.mean_std([80.0, 82.0, 84.0]) == {"mean": 82.0, "std": 2.0, "n": 3}
+    # 1, 2, 3, 4, 10: mean 4, squared deviations 9+4+1+0+36 = 50, /4 = 12.5.
+    result = sweep.mean_std([1, 2, 3, 4, 10])
+    assert result["mean"] == 4.0 and result["std"] == pytest.approx(math.sqrt(12.5), rel=1e-12)
+    assert sweep.mean_std([7.5]) == {"mean": 7.5, "std": 0.0, "n": 1}
+    with pytest.raises(ValueError, match="at least one"):
+        sweep.mean_std([])
+    with pytest.raises(ValueError, match="finite"):
+        sweep.mean_std([1.0, float("nan")])
+
+
+def test_run_sweep_aggregates_per_variant(tmp_path):
+    """With a recorded trainer: folders, per-seed rows and mean ± std against hand-computed values."""
+    accuracy = {("a=1", 0): 80.0, ("a=1", 1): 82.0, ("a=1", 2): 84.0,
+                ("a=2", 0): 90.0, ("a=2", 1): 90.0, ("a=2", 2): 93.0}
+    config_file = tmp_path / "cfg.py"
+    config_file.write_text(
+        "import ml_collections\n"
+        "def get_config(arg=None):\n"
+        "    return ml_collections.ConfigDict({'seed': 0, 'arg': arg})\n")
+    calls = []
+
+    def train_fn(config, workdir):
+        calls.append((config.arg, config.seed, workdir))
+        acc = accuracy[(config.arg, config.seed)]
+        return {"test_accuracy": acc, "test_error": 100.0 - acc, "test_loss": acc / 100.0, "steps": 5,
+                "history": {"loss": [2.0, 1.0 + config.seed], "energy/total": [3.0, 3.0 - config.seed]}}
+
+    summary = sweep.run_sweep(str(config_file), ["a=1", "a=2"], ["0", "1", "2"], str(tmp_path / "w"), train_fn)
+    assert [c[:2] for c in calls] == [(v, s) for v in ("a=1", "a=2") for s in (0, 1, 2)]
+    assert calls[0][2] == str(tmp_path / "w" / "a-1" / "seed_0")
+    agg1 = summary["variants"]["a=1"]["aggregate"]
+    assert agg1["test_accuracy"] == {"mean": 82.0, "std": 2.0, "n": 3}
+    assert agg1["test_error"]["mean"] == pytest.approx(18.0) and agg1["test_error"]["std"] == pytest.approx(2.0)
+    # final/loss: 1, 2, 3 -> mean 2, std 1; final/energy/total: 3, 2, 1 -> mean 2, std 1.
+    assert agg1["final/loss"] == {"mean": 2.0, "std": 1.0, "n": 3}
+    assert agg1["final/energy/total"] == {"mean": 2.0, "std": 1.0, "n": 3}
+    # 90, 90, 93: mean 91, squared deviations 1+1+4 = 6, /2 = 3.
+    agg2 = summary["variants"]["a=2"]["aggregate"]
+    assert agg2["test_accuracy"]["mean"] == 91.0
+    assert agg2["test_accuracy"]["std"] == pytest.approx(math.sqrt(3.0), rel=1e-12)
+    assert "seed" not in agg2 and "steps" not in agg2
+
+    path = tmp_path / "out" / "summary.json"
+    sweep.write_summary(summary, str(path))
+    assert json.loads(path.read_text()) == json.loads(json.dumps(summary))
+    table = (tmp_path / "out" / "summary.md").read_text()
+    assert "| `a=1` | 3 | 82.00 ± 2.00 | 80.00, 82.00, 84.00 |" in table
+    assert "| `a=2` | 3 | 91.00 ± 1.73 |" in table
+
+
+def test_run_sweep_bad_arguments(tmp_path):
+    with pytest.raises(FileNotFoundError, match="--config"):
+        sweep.load_config_module(str(tmp_path / "missing.py"))
+    empty = tmp_path / "empty.py"
+    empty.write_text("X = 1\n")
+    with pytest.raises(ValueError, match="get_config"):
+        sweep.load_config_module(str(empty))
+    path = CONFIG_FILES[0]
+    with pytest.raises(ValueError, match="duplicate"):
+        sweep.run_sweep(path, ["", ""], [0], str(tmp_path), train_fn=lambda c, w: None)
+    with pytest.raises(ValueError, match="expected variants and seeds"):
+        sweep.run_sweep(path, [""], [], str(tmp_path), train_fn=lambda c, w: None)
+
+
+def test_real_sweep_matches_the_runs_results(tmp_path):
+    """Two seeds of a real quick run: the summary's mean ± std equals NumPy's over the runs' results.json."""
+    path = os.path.join(REPRO, "fashion_mnist_no_relu.py")
+    summary = sweep.run_sweep(path, ["quick,operator=conv2d"], [0, 1], str(tmp_path))
+    accs = []
+    for seed in (0, 1):
+        with open(tmp_path / "quick_operator-conv2d" / f"seed_{seed}" / "results.json") as f:
+            accs.append(json.load(f)["test_accuracy"])
+    agg = summary["variants"]["quick,operator=conv2d"]["aggregate"]["test_accuracy"]
+    assert agg["mean"] == pytest.approx(np.mean(accs), abs=1e-9)
+    assert agg["std"] == pytest.approx(np.std(accs, ddof=1), abs=1e-9)
+    assert [r["seed"] for r in summary["variants"]["quick,operator=conv2d"]["runs"]] == [0, 1]
