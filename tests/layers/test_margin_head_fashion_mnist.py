@@ -1,6 +1,6 @@
 """End-to-end check on real Fashion-MNIST: A-Softmax (m = 4) separates classes by larger angles than softmax.
 
-Short version of experiments/margin_fashion_mnist.py (same network, data size and schedule as its
+Short version of the retired experiments/margin_fashion_mnist.py (`git show 68b1d38:experiments/margin_fashion_mnist.py`) (same network, data size and schedule as its
 `--num_train 4000 --epochs 6` rows in docs/losses.md): 4000 training images, an MLP 784-256-128-3, six
 epochs; the minimum inter-class angle between class mean directions is measured on 2000 held-out test
 images. The seed is fixed and set before any layer is built, so the run is deterministic.
@@ -16,7 +16,7 @@ from sphere_tf.data import fashion_mnist
 from sphere_tf.layers import MarginHead
 
 SEED = int(os.environ.get("SPHERE_TF_E2E_SEED", "0"))
-# Short-run annealing (experiments/margin_fashion_mnist.py): λ = 100·(1 + 0.05 t)^−2, λ ≈ 0.25 after 378 steps.
+# Short-run annealing (the retired experiments/margin_fashion_mnist.py): λ = 100·(1 + 0.05 t)^−2, λ ≈ 0.25 after 378 steps.
 SHORT_ANNEALING = {"base": 100.0, "gamma": 0.05, "power": 2.0, "lambda_min": 0.0}
 
 
