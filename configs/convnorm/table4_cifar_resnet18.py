@@ -49,5 +49,5 @@ def get_config(arg=None):
     dataset = convnorm.choose(arg, "dataset", VARIANTS["dataset"])
     config = convnorm.cifar_config(convnorm.model(method, affine), dataset=dataset)
     if arg.quick:
-        convnorm.quick(config, width_multiplier=1 / 16)
+        convnorm.quick(config, width_multiplier=1 / 16, blocks_per_stage=1)
     return config

@@ -41,5 +41,5 @@ def get_config(arg=None):
     method = convnorm.choose(arg, "method", VARIANTS["method"])
     config = convnorm.cifar_config(convnorm.model(method), train_images=convnorm.TRAIN_IMAGES * fraction // 100)
     if arg.quick:
-        convnorm.quick(config, width_multiplier=1 / 16)
+        convnorm.quick(config, width_multiplier=1 / 16, blocks_per_stage=1)
     return config

@@ -28,6 +28,8 @@ MAGNITUDES = {
 # The columns: the angular activations g (linear, cosine, squared cosine; D-11..14).
 ANGULARS = {"linear": "linear", "cosine": "cosine", "sq_cosine": "sqcosine"}
 BASELINE = {"layer": "conv2d", "kernel_initializer": INITIALIZER}
+# The quick variants' plain CNN: DCNet's CNN-9 widths with one conv per stage (the registered `cnn3` builder).
+QUICK_PLAIN_CNN = {"name": "cnn3", "widths": (64, 128, 256), "dense_units": 512}
 
 
 def decoupled(magnitude, angular, **options):

@@ -45,5 +45,5 @@ def get_config(arg=None):
                                                   dcnet.choose(arg, "angular", VARIANTS["angular"]),
                                                   optimizer=dict(SGD))
     if arg.quick:
-        dcnet.quick(config, width_multiplier=1 / 12)
+        dcnet.quick(config, width_multiplier=1 / 12, blocks_per_stage=1)
     return config

@@ -47,5 +47,5 @@ def get_config(arg=None):
         dict(name="resnet32", operator=dcnet.decoupled("tanh", "cosine", **options), head=None),
         projection=projection, weighted_gradients=weighted_gradients)
     if arg.quick:
-        dcnet.quick(config, width_multiplier=1 / 12)
+        dcnet.quick(config, width_multiplier=1 / 12, blocks_per_stage=1)
     return config

@@ -46,5 +46,5 @@ def get_config(arg=None):
         spec = dcnet.decoupled(operator, angular)
     config = dcnet.cifar_config(dict(name="dcnet_cnn9", operator=spec, batch_norm=False, head=None))
     if arg.quick:
-        dcnet.quick(config, width_multiplier=1 / 8)
+        dcnet.quick(config, width_multiplier=1 / 8, **dcnet.QUICK_PLAIN_CNN)
     return config

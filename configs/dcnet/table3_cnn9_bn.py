@@ -53,5 +53,5 @@ def get_config(arg=None):
     relu = dcnet.choose(arg, "relu", VARIANTS["relu"]) == "true"
     config = dcnet.cifar_config(dict(name="dcnet_cnn9", operator=spec, batch_norm=True, relu=relu, head=None))
     if arg.quick:
-        dcnet.quick(config, width_multiplier=1 / 8)
+        dcnet.quick(config, width_multiplier=1 / 8, **dcnet.QUICK_PLAIN_CNN)
     return config

@@ -55,5 +55,5 @@ def get_config(arg=None):
     config = resnet32_config(dcnet.choose(arg, "operator", VARIANTS["operator"]),
                              dcnet.choose(arg, "angular", VARIANTS["angular"]))
     if arg.quick:
-        dcnet.quick(config, width_multiplier=1 / 12)
+        dcnet.quick(config, width_multiplier=1 / 12, blocks_per_stage=1)
     return config

@@ -42,5 +42,5 @@ def get_config(arg=None):
     config = dcnet.cifar_config(
         dict(name="resnet32", operator=dcnet.decoupled(magnitude, angular), head=dict(W_SOFTMAX)), dataset=dataset)
     if arg.quick:
-        dcnet.quick(config, width_multiplier=1 / 12)
+        dcnet.quick(config, width_multiplier=1 / 12, blocks_per_stage=1)
     return config

@@ -33,7 +33,7 @@ Run (ILSVRC2012_img_train.tar, ILSVRC2012_img_val.tar in DIR, validation labels 
   python -m trainers.train_classifier \
     --config configs/dcnet/table6_imagenet_resnet18.py:arch=standard_bn,operator=tanh,pretrained=runs/dcnet_t6_baseline \
     --workdir runs/dcnet_t6_tanh --config.data.manual_dir=DIR --config.data.val_labels_file=LABELS
-  (`quick` for a two-step smoke run: batch 2, widths ÷16.)
+  (`quick` for a two-step smoke run: batch 2, widths ÷16, one block per stage.)
 """
 
 from configs import common
@@ -60,5 +60,6 @@ def get_config(arg=None):
         train=dict(batch_size=40, steps=550000, steps_per_epoch=5000),
     )
     if arg.quick:
-        dcnet.quick(config, width_multiplier=1 / 16, batch_size=2)
+        shallow = {"blocks_per_stage": 1} if name == "resnet18" else {"residual_units": (1, 0, 0, 0)}
+        dcnet.quick(config, batch_size=2, width_multiplier=1 / 16, **shallow)
     return config

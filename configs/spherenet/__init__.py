@@ -86,14 +86,20 @@ def cifar_config(model, dataset="cifar10", augmentation="none", batch_size=128, 
     )
 
 
-def quick(config, width_multiplier=None, batch_size=8):
-    """The two-step smoke variant: `common.quick_train`, no export, a small batch (and net, if given)."""
+def quick(config, batch_size=8, **model):
+    """The two-step smoke variant: `common.quick_train`, no export, a small batch, `model` keys overridden.
+
+    The configs pass a `width_multiplier` and a shallower net (`blocks_per_stage`, `residual_units`, or the
+    plain CNN-3 `name='cnn3'` for the plain CNNs, which fix their depth): tracing the training step of the full-depth nets costs most of a
+    CPU-minute, and the two steps only check that data, operator, head, optimizer, schedule and paradigm
+    run together. The full-depth models are built by `classifier.validate` for every variant.
+    """
     common.quick_train(config)
     config.train.steps = 0
     config.train.batch_size = batch_size
     config.export = False
     if config.schedule.name == "step":
         config.schedule.boundaries = [1]  # the rate drops after the first step: the schedule runs too
-    if width_multiplier is not None:
-        config.model.width_multiplier = width_multiplier
+    for key, value in model.items():
+        config.model[key] = value
     return config

@@ -37,5 +37,5 @@ def get_config(arg=None):
         dict(name="spherenet_resnet32", operator=spherenet.OPERATORS[operator], head=None),
         augmentation=augmentation)
     if arg.quick:
-        spherenet.quick(config, width_multiplier=0.125)
+        spherenet.quick(config, width_multiplier=0.125, blocks_per_stage=1)
     return config

@@ -41,5 +41,5 @@ def get_config(arg=None):
         dict(name="cnn9", operator=spherenet.OPERATORS[operator], head=None),
         regularizers=[dict(spherenet.ORTHONORMAL)] if orth else ())
     if arg.quick:
-        spherenet.quick(config, width_multiplier=0.25)
+        spherenet.quick(config, width_multiplier=0.25, name="cnn3")
     return config

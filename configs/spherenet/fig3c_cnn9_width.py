@@ -36,5 +36,5 @@ def get_config(arg=None):
     config = spherenet.cifar_config(
         dict(name="cnn9", widths=widths, operator=spherenet.OPERATORS[operator], head=None))
     if arg.quick:
-        spherenet.quick(config, width_multiplier=0.125)
+        spherenet.quick(config, width_multiplier=0.125, name="cnn3")
     return config

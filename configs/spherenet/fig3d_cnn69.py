@@ -31,5 +31,5 @@ def get_config(arg=None):
     config = spherenet.cifar_config(
         dict(name="cnn69", operator=spherenet.OPERATORS[operator], head=spherenet.LOSSES[loss]))
     if arg.quick:
-        spherenet.quick(config, width_multiplier=1 / 16)
+        spherenet.quick(config, width_multiplier=1 / 16, name="cnn3")
     return config

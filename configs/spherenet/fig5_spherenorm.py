@@ -49,5 +49,5 @@ def get_config(arg=None):
         dict(name="cnn9", operator=operator, batch_norm=batch_norm, head=None),
         batch_size=arg.batch, regularizers=[dict(spherenet.ORTHONORMAL)] if orth else ())
     if arg.quick:
-        spherenet.quick(config, width_multiplier=0.25, batch_size=arg.batch)
+        spherenet.quick(config, batch_size=arg.batch, width_multiplier=0.25, name="cnn3")
     return config

@@ -21,7 +21,7 @@ Run (ILSVRC2012_img_train.tar, ILSVRC2012_img_val.tar in DIR, validation labels 
   python -m trainers.train_classifier \
     --config configs/spherenet/imagenet_sphere_resnet18.py:model=v2 --workdir runs/spherenet_imagenet \
     --config.data.manual_dir=DIR --config.data.val_labels_file=LABELS
-  (`quick` for a two-step smoke run: batch 2, widths ÷16.)
+  (`quick` for a two-step smoke run: batch 2, widths ÷16, one block per stage.)
 """
 
 from configs import common
@@ -50,5 +50,5 @@ def get_config(arg=None):
         train=dict(batch_size=40, steps=550000, steps_per_epoch=5000),
     )
     if arg.quick:
-        spherenet.quick(config, width_multiplier=1 / 16, batch_size=2)
+        spherenet.quick(config, batch_size=2, width_multiplier=1 / 16, blocks_per_stage=1)
     return config

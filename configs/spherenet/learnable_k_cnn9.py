@@ -41,5 +41,5 @@ def get_config(arg=None):
     config = spherenet.cifar_config(
         dict(name="cnn9", operator=operator, head=spherenet.LOSSES["wsoftmax_cosine"]), augmentation=augmentation)
     if arg.quick:
-        spherenet.quick(config, width_multiplier=0.25)
+        spherenet.quick(config, width_multiplier=0.25, name="cnn3")
     return config

@@ -43,5 +43,5 @@ def get_config(arg=None):
     config = spherenet.cifar_config(
         dict(name="cnn9", operator=spherenet.OPERATORS[operator], head=spherenet.LOSSES[loss]))
     if arg.quick:
-        spherenet.quick(config, width_multiplier=0.25)
+        spherenet.quick(config, width_multiplier=0.25, name="cnn3")
     return config

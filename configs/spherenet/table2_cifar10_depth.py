@@ -45,5 +45,6 @@ def get_config(arg=None):
     head = spherenet.LOSSES["softmax" if operator == "conv" else "wsoftmax_cosine"]
     config = spherenet.cifar_config(dict(name=MODELS[depth], operator=spherenet.OPERATORS[operator], head=head))
     if arg.quick:
-        spherenet.quick(config, width_multiplier=0.125)
+        shallow = {"blocks_per_stage": 1} if depth == "resnet32" else {"name": "cnn3"}
+        spherenet.quick(config, width_multiplier=0.125, **shallow)
     return config

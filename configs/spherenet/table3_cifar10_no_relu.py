@@ -32,5 +32,5 @@ def get_config(arg=None):
     config = spherenet.cifar_config(
         dict(name="cnn18", operator=spherenet.OPERATORS[operator], head=head, batch_norm=True, relu=False))
     if arg.quick:
-        spherenet.quick(config, width_multiplier=0.125)
+        spherenet.quick(config, width_multiplier=0.125, name="cnn3")
     return config

@@ -55,5 +55,5 @@ def get_config(arg=None):
         dict(name="resnet32", operator=spherenet.OPERATORS[operator], head=spherenet.LOSSES[loss]),
         dataset=DATASETS[dataset], augmentation="spherenet_cifar_plus")
     if arg.quick:
-        spherenet.quick(config, width_multiplier=1 / 12)
+        spherenet.quick(config, width_multiplier=1 / 12, blocks_per_stage=1)
     return config
