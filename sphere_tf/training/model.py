@@ -452,6 +452,8 @@ def wrap(
     """
     try:
         inputs, outputs = model.inputs, model.outputs
+        if isinstance(model.input, dict):  # named inputs (a `MarginHead` model's images and labels) stay named
+            inputs = model.input
     except (AttributeError, ValueError):
         inputs = outputs = None
     if not inputs or not outputs:
