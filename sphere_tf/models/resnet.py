@@ -36,6 +36,9 @@ from sphere_tf.models import operators
 from sphere_tf.models.registry import register_model
 
 STEMS = blocks.STEMS
+# Operator kinds whose 1×1 output at a position depends on the input at that position only (ConvNorm's
+# preconditioning looks at the whole feature map, so its strided shortcut stays one strided conv).
+_POINTWISE_KINDS = ("conv2d", "sphere", "decoupled", "opt")
 SHORTCUTS = ("projection", "zero_pad")
 
 
@@ -71,8 +74,17 @@ def basic_block(x, width, strides, operator, shortcut_operator, batch_norm, relu
         if shortcut == "zero_pad":
             shortcut_x = zero_pad_shortcut(x, width, strides, name=f"{name}_shortcut")
         else:
-            shortcut_x = blocks.conv_unit(x, shortcut_operator, width, 1, strides=strides, batch_norm=batch_norm,
-                                          relu=False, name=f"{name}_shortcut")
+            shortcut_strides = strides
+            if strides != 1 and operators.kind(shortcut_operator) in _POINTWISE_KINDS:
+                # A strided 1×1 conv is the 1×1 conv of x[:, ::s, ::s]. Subsampling first avoids a
+                # heap corruption in TensorFlow 2.21's oneDNN Conv2DBackpropFilter for strided 1×1
+                # convs over few channels (e.g. 8 -> 16 at 56×56: ResNet-18 at width 1/8).
+                x_in = keras.layers.MaxPooling2D(1, strides=strides, name=f"{name}_shortcut_subsample")(x)
+                shortcut_strides = 1
+            else:
+                x_in = x
+            shortcut_x = blocks.conv_unit(x_in, shortcut_operator, width, 1, strides=shortcut_strides,
+                                          batch_norm=batch_norm, relu=False, name=f"{name}_shortcut")
     y = blocks.conv_unit(x, operator, width, 3, strides=strides, batch_norm=batch_norm, relu=relu,
                          activation=activation, name=f"{name}_conv1")
     y = blocks.conv_unit(y, operator, width, 3, batch_norm=batch_norm, relu=False, name=f"{name}_conv2")

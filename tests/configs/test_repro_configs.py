@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from sphere_tf.training import classifier
-from trainers import sweep
+from sphere_tf.training import sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REPRO = os.path.join(ROOT, "configs", "repro")

@@ -7,12 +7,13 @@ itself and NumPy (softmax, L2 normalisation, cosines, the mean subtraction).
 
 import json
 import os
+import subprocess
+import sys
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from absl import flags
 from google.protobuf import text_format
 from tensorflow.python.framework import op_def_registry  # pylint: disable=g-direct-tensorflow-import
 from tensorflow_serving.apis import prediction_log_pb2
@@ -21,6 +22,8 @@ from tensorflow_serving.config import model_server_config_pb2
 from sphere_tf import export
 from sphere_tf import layers
 from sphere_tf.export import serving
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 MEAN = (100.0, 20.0)
 SHAPE = (6, 6, 2)
@@ -187,8 +190,6 @@ def test_bad_arguments_have_clear_errors(tmp_path):
 
 
 def test_trainer_exports_a_workdir(tmp_path):
-    from trainers import export as trainer  # pylint: disable=import-outside-toplevel
-
     workdir = tmp_path / "run"
     (workdir / "checkpoints").mkdir(parents=True)
     model = _plain_model()
@@ -196,16 +197,17 @@ def test_trainer_exports_a_workdir(tmp_path):
     (workdir / "config.json").write_text(json.dumps({"model": {"name": "sphere"},
                                                      "data": {"normalization": "none"}}))
     base = tmp_path / "models"
-    try:
-        flags.FLAGS([
-            "export", f"--workdir={workdir}", f"--export_base={base}", "--version=7", "--noverify",
-        ])
-        trainer.main(["export"])
-    finally:
-        flags.FLAGS.unparse_flags()
+    # The absl main in its own process (absl flags are process-global: mains are not imported in tests).
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainers.export", f"--workdir={workdir}", f"--export_base={base}", "--version=7",
+         "--noverify"], cwd=ROOT, capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
     path = base / "sphere" / "7"
     pixels = _pixels(2)
     out = tf.saved_model.load(str(path)).signatures["serving_default"](images=tf.constant(pixels))
     np.testing.assert_allclose(out["logits"].numpy(), model(pixels.astype(np.float32)).numpy(), rtol=1e-5, atol=1e-4)
-    with pytest.raises(FileNotFoundError, match="config.json"):
-        trainer.read_workdir(str(tmp_path))
+    missing = subprocess.run(
+        [sys.executable, "-m", "trainers.export", f"--workdir={tmp_path}", f"--export_base={base}"], cwd=ROOT,
+        capture_output=True, text=True, timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert missing.returncode != 0 and "config.json" in missing.stderr

@@ -83,7 +83,7 @@ def _reference_accuracy(model, images_dir, pairs_path, reference):
     return reference.kfold(scores, same, folds)
 
 
-def test_train_face_and_eval_verification_clis(tmp_path, lfw_reference, capsys):
+def test_train_face_and_eval_verification_clis(tmp_path, lfw_reference):
     train, images, pairs = _write_identities(tmp_path)
     config = os.path.join(ROOT, "configs", "face", "sphereface_margins.py")
     workdir = str(tmp_path / "run")
@@ -98,14 +98,10 @@ def test_train_face_and_eval_verification_clis(tmp_path, lfw_reference, capsys):
     model = keras.models.load_model(os.path.join(workdir, "checkpoints", "model.keras"))
     assert model.name == "sphereface4" and int(model.optimizer.iterations) == 2
 
-    # The evaluation CLI's absl main in this process (one interpreter start less).
-    from trainers import eval_verification  # noqa: PLC0415
-
-    eval_verification.flags.FLAGS([
-        "eval_verification", f"--workdir={workdir}", f"--pairs={pairs}", f"--images={images}",
-        "--image_pattern={name}/{name}_{index:04d}.png"])
-    eval_verification.main(["eval_verification"])
-    assert "Verification accuracy:" in capsys.readouterr().out
+    # The evaluation CLI in its own process (absl flags are process-global: mains are not imported in tests).
+    out = _run("trainers.eval_verification", f"--workdir={workdir}", f"--pairs={pairs}", f"--images={images}",
+               "--image_pattern={name}/{name}_{index:04d}.png")
+    assert "Verification accuracy:" in out
     with open(os.path.join(workdir, "results.json")) as f:
         results = json.load(f)
     assert results["test_accuracy"] == trained["test_accuracy"]  # merged, not replaced

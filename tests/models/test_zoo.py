@@ -1,6 +1,8 @@
 """Every registered model (timm-style loop): shapes, operators in every conv slot, gradients,
 parameter counts against the papers' tables, heads, `.keras` round trips and build-time errors."""
 
+import os
+
 import keras
 import numpy as np
 import pytest
@@ -366,3 +368,41 @@ def test_zero_pad_shortcut_matches_numpy_and_has_no_parameters():
     assert round(_trainable(option_a) / 1e6, 2) == 0.46
     with pytest.raises(ValueError, match=r"`shortcut`.*\('projection', 'zero_pad'\).*'zero'"):
         models.create_model("resnet32", shortcut="zero")
+
+
+def test_strided_projection_shortcut_is_the_1x1_conv_of_the_subsampled_input():
+    """`x[:, ::2, ::2]` then a 1×1 conv: what a stride-2 1×1 conv computes (He et al. 2016, option B)."""
+    model = models.create_model("resnet18", input_shape=(32, 32, 3), num_classes=3, width_multiplier=1 / 16)
+    subsample = model.get_layer("stage2_block1_shortcut_subsample")
+    conv = model.get_layer("stage2_block1_shortcut")
+    probe = keras.Model(model.input, [subsample.input, conv.output])
+    x = _images((32, 32, 3), n=2, seed=3)
+    block_input, shortcut = (keras.ops.convert_to_numpy(t) for t in probe(x))
+    kernel = keras.ops.convert_to_numpy(conv.kernel)[0, 0]  # (c_in, c_out)
+    expected = np.zeros(shortcut.shape)
+    for n in range(block_input.shape[0]):
+        for i in range(shortcut.shape[1]):
+            for j in range(shortcut.shape[2]):
+                expected[n, i, j] = block_input[n, 2 * i, 2 * j] @ kernel
+    np.testing.assert_allclose(shortcut, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_narrow_resnet18_trains_at_imagenet_size():
+    """ResNet-18 at width 1/8 on 224×224: a strided 1×1 shortcut conv (8 -> 16 channels at 56×56) used to abort
+    the process in TensorFlow 2.21's oneDNN filter gradient; in a subprocess, so a crash fails only this test."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    script = (
+        "import numpy as np, keras\n"
+        "from sphere_tf import models\n"
+        "m = models.create_model('resnet18', input_shape=(224, 224, 3), num_classes=4, width_multiplier=0.125)\n"
+        "m.compile(optimizer='sgd', loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))\n"
+        "x = np.random.default_rng(0).normal(size=(4, 224, 224, 3)).astype('float32')\n"
+        "m.fit(x, np.arange(4), batch_size=2, epochs=1, verbose=0)\n"
+        "print('trained')\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert proc.returncode == 0 and "trained" in proc.stdout, (proc.returncode, proc.stderr[-2000:])
