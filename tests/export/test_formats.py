@@ -7,6 +7,7 @@ references are the SavedModel's own outputs (run by TensorFlow) and, for the
 graph rewrite, NumPy's arcsin/arccos/clip/norm in float64.
 """
 
+import json
 import os
 
 import hypothesis
@@ -16,6 +17,7 @@ import numpy as np
 import onnxruntime
 import pytest
 import tensorflow as tf
+from absl import flags
 from tensorflow.lite.python import schema_py_generated  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.framework import convert_to_constants  # pylint: disable=g-direct-tensorflow-import
 
@@ -214,3 +216,27 @@ def test_failing_format_leaves_nothing(tmp_path, monkeypatch):
         export.export_model(_model(), str(tmp_path), "m", verify=False, warmup_batch_sizes=(),
                             formats="onnx,tflite")
     assert not os.path.exists(tmp_path / "m")  # neither the version nor the ONNX file written before
+
+
+def test_trainer_formats_flag(tmp_path, capsys):
+    from trainers import export as trainer  # pylint: disable=import-outside-toplevel
+
+    workdir = tmp_path / "run"
+    (workdir / "checkpoints").mkdir(parents=True)
+    model = keras.Sequential([keras.Input(SHAPE), layers.SphereConv2D(3, 3, angular="linear"),
+                              keras.layers.Flatten(), keras.layers.Dense(2)])
+    model.save(str(workdir / "checkpoints" / "model.keras"))
+    (workdir / "config.json").write_text(json.dumps({"model": {"name": "sphere"}, "data": {"normalization": "none"}}))
+    try:
+        flags.FLAGS(["export", f"--workdir={workdir}", f"--export_base={tmp_path / 'models'}", "--noverify",
+                     "--formats=tflite"])
+        trainer.main(["export"])
+    finally:
+        flags.FLAGS.unparse_flags()
+    path = tmp_path / "models" / "sphere" / "1.tflite"
+    assert f"tflite: {path}" in capsys.readouterr().out
+    pixels = _pixels(3)
+    runner = tf.lite.Interpreter(model_path=str(path)).get_signature_runner("serving_default")
+    np.testing.assert_allclose(runner(images=pixels)["logits"], model(pixels.astype(np.float32)).numpy(),
+                               rtol=0, atol=1e-5)  # normalization 'none': the Keras model sees the raw pixels
+    assert "ATAN2" in export.tflite_ops(str(path))
