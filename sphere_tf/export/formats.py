@@ -19,8 +19,13 @@ SavedModel and the Keras layers are unchanged) through equivalent builtin ops:
 Asin(x)                    -> Atan2(x, Sqrt((1 − x)·(1 + x)))
 Acos(x)                    -> Atan2(Sqrt((1 − x)·(1 + x)), x)
 ClipByValue(t, lo, hi)     -> Minimum(Maximum(t, lo), hi)
-EuclideanNorm(x, axes, k)  -> Sqrt(Sum(Square(x), axes, keep_dims=k))
+EuclideanNorm(x, axes, k)  -> Sqrt(Sum(Mul(x, x), axes, keep_dims=k))
+Square(x)                  -> Mul(x, x)
 ```
+
+The last one is not about a missing builtin: the converter would otherwise fuse
+x / √(Σ Square(x) + ε) (`MarginHead`'s normalisation, ε = 1e-4) into
+`L2_NORMALIZATION`, whose own ε (1e-6, a lower bound on the norm) changes the value.
 
 The arcsine/arccosine forms are exact identities on [−1, 1] (θ = atan2(sin θ,
 cos θ)); (1 − x)(1 + x) instead of 1 − x² keeps the relative precision of
@@ -46,7 +51,7 @@ from sphere_tf.export import serving
 FORMATS = ("onnx", "tflite")
 FORMAT_SUFFIXES = {"onnx": ".onnx", "tflite": ".tflite"}
 DEFAULT_ONNX_OPSET = 17
-_TFLITE_REWRITES = ("Asin", "Acos", "ClipByValue", "EuclideanNorm")
+_TFLITE_REWRITES = ("Asin", "Acos", "ClipByValue", "EuclideanNorm", "Square")
 # tf2onnx 1.17 has no handler for EuclideanNorm (it leaves the TF op in the ONNX graph).
 _ONNX_REWRITES = ("EuclideanNorm",)
 
@@ -188,6 +193,13 @@ def _rewrite_ops(graph_def, rewrite=_TFLITE_REWRITES):
     """
     counts = {}
     for node in list(graph_def.node):
+        if node.op == "Square" and "Square" in rewrite:
+            # x·x: TFLite's converter fuses x / √(Σ Square(x) + ε) into L2_NORMALIZATION, whose own
+            # ε (1e-6, as a maximum) replaces ε (MarginHead's 1e-4 inside the root): a changed value.
+            node.op = "Mul"
+            node.input[:] = [node.input[0], node.input[0]] + list(node.input[1:])
+            counts["Square"] = counts.get("Square", 0) + 1
+            continue
         if node.op not in rewrite:
             continue
         counts[node.op] = counts.get(node.op, 0) + 1
@@ -206,7 +218,7 @@ def _rewrite_ops(graph_def, rewrite=_TFLITE_REWRITES):
             inputs, new_op, attrs = [lower, high], "Minimum", {"T": node.attr["T"]}
         else:  # EuclideanNorm
             x, axes = data_inputs
-            square = _unary_node(graph_def, f"{name}/tflite_square", "Square", x, dtype_enum)
+            square = _binary_node(graph_def, f"{name}/tflite_square", "Mul", x, x, dtype_enum)
             total = graph_def.node.add(name=f"{name}/tflite_sum", op="Sum", input=[square, axes])
             for key in ("T", "Tidx", "keep_dims"):
                 total.attr[key].CopyFrom(node.attr[key])

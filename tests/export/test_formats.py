@@ -107,6 +107,23 @@ def test_onnx_matches_the_saved_model(exported):
     _assert_close(got, _saved_model_outputs(result.path, pixels))
 
 
+def test_margin_head_keeps_its_epsilon(tmp_path):
+    """MarginHead's x/√(Σx² + 1e-4) must not become TFLite's L2_NORMALIZATION (ε = 1e-6): logits off by ~4e-4·s."""
+    images = keras.Input((6, 6, 2), name="images")
+    x = layers.DecoupledConv2D(4, 3, magnitude="tanh", angular="cosine")(images)
+    features = keras.layers.Dense(5)(keras.layers.Flatten()(x))
+    labels = keras.Input((), dtype="int32", name="labels")
+    model = keras.Model({"images": images, "labels": labels},
+                        layers.MarginHead(3, loss_type="arcface")(features, labels))
+    result = export.export_model(model, str(tmp_path), "face", normalization="mean_subtraction",
+                                 channel_mean=(100.0, 20.0), verify=False, warmup_batch_sizes=(), formats="tflite")
+    assert "L2_NORMALIZATION" not in export.tflite_ops(result.formats["tflite"])
+    pixels = np.random.default_rng(3).integers(0, 256, (5, 6, 6, 2)).astype(np.uint8)
+    runner = tf.lite.Interpreter(model_path=result.formats["tflite"]).get_signature_runner("serving_default")
+    got = {k: np.asarray(v) for k, v in runner(images=pixels).items()}
+    _assert_close(got, _saved_model_outputs(result.path, pixels))
+
+
 # -- the graph rewrite against NumPy --------------------------------------------------------
 
 
