@@ -236,7 +236,7 @@ def _library_ops(graph_def):
     return {n.op for f in graph_def.library.function for n in f.node_def}
 
 
-def _tflite_ready_saved_model(fn, spec, work):
+def _tflite_ready_saved_model(fn, spec, work, signature=serving.SERVING_SIGNATURE):
     """Freezes the signature `fn`, rewrites it for TFLite and saves it under `work`; the folder."""
     frozen = convert_to_constants.convert_variables_to_constants_v2(fn)
     graph_def = frozen.graph.as_graph_def()
@@ -267,7 +267,7 @@ def _tflite_ready_saved_model(fn, spec, work):
     module.serve = serve_fn
     folder = os.path.join(work, "rewritten")
     # The frozen graph keeps the layers' custom-gradient markers; inference needs no gradient.
-    tf.saved_model.save(module, folder, signatures={serving.SERVING_SIGNATURE: serve_fn.get_concrete_function()},
+    tf.saved_model.save(module, folder, signatures={signature: serve_fn.get_concrete_function()},
                         options=tf.saved_model.SaveOptions(experimental_custom_gradients=False))
     return folder
 
@@ -288,10 +288,10 @@ def tflite_ops(model_path):
     return sorted({op["op_name"] for op in interpreter._get_ops_details()})  # pylint: disable=protected-access
 
 
-def _run_tflite(model_path, images):
+def _run_tflite(model_path, images, signature=serving.SERVING_SIGNATURE):
     try:
         interpreter = tf.lite.Interpreter(model_path=model_path)
-        runner = interpreter.get_signature_runner(serving.SERVING_SIGNATURE)
+        runner = interpreter.get_signature_runner(signature)
         return {k: np.asarray(v) for k, v in runner(images=images).items()}
     except (RuntimeError, ValueError) as error:
         raise FormatError(f"The converted TFLite model does not run on {images.dtype} images of shape "
@@ -304,7 +304,7 @@ def export_tflite(saved_model_dir, path, signature=serving.SERVING_SIGNATURE, ve
 
     The signature's graph is frozen, the ops TFLite lacks are rewritten (module
     docstring), and `tf.lite.TFLiteConverter` converts it with
-    `TFLITE_BUILTINS` only. The file's signature `serving_default` takes
+    `TFLITE_BUILTINS` only. The file's signature (named `signature`) takes
     `images` and returns the SavedModel signature's outputs; `tf.lite.Interpreter`
     runs it on `verify_inputs` and every output must match the SavedModel's
     within `atol` (relative to max(1, |output|); `classes` must be the argmax of
@@ -336,8 +336,8 @@ def export_tflite(saved_model_dir, path, signature=serving.SERVING_SIGNATURE, ve
     images = _sample_inputs(verify_inputs, spec)
     expected = {k: v.numpy() for k, v in fn(images=tf.constant(images)).items()}
     with tempfile.TemporaryDirectory(prefix="sphere_tf_tflite_") as work:
-        folder = _tflite_ready_saved_model(fn, spec, work)
-        converter = tf.lite.TFLiteConverter.from_saved_model(folder, signature_keys=[serving.SERVING_SIGNATURE])
+        folder = _tflite_ready_saved_model(fn, spec, work, signature)
+        converter = tf.lite.TFLiteConverter.from_saved_model(folder, signature_keys=[signature])
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
         try:
             flatbuffer = converter.convert()
@@ -353,7 +353,7 @@ def export_tflite(saved_model_dir, path, signature=serving.SERVING_SIGNATURE, ve
     def write(tmp):
         with open(tmp, "wb") as f:
             f.write(flatbuffer)
-        got = _run_tflite(tmp, images)
+        got = _run_tflite(tmp, images, signature)
         _compare_outputs(f"The TFLite model {path!r}", got, expected, atol)
 
     _write_atomically(path, write)

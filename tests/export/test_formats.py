@@ -191,8 +191,8 @@ def test_mismatch_raises_and_leaves_nothing(exported, tmp_path, monkeypatch):
     _, result = exported
     real = formats._run_tflite  # pylint: disable=protected-access
 
-    def perturbed(path, images):
-        out = real(path, images)
+    def perturbed(path, images, signature):
+        out = real(path, images, signature)
         out["logits"] = out["logits"] + 1e-2
         return out
 
