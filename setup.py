@@ -33,7 +33,10 @@ setuptools.setup(
     extras_require={
         # GPU hosts: the full wheel (pip install -e .[gpu] then uninstall tensorflow-cpu).
         "gpu": ["tensorflow[and-cuda]==2.21.*"],
-        "test": ["pytest", "pytest-xdist", "hypothesis", "matplotlib", "foolbox>=3.3,<4"],
+        "test": ["pytest", "pytest-xdist", "hypothesis", "matplotlib", "foolbox>=3.3,<4",
+                 "tf2onnx>=1.17", "onnxruntime>=1.20"],
+        # Optional export formats (sphere_tf.export.export_onnx; TFLite needs TensorFlow only).
+        "export": ["tf2onnx>=1.17", "onnxruntime>=1.20"],
         "examples": ["matplotlib"],
         # DeepFool strength (sphere_tf.adversarial.deepfool_strength) and the adversarial runner's plot.
         "adversarial": ["foolbox>=3.3,<4", "matplotlib"],

@@ -1,7 +1,7 @@
 r"""Exports a finished runner workdir for TensorFlow Serving.
 
   python -m trainers.export --workdir=runs/fashion_mnist --export_base=/models \
-      --model_name=fashion_mnist [--version=N]
+      --model_name=fashion_mnist [--version=N] [--formats=onnx,tflite]
 
 Reads `<workdir>/config.json` (the data section's `normalization`, which the
 serving graph applies to the raw pixels) and `<workdir>/checkpoints/model.keras`,
@@ -10,7 +10,9 @@ and writes `<export_base>/<model_name>/<version>/` plus
 free version unless `--version` is given (an existing version is refused),
 verified in a fresh process before it becomes visible. For
 `normalization='mean_subtraction'` the per-channel training mean is recomputed
-from the configured data set unless `--channel_mean` gives it.
+from the configured data set unless `--channel_mean` gives it. `--formats` also
+writes `<model_name>/<version>.onnx` / `.tflite` beside the version folder, each
+verified against the SavedModel (`sphere_tf.export.export_onnx` / `export_tflite`).
 """
 
 import json
@@ -34,6 +36,8 @@ _CHANNEL_MEAN = flags.DEFINE_list("channel_mean", None, "Per-channel means for n
                                   "(default: recomputed from the training data).")
 _VERIFY = flags.DEFINE_bool("verify", True, "Verify before the version becomes visible (fresh-process reload "
                             "without sphere_tf, saved_model_cli run, warmup parse-back).")
+_FORMATS = flags.DEFINE_list("formats", [], "Optional formats written beside the version folder: onnx, tflite "
+                             "(ONNX needs tf2onnx and onnxruntime).")
 flags.mark_flags_as_required(["workdir", "export_base"])
 
 
@@ -79,9 +83,12 @@ def main(argv):
         model, _EXPORT_BASE.value, model_name=model_name, version=_VERSION.value,
         normalization=config.get("data", {}).get("normalization", "centered_128"),
         channel_mean=_channel_mean(config), input_dtype=_INPUT_DTYPE.value, verify=_VERIFY.value,
+        formats=tuple(_FORMATS.value),
     )
     print(f"Exported {model_name!r} version {result.version} to {result.path}")
     print(f"Signatures: {json.dumps(result.signatures)}")
+    for name, path in sorted(result.formats.items()):
+        print(f"{name}: {path}")
     print(f"Serve with: tensorflow_model_server --rest_api_port=8501 --model_config_file={result.models_config}")
 
 

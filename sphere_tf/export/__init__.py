@@ -1,6 +1,13 @@
-"""Export helpers: TensorFlow Serving folders (`export_model`), plain SavedModels, OPT folding."""
+"""Export helpers: TensorFlow Serving folders (`export_model`), ONNX/TFLite files, plain SavedModels, OPT folding."""
 
 from sphere_tf.export.fold import fold_opt_model
+from sphere_tf.export.formats import FORMATS
+from sphere_tf.export.formats import FormatError
+from sphere_tf.export.formats import export_formats
+from sphere_tf.export.formats import export_onnx
+from sphere_tf.export.formats import export_tflite
+from sphere_tf.export.formats import format_path
+from sphere_tf.export.formats import tflite_ops
 from sphere_tf.export.saved_model import export_saved_model
 from sphere_tf.export.serving import DEFAULT_WARMUP_BATCH_SIZES
 from sphere_tf.export.serving import EMBEDDINGS_SIGNATURE

@@ -75,7 +75,8 @@ _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 _ASSIGN_OPS = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "Assign", "AssignAdd", "AssignSub")
 
 ExportResult = collections.namedtuple(
-    "ExportResult", ["path", "version", "model_name", "signatures", "models_config", "max_abs_diff"]
+    "ExportResult", ["path", "version", "model_name", "signatures", "models_config", "max_abs_diff", "formats"],
+    defaults=(None,),
 )
 ExportResult.__doc__ = """What `export_model` wrote.
 
@@ -87,6 +88,8 @@ Attributes:
     models_config: str, the path of `<export_base>/models.config`.
     max_abs_diff: float or None, the largest |served − Keras| logit difference of the
         verification (None when `verify=False`).
+    formats: dict, optional format name ('onnx', 'tflite') -> the file written beside
+        the version folder (`sphere_tf.export.formats.format_path`); empty if none.
 """
 
 
@@ -596,6 +599,7 @@ def export_model(
     verify=True,
     atol=1e-4,
     freeze=True,
+    formats=(),
 ):
     """Exports `model` for TensorFlow Serving as `<export_base>/<model_name>/<version>/`.
 
@@ -623,6 +627,12 @@ def export_model(
         freeze: bool, store the weights as constants of the serving graph
             (moving averages frozen; the weight-only maths is constant-folded when
             the server loads it) instead of variables.
+        formats: optional formats to write beside the version folder, names in
+            `sphere_tf.export.formats.FORMATS` ('onnx', 'tflite'; or a
+            comma-separated string): `<model_name>/<version>.onnx` / `.tflite`,
+            each converted from the SavedModel and verified against it on
+            `verify_inputs` (`export_onnx`, `export_tflite`) before the version
+            becomes visible; outside the version folder, so TF Serving ignores them.
 
     Returns:
         `ExportResult`.
@@ -632,7 +642,8 @@ def export_model(
             multi-input model, `export_base` that is a file, bad name, dtype,
             normalisation or verification inputs.
         FileExistsError: `version` exists already.
-        ExportError: the verification failed (the temporary folder is removed).
+        ExportError: the verification failed (the temporary folder is removed);
+            `formats.FormatError` for a format's conversion or verification.
     """
     model_name = _check_model_name(model_name)
     export_base = _check_export_base(export_base)
@@ -640,6 +651,9 @@ def export_model(
     normalize, channel_mean = _normalizer(normalization, channel_mean)
     batch_sizes = tuple(validation.positive_int(b, "warmup_batch_sizes") for b in warmup_batch_sizes)
     atol = validation.positive_float(atol, "atol")
+    from sphere_tf.export import formats as formats_lib  # pylint: disable=import-outside-toplevel
+
+    formats = formats_lib.check_formats(formats)
     model_dir = os.path.join(export_base, model_name)
     version = _resolve_version(model_dir, version)
     features_model, head = inference_model(model)
@@ -688,6 +702,7 @@ def export_model(
 
     os.makedirs(model_dir, exist_ok=True)
     tmp_dir = os.path.join(model_dir, f".tmp-{version}-{uuid.uuid4().hex[:8]}")
+    format_paths = {}
     try:
         if freeze:
             frozen = _FrozenModule({n: _frozen(f.get_concrete_function()) for n, f in functions.items()})
@@ -702,15 +717,23 @@ def export_model(
         if verify:
             max_diff = _verify(tmp_dir, module, expected, verify_inputs, batch_sizes, atol)
         target = os.path.join(model_dir, str(version))
+        if formats:
+            # Converted from the verified SavedModel, written beside the version folder.
+            format_paths = formats_lib.export_formats(tmp_dir, formats, verify_inputs=verify_inputs, atol=atol,
+                                                      destination=target)
         if os.path.exists(target):
             raise FileExistsError(f"{target!r} appeared while exporting; an exported version is never overwritten.")
         os.rename(tmp_dir, target)
     except BaseException:
         shutil.rmtree(tmp_dir, ignore_errors=True)
+        for path in format_paths.values():
+            if os.path.exists(path):
+                os.remove(path)
         if not existing_versions(model_dir) and not os.listdir(model_dir):
             os.rmdir(model_dir)
         raise
     config_path = write_models_config(export_base)
     if verify and read_models_config(config_path).get(model_name) != model_dir:
         raise ExportError(f"{config_path} does not list {model_name!r} at {model_dir!r}.")
-    return ExportResult(target, version, model_name, _signature_summary(functions), config_path, max_diff)
+    return ExportResult(target, version, model_name, _signature_summary(functions), config_path, max_diff,
+                        format_paths)
