@@ -16,14 +16,19 @@ on {±û_i}); each neuron keeps its norm through the energy descent.
 
 `refined_initializer` wraps that into a Keras initializer computed once, eagerly,
 when the layer is built (also when it is built inside a traced function).
+
+`MeanShifted` adds a constant to another initializer's draw: the thesis's Table 7.2
+raises the initial energy of V by shifting the mean of its He-normal draw.
 """
 
 import concurrent.futures
 
+import keras
 import tensorflow as tf
 from keras import ops
 
 from sphere_tf import energy as energy_lib
+from sphere_tf import validation
 from sphere_tf.ops import angles
 
 ENERGY_INITS = ("mhe", "half_space_mhe")
@@ -112,3 +117,34 @@ def refined_initializer(base, kernel_shape, **refine_kwargs):
         return ops.cast(value, dtype or "float32")
 
     return initializer
+
+
+@keras.saving.register_keras_serializable(package="sphere_tf")
+class MeanShifted(keras.initializers.Initializer):
+    """`base`'s draw plus a constant `mean` (every entry).
+
+    Liu's thesis (2020), Table 7.2 (OPT): neurons V drawn from He normal with
+    the mean shifted by 1e-3 ... 5e-2 start from a higher hyperspherical energy
+    (all neurons lean towards the all-ones direction), and OPT, which keeps that
+    energy, trains worse or not at all. Use it as OPT's
+    `fixed_kernel_initializer`, e.g. `MeanShifted(0.02)`.
+
+    Args:
+        mean: float, the shift.
+        base: Keras initializer (object, name or config); default He normal
+            (`VarianceScaling(2, 'fan_in', 'untruncated_normal')`, upstream OPT's V).
+        seed: int or None, the seed of the default base (ignored when `base` is given).
+    """
+
+    def __init__(self, mean, base=None, seed=None):
+        self.mean = validation.real(mean, "mean")
+        if base is None:
+            base = keras.initializers.VarianceScaling(2.0, "fan_in", "untruncated_normal", seed=seed)
+        self.base = keras.initializers.get(base)
+
+    def __call__(self, shape, dtype=None):
+        return ops.add(self.base(shape, dtype=dtype), ops.cast(self.mean, dtype or "float32"))
+
+    def get_config(self):
+        return {"mean": self.mean, "base": keras.initializers.serialize(self.base)}
+

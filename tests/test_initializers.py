@@ -50,3 +50,21 @@ def test_refine_neurons_keeps_norms_or_normalises():
     np.testing.assert_allclose(kept, expected, atol=1e-4)
     unit = initializers.refine_neurons(v.astype(np.float32), normalize=True)
     np.testing.assert_allclose(unit, v / norms, atol=1e-6)
+
+
+def test_mean_shifted_adds_the_mean_to_the_base_draw_and_round_trips():
+    import keras  # noqa: PLC0415
+
+    from sphere_tf.initializers import MeanShifted  # noqa: PLC0415
+
+    constant = MeanShifted(0.5, base=keras.initializers.Constant(2.0))
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(constant((3, 4))), np.full((3, 4), 2.5, np.float32))
+    # Default base: He normal (fan_in 3·3·64 = 576), so entries ~ N(mean, 2/576).
+    values = keras.ops.convert_to_numpy(MeanShifted(0.05, seed=3)((3, 3, 64, 128))).ravel()
+    assert abs(values.mean() - 0.05) < 4 * np.sqrt(2 / 576 / values.size)
+    assert values.std() == pytest.approx(np.sqrt(2 / 576), rel=0.02)
+    restored = keras.initializers.get(keras.initializers.serialize(MeanShifted(0.02, base="zeros")))
+    assert isinstance(restored, MeanShifted) and restored.mean == 0.02
+    np.testing.assert_array_equal(keras.ops.convert_to_numpy(restored((2, 2))), np.full((2, 2), 0.02, np.float32))
+    with pytest.raises(ValueError, match="mean"):
+        MeanShifted(float("nan"))

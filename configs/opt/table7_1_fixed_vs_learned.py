@@ -4,23 +4,24 @@ Orthogonal Over-Parameterized Training (Liu et al., CVPR 2021), Table 1; W. Liu'
 thesis (2020), Table 7.1. FN: neurons V fixed; LR: the learnable transform (U =
 unconstrained, GS = Gram-Schmidt orthogonal). Error % (paper):
 
-| method              | FN | LR | cnn6  | cnn9  |
+| method,fixed        | FN | LR | cnn6  | cnn9  |
 |---------------------|----|----|-------|-------|
 | baseline            | –  | –  | 37.59 | 33.55 |
-| UPT                 | N  | U  | 48.47 | 46.72 |
+| upt,fixed=false     | N  | U  | 48.47 | 46.72 |
 | upt                 | Y  | U  | 42.61 | 39.38 |
-| OPT                 | N  | GS | 37.24 | 32.95 |
+| gs,fixed=false      | N  | GS | 37.24 | 32.95 |
 | gs                  | Y  | GS | 33.02 | 31.03 |
 
-The FN = N rows (V trained as well) have no variant: `OPTConv2D` keeps V fixed.
-`upt` is R = P unconstrained (the soft variant with β = 0), only weight decay on P.
+`fixed=false` trains V as well (`OPTConv2D(learnable_fixed_kernel=True)`), with the same
+weight decay as every weight. `upt` is R = P unconstrained (the soft variant with β = 0),
+only weight decay on P.
 
 Recipe: configs/opt/__init__.py (SGD 0.1, batch 128, ×0.1 at 30k/50k/65k, 75k iterations,
 weight decay 5e-4, symmetric pad + crop + flip, BN).
 
 Run:
   python -m trainers.train_classifier \
-    --config configs/opt/table7_1_fixed_vs_learned.py:model=cnn6,method=upt \
+    --config configs/opt/table7_1_fixed_vs_learned.py:model=cnn6,method=upt,fixed=false \
     --workdir runs/opt_t7_1 --config.data.manual_dir=/path/to/cifar
 """
 
@@ -29,11 +30,19 @@ from configs import mhe
 from configs import opt
 
 METHODS = ("baseline", "upt", "gs")
-VARIANTS = {"model": opt.MODELS, "method": METHODS}
+FIXED = ("true", "false")
+VARIANTS = {"model": opt.MODELS, "method": METHODS, "fixed": FIXED}
+# The baseline has no V to fix or learn.
+UNAVAILABLE = [{"method": "baseline", "fixed": "false"}]
 
 
 def get_config(arg=None):
-    arg = common.parse_arg(arg, quick=False, model="cnn6", method="gs")
+    arg = common.parse_arg(arg, quick=False, model="cnn6", method="gs", fixed="true")
     mhe.check(arg.method, "method", METHODS)
-    config = opt.cifar_config(opt.model_section(arg.model, arg.method), arg.method)
+    mhe.check(arg.fixed, "fixed", FIXED)
+    if {"method": arg.method, "fixed": arg.fixed} in UNAVAILABLE:
+        raise ValueError("Invalid value for argument `fixed`: the baseline has no fixed neurons; "
+                         "Table 7.1 has no such cell (fixed=false goes with method=upt or gs).")
+    options = {} if arg.fixed == "true" else {"learnable_fixed_kernel": True}
+    config = opt.cifar_config(opt.model_section(arg.model, arg.method, **options), arg.method)
     return opt.quick(config) if arg.quick else config

@@ -134,6 +134,7 @@ class OPTLayer(keras.layers.Layer):
         soft_penalty=DEFAULT_SOFT_PENALTY,
         soft_squared=False,
         normalize_fixed_kernel=False,
+        learnable_fixed_kernel=False,
         energy_init=None,
         energy_init_steps=DEFAULT_ENERGY_INIT_STEPS,
         energy_init_lr=DEFAULT_ENERGY_INIT_LR,
@@ -171,6 +172,8 @@ class OPTLayer(keras.layers.Layer):
         self.soft_penalty = validation.non_negative_float(soft_penalty, "soft_penalty")
         self.soft_squared = bool(soft_squared)
         self.normalize_fixed_kernel = bool(normalize_fixed_kernel)
+        self.learnable_fixed_kernel = validation.one_of(learnable_fixed_kernel, "learnable_fixed_kernel",
+                                                        (True, False))
         self.energy_init = validation.one_of(energy_init, "energy_init", (None,) + ENERGY_INITS)
         self.energy_init_steps = validation.positive_int(energy_init_steps, "energy_init_steps")
         self.energy_init_lr = validation.positive_float(energy_init_lr, "energy_init_lr")
@@ -200,7 +203,7 @@ class OPTLayer(keras.layers.Layer):
         rotation_shape = self._raw_rotation_shape(self._d)
         self.fixed_kernel = self.add_weight(
             name="fixed_kernel", shape=kernel_shape, initializer=self._fixed_kernel_init(kernel_shape),
-            trainable=False,
+            trainable=self.learnable_fixed_kernel,
         )
         if self.rotation_initializer is not None:
             rotation_init = self.rotation_initializer
@@ -360,6 +363,7 @@ class OPTLayer(keras.layers.Layer):
             "soft_penalty": self.soft_penalty,
             "soft_squared": self.soft_squared,
             "normalize_fixed_kernel": self.normalize_fixed_kernel,
+            "learnable_fixed_kernel": self.learnable_fixed_kernel,
             "energy_init": self.energy_init,
             "energy_init_steps": self.energy_init_steps,
             "energy_init_lr": self.energy_init_lr,
@@ -400,6 +404,8 @@ _OPT_ARGS_DOC = """
         soft_squared: bool, squared penalty β‖RᵀR − I‖²_F ([T-7.7]) instead of the
             upstream unsquared norm.
         normalize_fixed_kernel: bool, unit-norm neurons in V [T-7.3.7].
+        learnable_fixed_kernel: bool, V trained too (the "FN = N" rows of Table 7.1
+            of Liu's thesis, which show that fixing V is better); default False (OPT).
         energy_init: None, 'mhe' or 'half_space_mhe', energy-minimising
             pre-processing of V at build time [T-7.3.7].
         energy_init_steps: int, its number of gradient steps (thesis: 5000).
@@ -473,6 +479,7 @@ class OPTConv2D(OPTLayer):
         soft_penalty=DEFAULT_SOFT_PENALTY,
         soft_squared=False,
         normalize_fixed_kernel=False,
+        learnable_fixed_kernel=False,
         energy_init=None,
         energy_init_steps=DEFAULT_ENERGY_INIT_STEPS,
         energy_init_lr=DEFAULT_ENERGY_INIT_LR,
@@ -592,6 +599,7 @@ class OPTDense(OPTLayer):
         soft_penalty=DEFAULT_SOFT_PENALTY,
         soft_squared=False,
         normalize_fixed_kernel=False,
+        learnable_fixed_kernel=False,
         energy_init=None,
         energy_init_steps=DEFAULT_ENERGY_INIT_STEPS,
         energy_init_lr=DEFAULT_ENERGY_INIT_LR,

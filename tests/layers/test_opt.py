@@ -215,6 +215,34 @@ def test_training_keeps_v_and_energy(orthogonalization):
                 )
 
 
+def test_learnable_fixed_kernel_trains_v_and_the_rotation():
+    """Table 7.1's "FN = N" rows: V is a trainable weight too (and by default it is not)."""
+    model = _cnn(orthogonalization="gram_schmidt", learnable_fixed_kernel=True)
+    layers = opt_lib.opt_layers(model)
+    assert all(any(v is layer.fixed_kernel for v in layer.trainable_variables) for layer in layers)
+    v_before = [layer.fixed_kernel.numpy().copy() for layer in layers]
+    _train(model, "gram_schmidt")
+    for layer, v0 in zip(layers, v_before):
+        assert np.abs(layer.fixed_kernel.numpy() - v0).max() > 1e-6  # V trained
+        assert _orth_error(layer.rotation().numpy()) < 1e-5  # R stays orthogonal
+    testing.assert_config_roundtrip(opt_lib.OPTConv2D(3, 2, learnable_fixed_kernel=True))
+    default = opt_lib.OPTDense(2)
+    default.build((None, 3))
+    assert not any(v is default.fixed_kernel for v in default.trainable_variables)
+
+
+def test_mean_shifted_v_raises_the_initial_energy():
+    """Table 7.2 of Liu's thesis: shifting the mean of V's He-normal draw raises its hyperspherical energy."""
+    from sphere_tf.initializers import MeanShifted  # noqa: PLC0415
+
+    energies = []
+    for mean in (0.0, 0.02, 0.05):
+        layer = opt_lib.OPTConv2D(32, 3, fixed_kernel_initializer=MeanShifted(mean, seed=0))
+        layer.build((None, 8, 8, 16))
+        energies.append(np_energy(layer.fixed_kernel.numpy(), 2.0))
+    assert energies[0] < energies[1] < energies[2]
+
+
 def test_soft_penalty_is_added_to_losses():
     for squared in (False, True):
         layer = opt_lib.OPTDense(3, orthogonalization="soft", soft_penalty=0.1, soft_squared=squared, seed=0)
@@ -441,6 +469,7 @@ def test_subclassed_model_and_tf_function_parity():
         ({"energy_init": "thomson"}, "Invalid value for argument `energy_init`"),
         ({"energy_init_lr": 0.0}, "Invalid value for argument `energy_init_lr`"),
         ({"seed": 1.5}, "Invalid value for argument `seed`"),
+        ({"learnable_fixed_kernel": "yes"}, "Invalid value for argument `learnable_fixed_kernel`"),
     ],
 )
 def test_bad_arguments(kwargs, message):
