@@ -452,10 +452,13 @@ def wrap(
     """
     try:
         inputs, outputs = model.inputs, model.outputs
-        if isinstance(model.input, dict):  # named inputs (a `MarginHead` model's images and labels) stay named
-            inputs = model.input
     except (AttributeError, ValueError):
         inputs = outputs = None
+    try:
+        if inputs and isinstance(model.input, dict):  # named inputs (a `MarginHead` model's images, labels)
+            inputs = model.input
+    except (AttributeError, ValueError):  # a Sequential has no `input` structure beyond `inputs`
+        pass
     if not inputs or not outputs:
         raise validation.invalid_argument(
             "model",
