@@ -68,36 +68,8 @@ DEFAULTS = {
     "curve": {"epsilons": [0.0, 1.0, 2.0, 4.0, 8.0, 16.0], "attack": "fgsm"},
     "deepfool": {"images": 0, "steps": 50},
 }
-_FREE = ("model", "operators", "optimizer")
-
-
-def _plain(value):
-    if hasattr(value, "to_dict"):
-        value = value.to_dict()
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _merge(defaults, config, prefix=""):
-    merged = copy.deepcopy(defaults)
-    for key, value in config.items():
-        dotted = f"{prefix}{key}"
-        if key not in defaults:
-            raise ValueError(f"Unknown config key {dotted!r}; expected one of {sorted(defaults)}.")
-        if isinstance(defaults[key], dict) and not (not prefix and key in _FREE):
-            if not isinstance(value, dict):
-                raise validation.invalid_argument(dotted, "a dict", value)
-            merged[key] = _merge(defaults[key], value, dotted + ".")
-        elif isinstance(defaults[key], dict):
-            if not isinstance(value, dict):
-                raise validation.invalid_argument(dotted, "a dict", value)
-            merged[key] = {**defaults[key], **value} if key != "operators" else dict(value)
-        else:
-            merged[key] = value
-    return merged
+# Free-form sections (a model's / optimizer's keyword arguments) and the one a config replaces whole.
+_OPEN_SECTIONS, _REPLACED_SECTIONS = ("model", "optimizer"), ("operators",)
 
 
 def classifier_config(config, model, seed):
@@ -122,7 +94,8 @@ def validate(config):
     Raises:
         ValueError: an unknown key or a bad value, naming the dotted key.
     """
-    config = _merge(DEFAULTS, _plain(config))
+    config = classifier.merge_config(DEFAULTS, classifier.plain_config(config), open_sections=_OPEN_SECTIONS,
+                                    replaced_sections=_REPLACED_SECTIONS)
     seeds = config["seeds"]
     if not isinstance(seeds, list) or not seeds:
         raise validation.invalid_argument("seeds", "a non-empty list of ints >= 0", seeds)

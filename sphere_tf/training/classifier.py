@@ -75,19 +75,31 @@ _OPEN_SECTIONS = ("model", "optimizer")
 _EMPTY_IS_NONE = ("manual_dir", "data_dir", "eval_augmentation", "val_labels_file")
 
 
-def _plain(value):
+def plain_config(value):
     """ConfigDict / FrozenConfigDict / nested tuples -> plain dicts and lists."""
     if hasattr(value, "to_dict"):
         value = value.to_dict()
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: plain_config(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [plain_config(v) for v in value]
     return value
 
 
-def _merge(defaults, config, prefix=""):
-    """`config` over `defaults`; a key the schema does not have raises, naming it and the valid ones."""
+def merge_config(defaults, config, open_sections=_OPEN_SECTIONS, replaced_sections=(), prefix=""):
+    """`config` over the schema `defaults`; a key the schema does not have raises, naming it and the valid ones.
+
+    Args:
+        defaults: dict, the schema with its defaults (nested dicts are sections).
+        config: dict (plain, see `plain_config`).
+        open_sections: top-level sections with free-form keys, merged key by key over their defaults
+            unchecked (the caller checks them: a model's or optimizer's keyword arguments).
+        replaced_sections: top-level sections a config replaces whole.
+        prefix: the dotted path of `defaults` in the whole config (for messages).
+
+    Returns:
+        dict, the merged config.
+    """
     merged = copy.deepcopy(defaults)
     for key, value in config.items():
         dotted = f"{prefix}{key}"
@@ -96,10 +108,12 @@ def _merge(defaults, config, prefix=""):
         if isinstance(defaults[key], dict):
             if not isinstance(value, dict):
                 raise validation.invalid_argument(dotted, "a dict", value)
-            if not prefix and key in _OPEN_SECTIONS:  # free-form options, checked by `validate`
+            if not prefix and key in replaced_sections:
+                merged[key] = dict(value)
+            elif not prefix and key in open_sections:
                 merged[key] = {**defaults[key], **value}
             else:
-                merged[key] = _merge(defaults[key], value, dotted + ".")
+                merged[key] = merge_config(defaults[key], value, prefix=dotted + ".")
         else:
             merged[key] = value
     return merged
@@ -151,7 +165,7 @@ def validate(config):
             normalisations, models, operators, heads, regularizers,
             optimizers, schedules, strategies, precisions).
     """
-    config = _merge(DEFAULTS, _plain(config))
+    config = merge_config(DEFAULTS, plain_config(config))
     validation.integer(config["seed"], "seed", minimum=0)
     data = config["data"]
     validation.one_of(data["name"], "data.name", tuple(sorted(datasets_lib.DATASETS)))
@@ -332,7 +346,7 @@ def make_run_strategy(config):
     allows only at startup. `train_and_evaluate` does this itself; a main that
     also picks the CPU allocator creates the strategy first and passes it in.
     """
-    name = _merge(DEFAULTS, _plain(config))["strategy"]
+    name = merge_config(DEFAULTS, plain_config(config))["strategy"]
     validation.one_of(name, "strategy", distribute.STRATEGIES)
     return distribute.make_strategy(name)
 
@@ -491,5 +505,5 @@ def train_and_evaluate(config, workdir, strategy=None):
     return results
 
 
-__all__ = ["DEFAULTS", "ScheduleLogger", "data_kwargs", "make_run_strategy", "run_length", "summary_lines", "train_and_evaluate",
+__all__ = ["DEFAULTS", "ScheduleLogger", "data_kwargs", "make_run_strategy", "merge_config", "plain_config", "run_length", "summary_lines", "train_and_evaluate",
            "validate"]
