@@ -351,14 +351,6 @@ def make_run_strategy(config):
     return distribute.make_strategy(name)
 
 
-def _worker_workdir(workdir, strategy):
-    """Where this process writes logs and files: `workdir` on the chief, a temporary sub-folder on other workers."""
-    if distribute.is_chief(strategy):
-        return workdir
-    task_type, task_id = distribute._task(strategy)  # noqa: SLF001 (same package)
-    return os.path.join(workdir, f"{distribute.WORKER_TEMP_PREFIX}{task_type}_{task_id}")
-
-
 def train_and_evaluate(config, workdir, strategy=None):
     """Trains the configured classifier, evaluates it on the test split, exports it.
 
@@ -407,7 +399,8 @@ def train_and_evaluate(config, workdir, strategy=None):
     if chief:
         checkpoint_lib.record_config(state_dir, config)
         checkpoint_lib.record_config(workdir, config)
-    local_dir = _worker_workdir(workdir, strategy)
+    # Where this process writes logs and files: `workdir` on the chief, `workdir/workertemp_<task>` elsewhere.
+    local_dir = distribute.checkpoint_directory(workdir, strategy)
     results_path = os.path.join(workdir, "results.json")
     keras.utils.set_random_seed(config["seed"])
 

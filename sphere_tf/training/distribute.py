@@ -198,9 +198,9 @@ def is_chief(strategy=None):
 
 
 def checkpoint_directory(directory, strategy=None):
-    """The folder this process writes checkpoints to: `directory` on the chief, a temporary one elsewhere.
+    """The folder this process writes to: `directory` on the chief, a temporary one elsewhere.
 
-    A non-chief worker writes to ``<directory>/workertemp_<task id>`` and deletes
+    A non-chief worker writes to ``<directory>/workertemp_<task type>_<task id>`` and deletes
     it after each save (`remove_worker_directory`).
     """
     strategy = strategy or tf.distribute.get_strategy()
