@@ -130,15 +130,8 @@ def _compare_outputs(what, got, expected, atol):
             if not np.array_equal(np.asarray(got[key]), np.argmax(got["logits"], axis=-1)):
                 raise FormatError(f"{what}: 'classes' is not the argmax of its own 'logits'.")
             continue
-        served = np.asarray(got[key], np.float64)
-        value = np.asarray(value, np.float64)
-        if served.shape != value.shape:
-            raise FormatError(f"{what}: output {key!r} has shape {served.shape}; the SavedModel's is {value.shape}.")
-        diff = float(np.max(np.abs(served - value))) if value.size else 0.0
-        scale = max(1.0, float(np.max(np.abs(value))) if value.size else 1.0)
-        if not np.isfinite(served).all() or not diff <= atol * scale:
-            raise FormatError(f"{what}: output {key!r} differs from the SavedModel's by {diff} "
-                              f"(> atol·max(1, |expected|) = {atol * scale}).")
+        diff = serving._compare(f"{what}: output {key!r}", got[key], value, atol,  # noqa: SLF001 (same package)
+                                reference="the SavedModel's", error=FormatError)
         max_diff = max(max_diff, diff)
     return max_diff
 

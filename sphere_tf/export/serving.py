@@ -517,16 +517,17 @@ def _finish(proc_what):
     return out
 
 
-def _compare(name, served, expected, atol):
+def _compare(name, served, expected, atol, reference="the Keras model's", error=ExportError):
+    """Max |served − expected|; raises `error` on another shape, a non-finite value or a diff above
+    atol·max(1, |expected|)."""
     served = np.asarray(served, np.float64)
     expected = np.asarray(expected, np.float64)
     if served.shape != expected.shape:
-        raise ExportError(f"{name}: served shape {served.shape} differs from the model's {expected.shape}.")
+        raise error(f"{name} has shape {served.shape}; {reference} is {expected.shape}.")
     diff = float(np.max(np.abs(served - expected))) if served.size else 0.0
     scale = max(1.0, float(np.max(np.abs(expected))) if expected.size else 1.0)
     if not np.isfinite(served).all() or not diff <= atol * scale:
-        raise ExportError(f"{name}: the served outputs differ from the Keras model's by {diff} "
-                          f"(> atol·max(1, |expected|) = {atol * scale}).")
+        raise error(f"{name} differs from {reference} by {diff} (> atol·max(1, |expected|) = {atol * scale}).")
     return diff
 
 
