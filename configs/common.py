@@ -37,6 +37,26 @@ def quick_train(config):
     return config
 
 
+def config_over(defaults, sections, whole=("model", "optimizer")):
+    """A ConfigDict of the schema `defaults` with `sections` over it.
+
+    Dict sections replace the defaults key by key, the `whole` ones (free-form keyword arguments)
+    entirely; unknown sections or keys raise, naming the valid ones.
+    """
+    config = copy.deepcopy(defaults)
+    for key, value in sections.items():
+        if key not in config:
+            raise ValueError(f"Unknown config section {key!r}; expected one of {sorted(config)}.")
+        if isinstance(config[key], dict) and key not in whole:
+            unknown = sorted(set(value) - set(config[key]))
+            if unknown:
+                raise ValueError(f"Unknown keys {unknown} in config section {key!r}; expected {sorted(config[key])}.")
+            config[key].update(value)
+        else:
+            config[key] = value
+    return ml_collections.ConfigDict(config)
+
+
 def base_config(**sections):
     """A ConfigDict holding every key of the runner's schema (`classifier.DEFAULTS`), then `sections` over it.
 
@@ -47,15 +67,4 @@ def base_config(**sections):
     """
     from sphere_tf.training import classifier  # noqa: PLC0415 (keeps `parse_arg` free of TensorFlow)
 
-    config = copy.deepcopy(classifier.DEFAULTS)
-    for key, value in sections.items():
-        if key not in config:
-            raise ValueError(f"Unknown config section {key!r}; expected one of {sorted(config)}.")
-        if isinstance(config[key], dict) and key not in ("model", "optimizer"):
-            unknown = sorted(set(value) - set(config[key]))
-            if unknown:
-                raise ValueError(f"Unknown keys {unknown} in config section {key!r}; expected {sorted(config[key])}.")
-            config[key].update(value)
-        else:
-            config[key] = value
-    return ml_collections.ConfigDict(config)
+    return config_over(classifier.DEFAULTS, sections)

@@ -4,6 +4,8 @@ import copy
 
 import ml_collections
 
+from configs import common
+
 
 def adversarial_config(**sections):
     """A ConfigDict holding every key of `sphere_tf.adversarial.DEFAULTS`, with `sections` over it.
@@ -13,18 +15,7 @@ def adversarial_config(**sections):
     """
     from sphere_tf.adversarial import experiment  # noqa: PLC0415 (TensorFlow only when a config is built)
 
-    config = copy.deepcopy(experiment.DEFAULTS)
-    for key, value in sections.items():
-        if key not in config:
-            raise ValueError(f"Unknown config section {key!r}; expected one of {sorted(config)}.")
-        if isinstance(config[key], dict) and key not in ("model", "operators", "optimizer"):
-            unknown = sorted(set(value) - set(config[key]))
-            if unknown:
-                raise ValueError(f"Unknown keys {unknown} in config section {key!r}; expected {sorted(config[key])}.")
-            config[key].update(value)
-        else:
-            config[key] = value
-    return ml_collections.ConfigDict(config)
+    return common.config_over(experiment.DEFAULTS, sections, whole=("model", "operators", "optimizer"))
 
 
 def quick_adversarial(config):
