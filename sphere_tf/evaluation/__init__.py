@@ -13,6 +13,7 @@ from sphere_tf.evaluation.verification import embedding_model
 from sphere_tf.evaluation.verification import extract_embeddings
 from sphere_tf.evaluation.verification import flip_embedding_fn
 from sphere_tf.evaluation.verification import kfold_accuracy
+from sphere_tf.evaluation.verification import mean_unit_embeddings
 from sphere_tf.evaluation.verification import plain_embedding_fn
 from sphere_tf.evaluation.verification import plot_roc
 from sphere_tf.evaluation.verification import roc_curve
