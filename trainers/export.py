@@ -38,6 +38,8 @@ _VERIFY = flags.DEFINE_bool("verify", True, "Verify before the version becomes v
                             "without sphere_tf, saved_model_cli run, warmup parse-back).")
 _FORMATS = flags.DEFINE_list("formats", [], "Optional formats written beside the version folder: onnx, tflite "
                              "(ONNX needs tf2onnx and onnxruntime).")
+_FOLD_BATCH_NORM = flags.DEFINE_bool("fold_batch_norm", True, "Serve operator → BatchNormalization pairs "
+                                     "(cosine angular activation) as one operator with the BN scale on its kernel.")
 flags.mark_flags_as_required(["workdir", "export_base"])
 
 
@@ -83,7 +85,7 @@ def main(argv):
         model, _EXPORT_BASE.value, model_name=model_name, version=_VERSION.value,
         normalization=config.get("data", {}).get("normalization", "centered_128"),
         channel_mean=_channel_mean(config), input_dtype=_INPUT_DTYPE.value, verify=_VERIFY.value,
-        formats=tuple(_FORMATS.value),
+        formats=tuple(_FORMATS.value), fold_batch_norm=_FOLD_BATCH_NORM.value,
     )
     print(f"Exported {model_name!r} version {result.version} to {result.path}")
     print(f"Signatures: {json.dumps(result.signatures)}")

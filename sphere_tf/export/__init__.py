@@ -1,5 +1,7 @@
-"""Export helpers: TensorFlow Serving folders (`export_model`), ONNX/TFLite files, plain SavedModels, OPT folding."""
+"""Export helpers: TensorFlow Serving folders (`export_model`), ONNX/TFLite files, plain SavedModels, OPT and BN folding."""
 
+from sphere_tf.export.fold import FoldedBatchNormalization
+from sphere_tf.export.fold import fold_batch_norm
 from sphere_tf.export.fold import fold_opt_model
 from sphere_tf.export.formats import FORMATS
 from sphere_tf.export.formats import FormatError

@@ -1,4 +1,4 @@
-"""Folding OPT layers into plain Keras layers for inference and export.
+"""Folding for inference and export: OPT layers into plain Keras layers, BatchNormalization into operators.
 
 After Orthogonal Over-Parameterized Training (Liu et al., "Orthogonal
 Over-Parameterized Training", CVPR 2021) a layer's kernel is the product
@@ -8,6 +8,7 @@ and export pay nothing for the over-parameterisation (thesis §7.4.1).
 """
 
 import keras
+import numpy as np
 
 
 def _opt_layer_class():
@@ -37,25 +38,206 @@ def fold_opt_model(model):
         ValueError: for a subclassed model (fold its layers with `layer.fold()`).
     """
     opt_layer = _opt_layer_class()
-    copies = []
 
-    def clone(layer):
+    def replace(layer):
         if isinstance(layer, opt_layer):
             return layer.fold()
         if isinstance(layer, keras.Model):
             return fold_opt_model(layer)
-        new = layer.__class__.from_config(layer.get_config())
-        copies.append((layer, new))
-        return new
+        return None
 
     try:
-        folded = keras.models.clone_model(model, clone_function=clone)
+        return _clone(model, replace)
     except ValueError as error:
         raise ValueError(
             "Invalid value for argument `model`: `fold_opt_model` needs a Sequential or functional model; "
             f"fold the layers of a subclassed model with `layer.fold()`. Received: {type(model).__name__}"
         ) from error
+
+
+def _clone(model, replace):
+    """`keras.models.clone_model` with `replace(layer)` (a new layer, or None for a copy with its weights)."""
+    copies = []
+
+    def clone(layer):
+        new = replace(layer)
+        if new is None:
+            new = layer.__class__.from_config(layer.get_config())
+            copies.append((layer, new))
+        return new
+
+    result = keras.models.clone_model(model, clone_function=clone)
     for old, new in copies:
         if old.weights:
             new.set_weights(old.get_weights())
-    return folded
+    return result
+
+
+@keras.saving.register_keras_serializable(package="sphere_tf")
+class FoldedBatchNormalization(keras.layers.Layer):
+    """Stands where `fold_batch_norm` removed a BatchNormalization: returns its input.
+
+    Unlike `keras.layers.Identity` it takes BatchNormalization's call arguments
+    (`training`, `mask`), which a model's copy passes on, and passes masks through.
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.supports_masking = True
+
+    def call(self, inputs, training=None, mask=None):  # pylint: disable=unused-argument
+        return inputs
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+
+def _operator_class():
+    from sphere_tf.layers.decoupled import _HypersphericalOperator  # pylint: disable=import-outside-toplevel
+
+    return _HypersphericalOperator
+
+
+def _graph_nodes(model):
+    """The nodes of `model`'s own graph (a layer's `_inbound_nodes` also counts calls outside it)."""
+    graph = getattr(model, "_functional", None) if isinstance(model, keras.Sequential) else model
+    by_depth = getattr(graph, "_nodes_by_depth", None)
+    if by_depth is None:
+        return None
+    return [node for nodes in by_depth.values() for node in nodes]
+
+
+def _channel_axis(layer, rank):
+    axis = -1 if getattr(layer, "data_format", "channels_last") == "channels_last" else 1
+    return axis % rank
+
+
+def _bn_axis(bn, rank):
+    axis = bn.axis if isinstance(bn.axis, int) else (bn.axis[0] if len(bn.axis) == 1 else None)
+    return None if axis is None else axis % rank
+
+
+def _foldable_pairs(model):
+    """`{operator name: BN layer}` for every operator whose one output feeds only a BatchNormalization."""
+    nodes = _graph_nodes(model)
+    if nodes is None:
+        return {}
+    operator = _operator_class()
+    calls, consumers = {}, {}
+    for node in nodes:
+        calls.setdefault(id(node.operation), []).append(node)
+        for tensor in node.input_tensors:
+            consumers.setdefault(id(tensor), []).append(node)
+    outputs = {id(t) for t in model.outputs}
+    pairs = {}
+    for layer in model.layers:
+        if not (isinstance(layer, operator) and layer.rescale_folds_into_kernel):
+            continue
+        if layer.activation not in (None, keras.activations.linear):
+            continue  # the BN sees the activation's output
+        own = calls.get(id(layer), [])
+        if len(own) != 1 or len(own[0].outputs) != 1:
+            continue  # shared layers keep their BN
+        output = own[0].outputs[0]
+        users = consumers.get(id(output), [])
+        if id(output) in outputs or len(users) != 1:
+            continue  # the operator's output is also used elsewhere
+        bn = users[0].operation
+        if not isinstance(bn, keras.layers.BatchNormalization) or len(calls.get(id(bn), [])) != 1:
+            continue
+        rank = len(output.shape)
+        if _bn_axis(bn, rank) != _channel_axis(layer, rank):
+            continue
+        pairs[layer.name] = bn
+    return pairs
+
+
+def _bn_affine(bn):
+    """BN at inference as ``x·scale + shift`` per channel (float64 for the fold)."""
+    variance = np.asarray(bn.moving_variance.numpy(), np.float64)
+    mean = np.asarray(bn.moving_mean.numpy(), np.float64)
+    gamma = np.ones_like(variance) if bn.gamma is None else np.asarray(bn.gamma.numpy(), np.float64)
+    beta = np.zeros_like(variance) if bn.beta is None else np.asarray(bn.beta.numpy(), np.float64)
+    scale = gamma / np.sqrt(variance + bn.epsilon)
+    return scale, beta - mean * scale
+
+
+def _folded_operator(layer, bn):
+    """A copy of `layer` with `rescale=True` computing BN(layer(x)), and its weights (set after the build)."""
+    config = dict(layer.get_config(), rescale=True, use_bias=False)
+    new = layer.__class__.from_config(config)
+    scale, shift = _bn_affine(bn)
+    old_scale = layer.rescale_scale.numpy() if layer.rescale else 1.0
+    old_shift = layer.rescale_shift.numpy() if layer.rescale else 0.0
+    bias = layer.bias.numpy() if layer.use_bias else 0.0
+    # BN(s_old·f + t_old + b) = (scale·s_old)·f + scale·(t_old + b) + shift.
+    values = {w.name: w.numpy() for w in layer.weights if w.name not in ("bias", "rescale_scale", "rescale_shift")}
+    values["rescale_scale"] = (scale * old_scale).astype(np.float32)
+    values["rescale_shift"] = (scale * (old_shift + bias) + shift).astype(np.float32)
+    return new, values
+
+
+def fold_batch_norm(model):
+    """Return a copy of a Sequential/functional model with each operator → BatchNormalization pair folded.
+
+    An operator whose response is linear in x·ŵ for every filter (cosine angular
+    activation: SphereConv/SphereNorm cosine, every decoupled magnitude with cosine g;
+    `rescale_folds_into_kernel`), with no activation, whose one output feeds only one
+    `BatchNormalization` over its channel axis, becomes the same operator with
+    `rescale=True`: scale ``γ/√(σ² + ε)`` and shift ``β − μ·γ/√(σ² + ε)`` (any old
+    rescale and bias merged in), and the BN becomes a `FoldedBatchNormalization`
+    (the identity). At
+    inference the operator multiplies that scale into its normalised kernel, so the
+    served graph has no full-size BN multiply: the same role BN folding plays for a
+    plain convolution. Other layers are re-created from their configs with copies
+    of their weights; a model without such a pair is returned as is.
+
+    Inference outputs are unchanged up to float rounding (the BN uses its moving
+    statistics; training-mode behaviour is not preserved, so the copy is for
+    inference and export only).
+
+    Args:
+        model: a built Sequential or functional `keras.Model`.
+
+    Returns:
+        A `keras.Model` (a new one when something was folded).
+
+    Raises:
+        ValueError: a model with foldable pairs that `keras.models.clone_model`
+            cannot copy (a subclassed model, or a layer without `get_config`).
+    """
+    pairs = _foldable_pairs(model)
+    nested = [layer for layer in model.layers if isinstance(layer, keras.Model) and _has_pairs(layer)]
+    if not pairs and not nested:
+        return model
+    folded_bns = {id(bn) for bn in pairs.values()}
+    folded = []
+
+    def replace(layer):
+        if layer.name in pairs:
+            new, values = _folded_operator(layer, pairs[layer.name])
+            folded.append((new, values))
+            return new
+        if id(layer) in folded_bns:
+            return FoldedBatchNormalization(name=layer.name)
+        if isinstance(layer, keras.Model):
+            return fold_batch_norm(layer)
+        return None
+
+    try:
+        result = _clone(model, replace)
+    except (ValueError, TypeError, NotImplementedError) as error:
+        raise ValueError(
+            f"Cannot fold BatchNormalization into the operators of {model.name!r}: copying the model failed "
+            f"({error}). Export with `fold_batch_norm=False`."
+        ) from error
+    for new, values in folded:
+        for weight in new.weights:
+            weight.assign(values[weight.name])
+    return result
+
+
+def _has_pairs(model):
+    return bool(_foldable_pairs(model)) or any(
+        isinstance(layer, keras.Model) and _has_pairs(layer) for layer in model.layers
+    )

@@ -29,10 +29,12 @@ signature itself):
   `logits` (the head's inference logits).
 
 Inference simplifications: OPT layers are folded into plain `Conv2D`/`Dense`
-(`fold_opt_model`); a margin head runs its inference branch (plain logits, no
-labels input, no margin); every layer is called with `training=False`, so batch
-norm and the operators' E{‖x‖} use their moving averages as constants (the
-verification rejects a signature that assigns a variable). The SavedModel holds
+(`fold_opt_model`); a BatchNormalization after a cosine-activation operator is
+folded into its normalised kernel (`fold_batch_norm`); a margin head runs its
+inference branch (plain logits, no labels input, no margin); every layer is
+called with `training=False`, so batch norm and the operators' E{‖x‖} use their
+moving averages as constants (the verification rejects a signature that assigns
+a variable). The SavedModel holds
 TensorFlow ops only: no `sphere_tf` import, custom op or Python object is needed
 to load or serve it.
 
@@ -601,6 +603,7 @@ def export_model(
     atol=1e-4,
     freeze=True,
     formats=(),
+    fold_batch_norm=True,
 ):
     """Exports `model` for TensorFlow Serving as `<export_base>/<model_name>/<version>/`.
 
@@ -634,6 +637,10 @@ def export_model(
             each converted from the SavedModel and verified against it on
             `verify_inputs` (`export_onnx`, `export_tflite`) before the version
             becomes visible; outside the version folder, so TF Serving ignores them.
+        fold_batch_norm: bool, serve each operator → BatchNormalization pair as
+            one operator whose BN scale rides on its normalised kernel
+            (`sphere_tf.export.fold_batch_norm`: cosine angular activations only);
+            the verification still compares with the unfolded model.
 
     Returns:
         `ExportResult`.
@@ -673,7 +680,12 @@ def export_model(
     if channel_mean is not None and len(channel_mean) not in (1, image_shape[-1]):
         raise validation.invalid_argument("channel_mean", f"1 or {image_shape[-1]} values", channel_mean)
 
-    module = _ServingModule(features_model, head, normalize, channel_mean, image_shape, tf.as_dtype(input_dtype))
+    served_model = features_model
+    if fold_batch_norm:
+        from sphere_tf.export.fold import fold_batch_norm as fold_bn  # pylint: disable=import-outside-toplevel
+
+        served_model = fold_bn(features_model)
+    module = _ServingModule(served_model, head, normalize, channel_mean, image_shape, tf.as_dtype(input_dtype))
     functions = {SERVING_SIGNATURE: module.serving_default}
     if head is not None:
         functions[EMBEDDINGS_SIGNATURE] = module.embeddings

@@ -184,6 +184,16 @@ class _HypersphericalOperator(keras.layers.Layer):
         return max(self.epsilon, _MIN_SQRT_EPSILON)
 
     @property
+    def rescale_folds_into_kernel(self):
+        """Whether f is linear in x·ŵ_j for every filter j (cosine g), so a per-filter scale of f is one of ŵ.
+
+        Then ``s_j·f_j(x·ŵ_j) = f_j(x·(s_j ŵ_j))`` exactly: ‖x‖, E{‖x‖}, ρ_j and ‖w_j‖
+        do not depend on the scaled kernel. The inference call uses it for `rescale`,
+        and `sphere_tf.export` to fold a following BatchNormalization.
+        """
+        return self.angular == "cosine"
+
+    @property
     def supports_weight_projection(self):
         """True for standard operators, whose output does not depend on ‖w‖ (Decoupled Networks §4)."""
         return self.weighted is None
@@ -277,14 +287,18 @@ class _HypersphericalOperator(keras.layers.Layer):
             path = fused.INFERENCE
         else:
             path = fused.training_path(training) if self._use_training_fusion else fused.PLAIN
+        # At inference a per-filter rescale of a response linear in x·ŵ rides on the kernel:
+        # (ŵ_j·s_j)·x instead of one more full-size multiply (what `export_model`'s BN folding relies on).
+        scale_in_kernel = path.inference and self.rescale and self.rescale_folds_into_kernel
+        w_conv = w_hat * ops.cast(self.rescale_scale, "float32") if scale_in_kernel else w_hat
         dot, x_sq = self._dot_and_patch_sq(
-            inputs, ops.cast(w_hat, self.compute_dtype), need_patch_sq=need_norm, path=path
+            inputs, ops.cast(w_conv, self.compute_dtype), need_patch_sq=need_norm, path=path
         )
         dot = ops.cast(dot, "float32")
         # Everything of ‖x‖ alone lives on a one-channel (one per group) tensor.
         x_norm = ops.sqrt(x_sq + self._sqrt_epsilon) if need_norm else None
         norm_mean = self._norm_mean_for(x_norm, training) if self.has_radius else None
-        return self._finish(self._response(dot, x_norm, w_norm, norm_mean, path))
+        return self._finish(self._response(dot, x_norm, w_norm, norm_mean, path), scale_applied=scale_in_kernel)
 
     def _response(self, dot, x_norm, w_norm, norm_mean, path):
         """f from ``x·ŵ`` and ‖x‖ (last axis: one per group), float32.
@@ -320,10 +334,10 @@ class _HypersphericalOperator(keras.layers.Layer):
             weight_radius=rho, fuse=path,
         )
 
-    def _finish(self, out):
-        """Rescale, bias, activation (float32), then the compute dtype."""
+    def _finish(self, out, scale_applied=False):
+        """Rescale, bias, activation (float32), then the compute dtype; `scale_applied`: the scale rode on ŵ."""
         if self.rescale:
-            out = out * self.rescale_scale + self.rescale_shift
+            out = (out if scale_applied else out * self.rescale_scale) + self.rescale_shift
         if self.use_bias:
             out = out + self.bias
         if self.activation is not None:
@@ -587,7 +601,8 @@ class DecoupledConv2D(_Conv2DOperator):
             (upstream 0.999).
         zero_debias: bool, debias the E{‖x‖} moving average (default; see the note);
             False is the upstream average.
-        rescale: bool, learned per-channel affine β·f + γ (rescaled SphereNorm).
+        rescale: bool, learned per-channel affine β·f + γ (rescaled SphereNorm);
+            with cosine g the inference call multiplies β into the normalised kernel.
         kernel_initializer: default N(0, 2/fan_in) as upstream.
         bias_initializer, kernel_regularizer, bias_regularizer, kernel_constraint,
         bias_constraint: as `keras.layers.Conv2D`.
@@ -768,7 +783,8 @@ class SphereConv2D(_Conv2DOperator):
         learnable_k_init: float > 0.05, its initial value (paper: 0.5).
         use_bias: bool (default False: "bias terms are usually left out").
         epsilon: float >= 0, inside the norms' square roots (upstream 1e-4).
-        rescale: bool, per-channel learned scale and shift.
+        rescale: bool, per-channel learned scale and shift; with cosine g the
+            inference call multiplies the scale into the normalised kernel.
         kernel_initializer: default N(0, 2/fan_in) as upstream.
         bias_initializer, kernel_regularizer, bias_regularizer, kernel_constraint,
         bias_constraint: as `keras.layers.Conv2D`.

@@ -191,6 +191,23 @@ def test_nonlinearly_weighted_tanh(rng, weighted, ang, cls):
         _check_train_then_infer(cls, dict(units=3, **hp), rng, (5, 6))
 
 
+@pytest.mark.parametrize("mag", ["tanh", "ball", "linear", "sphere"])
+@pytest.mark.parametrize("cls", [DecoupledConv2D, DecoupledDense])
+def test_rescale_with_cosine_rides_on_the_kernel_at_inference(rng, mag, cls, training_path):
+    # At inference the per-filter scale multiplies ŵ instead of f (exact for cosine g):
+    # the NumPy reference applies it to f after the operator, as training does.
+    hp = dict(magnitude=mag, angular="cosine", alpha=0.7, rescale=True, use_bias=True)
+    if cls is DecoupledConv2D:
+        hp.update(filters=4, kernel_size=3, padding="same")
+        layer = _check_train_then_infer(cls, hp, rng, (2, 6, 5, 3))
+    else:
+        hp.update(units=4)
+        layer = _check_train_then_infer(cls, hp, rng, (5, 6))
+    assert layer.rescale_folds_into_kernel
+    assert not cls(4, **({"kernel_size": 3} if cls is DecoupledConv2D else {}),
+                   angular="linear").rescale_folds_into_kernel
+
+
 @pytest.mark.parametrize("mag,beta", [("seg", 0.2), ("mix", 2.5)])
 def test_explicit_beta(rng, mag, beta):
     hp = dict(filters=3, kernel_size=2, magnitude=mag, angular="cosine", beta=beta, alpha=0.5)
