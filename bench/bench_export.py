@@ -12,6 +12,15 @@ convolution: `conv2d` (`keras.layers.Conv2D`, no bias, the baseline),
   preprocessing in the graph), timed through the reloaded `serving_default`
   signature on uint8 pixels, returning logits, probabilities and classes.
 
+Two more rows per case give the *floor* of a graph of stock TensorFlow ops
+(`--floor`): `floor` is the same trained net written by hand as the fewest ops
+this module knows for it (weights and the moving averages as constants, BN's
+scale folded into the normalised kernel wherever the operator is linear in it,
+the patch energy as one channel reduction and one ones-kernel conv, every
+per-position factor on one channel), and `floor_xla` is that function compiled
+whole by XLA. Both are checked against the Keras model's own inference output
+before they are timed, so they compute the same function.
+
 The SavedModels are reloaded with `tf.saved_model.load` and timed round-robin
 (one call of every case per round, each batch size), so load from other
 processes hits every case alike; the median wall and process CPU time per call
@@ -48,8 +57,11 @@ flags.DEFINE_integer("num_warmup", 5, "Untimed calls per case and batch size.")
 flags.DEFINE_integer("num_iters", 30, "Timed rounds (one call of every case per round).")
 flags.DEFINE_integer("train_steps", 2, "Training-mode forward calls before export (moving averages non-trivial).")
 flags.DEFINE_string("results_file", None, "Write the JSON lines here as well.")
+flags.DEFINE_bool("floor", True, "Also time the hand-written floor graphs ('floor', 'floor_xla').")
 
 BASELINE = "conv2d"
+# Cases without a hand-written floor graph (`floor_forward` raises for them).
+_NO_FLOOR = ("sphere_sigmoid",)
 
 _CASES = {
     "conv2d": lambda f: keras.layers.Conv2D(f, 3, padding="same", use_bias=False),
@@ -71,6 +83,106 @@ def build(case, image_size, train_steps, seed=0):
     for _ in range(train_steps):
         model(x, training=True)
     return model
+
+
+def _constant(value):
+    return tf.constant(np.asarray(value, np.float32))
+
+
+def _floor_blocks(model):
+    """Per conv block, the constants of the floor graph: `(kind, constants)`, from the trained layers."""
+    layers = [layer for layer in model.layers if not isinstance(layer, keras.layers.InputLayer)]
+    blocks = []
+    i = 0
+    while not isinstance(layers[i], keras.layers.Flatten):
+        layer = layers[i]
+        if isinstance(layer, keras.layers.MaxPooling2D):
+            blocks.append(("pool", None))
+            i += 1
+            continue
+        bn = layers[i + 1]
+        scale = bn.gamma.numpy() / np.sqrt(bn.moving_variance.numpy() + bn.epsilon)
+        shift = bn.beta.numpy() - bn.moving_mean.numpy() * scale
+        kernel = layer.kernel.numpy()
+        if isinstance(layer, keras.layers.Conv2D):
+            blocks.append(("conv2d", {"kernel": _constant(kernel * scale), "shift": _constant(shift)}))
+        else:
+            eps = layer._sqrt_epsilon  # pylint: disable=protected-access
+            w_hat = kernel / np.sqrt(np.sum(np.square(kernel), axis=(0, 1, 2)) + eps)
+            consts = {"eps": eps, "shift": _constant(shift)}
+            if layer.magnitude == "tanh" and layer.angular == "cosine":
+                kind = "tanh_cosine"
+                radius = layer.effective_rho().numpy() * float(layer.norm_mean().numpy())
+                consts.update(kernel=_constant(w_hat * scale * layer.alpha), inv_radius=_constant(1.0 / radius))
+            elif layer.magnitude == "sphere" and layer.angular == "cosine":
+                kind = "sphere_cosine"
+                consts.update(kernel=_constant(w_hat * scale * layer.alpha))
+            elif layer.magnitude == "sphere" and layer.angular == "linear":
+                kind = "sphere_linear"
+                consts.update(kernel=_constant(w_hat), scale=_constant(scale * layer.alpha * 2.0 / np.pi))
+            else:
+                raise ValueError(f"No floor graph for {layer.magnitude} + {layer.angular}.")
+            blocks.append((kind, consts))
+        i += 3  # operator, BN, ReLU
+    dense = [layer for layer in layers[i:] if isinstance(layer, keras.layers.Dense)]
+    return blocks, [(_constant(d.kernel.numpy()), _constant(d.bias.numpy())) for d in dense]
+
+
+def _floor_block(x, kind, c):
+    """One operator + BN + ReLU in the fewest stock ops: f·γ' + β' with per-position factors on one channel."""
+    if kind == "conv2d":  # what grappler fuses into one _FusedConv2D (conv, bias, ReLU)
+        return tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(x, c["kernel"], 1, "SAME"), c["shift"]))
+    dot = tf.nn.conv2d(x, c["kernel"], 1, "SAME")
+    if _XLA_SCOPE["on"]:  # XLA has no EuclideanNorm kernel
+        pixel_energy = tf.reduce_sum(tf.square(x), axis=-1, keepdims=True)
+    else:  # one reduction kernel, no full-size square
+        pixel_energy = tf.square(tf.math.reduce_euclidean_norm(x, axis=-1, keepdims=True))
+    energy = tf.nn.conv2d(pixel_energy, tf.ones((3, 3, 1, 1)), 1, "SAME") + c["eps"]
+    inv_norm = tf.math.rsqrt(energy)
+    if kind == "sphere_cosine":
+        out = dot * inv_norm
+    elif kind == "tanh_cosine":
+        out = dot * inv_norm * tf.tanh(energy * inv_norm * c["inv_radius"])
+    else:
+        c_theta = tf.clip_by_value(dot * inv_norm, -_CLIP, _CLIP)
+        out = tf.asin(c_theta) * c["scale"]
+    return tf.nn.relu(out + c["shift"])
+
+
+_XLA_SCOPE = {"on": False}
+_CLIP = 1.0 - 1e-6  # `angles.ACOS_DELTA`, the operators' clip
+
+
+def floor_forward(model, xla=False):
+    """The floor graph of a `cnn9` case: `fn(images) -> logits`, weights as constants (see module doc)."""
+    blocks, dense = _floor_blocks(model)
+
+    def forward(images):
+        x = tf.cast(images, tf.float32)
+        for kind, consts in blocks:
+            x = tf.nn.max_pool2d(x, 2, 2, "VALID") if kind == "pool" else _floor_block(x, kind, consts)
+        x = tf.reshape(x, (tf.shape(x)[0], -1))
+        (k1, b1), (k2, b2) = dense
+        return tf.matmul(tf.nn.relu(tf.matmul(x, k1) + b1), k2) + b2
+
+    _XLA_SCOPE["on"] = xla
+    try:
+        fn = tf.function(forward, jit_compile=xla, autograph=False)
+        concrete = fn.get_concrete_function(tf.TensorSpec((None,) + tuple(model.input_shape[1:]), tf.float32))
+    finally:
+        _XLA_SCOPE["on"] = False
+    return concrete
+
+
+def check_floor(model, fn, images, atol=1e-3):
+    """Raises unless the floor graph `fn` gives the model's inference logits on `images` (float pixels)."""
+    want = model(images, training=False).numpy()
+    got = fn(tf.constant(images, tf.float32)).numpy()
+    err = float(np.max(np.abs(want - got)))
+    scale = float(np.max(np.abs(want)))
+    if not err <= atol * max(1.0, scale):
+        raise AssertionError(f"floor graph differs from the model by {err:.3g} (|logits| <= {scale:.3g})")
+    return err
 
 
 def foreign_ops(concrete):
@@ -135,6 +247,15 @@ def main(argv):
     with tempfile.TemporaryDirectory() as directory:
         for case in cases:
             model = build(case, size, FLAGS.train_steps)
+            if FLAGS.floor and case not in _NO_FLOOR:
+                probe = inputs[batch_sizes[-1]].astype(np.float32)
+                for exporter, xla in (("floor", False), ("floor_xla", True)):
+                    fn = floor_forward(model, xla=xla)
+                    check_floor(model, fn, probe)
+                    foreign[(exporter, case)] = foreign_ops(fn)
+                    for b in batch_sizes:
+                        x = tf.constant(inputs[b], tf.float32)
+                        served[(exporter, case, b)] = (lambda fn=fn, x=x: fn(x))
             for exporter in FLAGS.exporters:
                 loaded, fn, dtype, ops_ = export_case(model, exporter, directory, case)
                 keep.append(loaded)
@@ -146,7 +267,8 @@ def main(argv):
     rows = []
     end_load = common.load_average()
     for (exporter, case, b), stats in results.items():
-        base = results[(exporter, BASELINE, b)]
+        # The XLA floor is compared with the stock-op Conv2D net (what `export_model` serves), not with XLA's.
+        base = results[("floor" if exporter == "floor_xla" else exporter, BASELINE, b)]
         rows.append({
             "bench": "export", "exporter": exporter, "layer": case, "batch_size": b, **stats,
             "median_s_ratio": stats["median_s"] / base["median_s"],
