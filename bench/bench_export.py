@@ -18,7 +18,7 @@ this module knows for it (weights and the moving averages as constants, BN's
 scale folded into the normalised kernel wherever the operator is linear in it,
 the patch energy as one channel reduction and one ones-kernel conv, every
 per-position factor on one channel), and `floor_xla` is that function compiled
-whole by XLA. Both are checked against the Keras model's own inference output
+whole by XLA (the box sum as shifted slices there, which XLA fuses). Both are checked against the Keras model's own inference output
 before they are timed, so they compute the same function.
 
 The SavedModels are reloaded with `tf.saved_model.load` and timed round-robin
@@ -133,11 +133,15 @@ def _floor_block(x, kind, c):
     if kind == "conv2d":  # what grappler fuses into one _FusedConv2D (conv, bias, ReLU)
         return tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(x, c["kernel"], 1, "SAME"), c["shift"]))
     dot = tf.nn.conv2d(x, c["kernel"], 1, "SAME")
-    if _XLA_SCOPE["on"]:  # XLA has no EuclideanNorm kernel
-        pixel_energy = tf.reduce_sum(tf.square(x), axis=-1, keepdims=True)
-    else:  # one reduction kernel, no full-size square
+    if _XLA_SCOPE["on"]:
+        # XLA has no EuclideanNorm kernel, and fuses the box sum's shifted slices into one loop
+        # (its one-channel convolution is slower).
+        energy = tf.pad(tf.reduce_sum(tf.square(x), axis=-1, keepdims=True), [[0, 0], [1, 1], [1, 1], [0, 0]])
+        energy = energy[:, :-2] + energy[:, 1:-1] + energy[:, 2:]
+        energy = energy[:, :, :-2] + energy[:, :, 1:-1] + energy[:, :, 2:] + c["eps"]
+    else:  # one reduction kernel (no full-size square) and one ones-kernel conv
         pixel_energy = tf.square(tf.math.reduce_euclidean_norm(x, axis=-1, keepdims=True))
-    energy = tf.nn.conv2d(pixel_energy, tf.ones((3, 3, 1, 1)), 1, "SAME") + c["eps"]
+        energy = tf.nn.conv2d(pixel_energy, tf.ones((3, 3, 1, 1)), 1, "SAME") + c["eps"]
     inv_norm = tf.math.rsqrt(energy)
     if kind == "sphere_cosine":
         out = dot * inv_norm
