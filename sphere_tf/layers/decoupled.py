@@ -188,8 +188,8 @@ class _HypersphericalOperator(keras.layers.Layer):
         """Whether f is linear in x·ŵ_j for every filter j (cosine g), so a per-filter scale of f is one of ŵ.
 
         Then ``s_j·f_j(x·ŵ_j) = f_j(x·(s_j ŵ_j))`` exactly: ‖x‖, E{‖x‖}, ρ_j and ‖w_j‖
-        do not depend on the scaled kernel. The inference call uses it for `rescale`,
-        and `sphere_tf.export` to fold a following BatchNormalization.
+        do not depend on the scaled kernel. The inference call uses it for `rescale`
+        (float32 compute only), and `sphere_tf.export` to fold a following BatchNormalization.
         """
         return self.angular == "cosine"
 
@@ -289,7 +289,9 @@ class _HypersphericalOperator(keras.layers.Layer):
             path = fused.training_path(training) if self._use_training_fusion else fused.PLAIN
         # At inference a per-filter rescale of a response linear in x·ŵ rides on the kernel:
         # (ŵ_j·s_j)·x instead of one more full-size multiply (what `export_model`'s BN folding relies on).
-        scale_in_kernel = path.inference and self.rescale and self.rescale_folds_into_kernel
+        # Only in float32: a float16 conv of x with s_j·ŵ_j overflows where x·ŵ_j (≤ ‖x‖) does not.
+        scale_in_kernel = (path.inference and self.rescale and self.rescale_folds_into_kernel
+                           and self.compute_dtype == "float32")
         w_conv = w_hat * ops.cast(self.rescale_scale, "float32") if scale_in_kernel else w_hat
         dot, x_sq = self._dot_and_patch_sq(
             inputs, ops.cast(w_conv, self.compute_dtype), need_patch_sq=need_norm, path=path

@@ -208,6 +208,19 @@ def test_rescale_with_cosine_rides_on_the_kernel_at_inference(rng, mag, cls, tra
                    angular="linear").rescale_folds_into_kernel
 
 
+def test_large_rescale_stays_finite_at_inference_under_float16(rng):
+    # cos θ·s with s = 1e4 is representable in float16, but a float16 conv with s·ŵ would reach ‖x‖·1e4.
+    layer = SphereConv2D(3, 3, angular="cosine", rescale=True, dtype="mixed_float16")
+    x = (100.0 * _inputs(rng, (2, 5, 5, 4), zero_corner=False)).astype(np.float32)
+    layer(x[:1], training=False)
+    layer.rescale_scale.assign(np.full((3,), 1e4, np.float32))
+    got = ops.convert_to_numpy(layer(x, training=False)).astype(np.float64)
+    patches = testing.numpy_patches(x, 3, 1, "valid", 1)
+    cos, _ = testing.numpy_decoupled(patches, layer.kernel.numpy(), "sphere", "cosine")
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, 1e4 * cos, rtol=2e-3, atol=20.0)
+
+
 @pytest.mark.parametrize("mag,beta", [("seg", 0.2), ("mix", 2.5)])
 def test_explicit_beta(rng, mag, beta):
     hp = dict(filters=3, kernel_size=2, magnitude=mag, angular="cosine", beta=beta, alpha=0.5)
