@@ -18,16 +18,15 @@ E‖x‖ is taken over both halves); the loss weights the halves 2(1 − mix) an
 the clean half.
 """
 
-import inspect
 
 import keras
 import numpy as np
 import tensorflow as tf
 from cleverhans.tf2.attacks.fast_gradient_method import fast_gradient_method
-from keras import ops
 
 from sphere_tf import validation
 from sphere_tf.adversarial import pixels as pixels_lib
+from sphere_tf.training import model as model_lib
 
 DEFAULT_MIX = 0.5
 
@@ -94,27 +93,14 @@ class FGSMAdversarialModel(keras.Model):
             weights = weights * tf.concat([sw, sw], axis=0)
         with tf.GradientTape() as tape:
             y_pred = self(inputs, training=True)
-            loss = self._training_loss(inputs, targets, y_pred, weights)
-            self._track_loss(loss, batch)
+            loss = model_lib.compute_training_loss(self, inputs, targets, y_pred, weights)
+            model_lib.track_loss(self, loss, batch)
             scaled = self.optimizer.scale_loss(loss) if self.optimizer is not None else loss
         variables = self.trainable_weights
         if variables:
             gradients = tape.gradient(scaled, variables)
             self.optimizer.apply(gradients, variables)
         return self.compute_metrics(x, y, y_pred[:batch], sample_weight=sample_weight)
-
-    def _training_loss(self, x, y, y_pred, sample_weight):
-        if "training" in inspect.signature(self.compute_loss).parameters:
-            return self.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True)
-        return self.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight)
-
-    def _track_loss(self, loss, batch):
-        tracker = next((m for m in self.metrics if m.name == "loss"), None)
-        if tracker is None:
-            return
-        replicas = tf.distribute.get_strategy().num_replicas_in_sync
-        value = loss * ops.cast(replicas, loss.dtype) if replicas > 1 else loss
-        tracker.update_state(value, sample_weight=batch)
 
     def get_config(self):
         config = super().get_config()

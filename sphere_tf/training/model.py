@@ -132,6 +132,27 @@ def _describe(layer):
     return f"'{layer.name}' ({type(layer).__name__}, weighted={getattr(layer, 'weighted', '?')!r})"
 
 
+def compute_training_loss(model, x, y, y_pred, sample_weight):
+    """`model.compute_loss` of a custom `train_step`, with `training=True` where its signature takes it."""
+    if "training" in inspect.signature(model.compute_loss).parameters:
+        return model.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True)
+    return model.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight)
+
+
+def track_loss(model, loss, batch_size):
+    """Updates `model`'s compiled "loss" tracker as Keras's own step does (public API only).
+
+    Losses are divided by the replica count inside `compute_loss`; the reported
+    value undoes it, weighted by the batch size.
+    """
+    tracker = next((m for m in model.metrics if m.name == "loss"), None)
+    if tracker is None:
+        return
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    value = loss * ops.cast(replicas, loss.dtype) if replicas > 1 else loss
+    tracker.update_state(value, sample_weight=batch_size)
+
+
 def _per_replica_update(variables, update_fn):
     """Runs `update_fn(v)` once on every copy of each variable, whatever the context.
 
@@ -269,8 +290,9 @@ class SphereTrainingMixin:
         self.operator_layers()  # trace time: refuse weighted operators before any update
         with tf.GradientTape() as tape:
             y_pred = self._call_for_training(x)
-            loss = self._compute_training_loss(x, y, y_pred, sample_weight)
-            self._track_loss(loss, x)
+            loss = compute_training_loss(self, x, y, y_pred, sample_weight)
+            first = next(t for t in keras.tree.flatten(x) if t is not None)
+            track_loss(self, loss, ops.shape(first)[0])
             scaled_loss = self.optimizer.scale_loss(loss) if self.optimizer is not None else loss
 
         variables = self.trainable_weights
@@ -284,23 +306,6 @@ class SphereTrainingMixin:
     def _call_for_training(self, x):
         # Layer.__call__ forwards `training` only to `call`s that accept it.
         return self(x, training=True)
-
-    def _compute_training_loss(self, x, y, y_pred, sample_weight):
-        if "training" in inspect.signature(self.compute_loss).parameters:
-            return self.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True)
-        return self.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight)
-
-    def _track_loss(self, loss, x):
-        """Updates the compiled "loss" tracker like the default step (public API only)."""
-        tracker = next((m for m in self.metrics if m.name == "loss"), None)
-        if tracker is None:
-            return
-        # Losses are divided by the replica count inside `compute_loss`; undo it for the
-        # reported value, as Keras' own step does.
-        replicas = tf.distribute.get_strategy().num_replicas_in_sync
-        value = loss * ops.cast(replicas, loss.dtype) if replicas > 1 else loss
-        first = next(t for t in keras.tree.flatten(x) if t is not None)
-        tracker.update_state(value, sample_weight=ops.shape(first)[0])
 
     def _scale_gradients(self, gradients, variables):
         """Weighted gradients [D-18]: g ← sqrt(‖w‖² + ε)·g per output channel."""
