@@ -239,10 +239,7 @@ def run_experiment(config, workdir):
     started = time.time()
     config = validate(config)
     checkpoint_lib.record_config(workdir, config)
-    verbose, callbacks = config["train"]["verbose"], []
-    if verbose == "auto":
-        verbose = progress.fit_verbosity(sys.stdout)
-        callbacks = [] if verbose else [progress.EpochLogger()]
+    verbose, callbacks = progress.resolve_fit_verbosity(config["train"]["verbose"], sys.stdout)
     attacks = list(evaluation.TABLE_ATTACKS) + list(config["attack"]["extra"])
     budget = {k: config["attack"][k] for k in ("epsilon", "step", "iterations")}
     batch = config["attack"]["batch_size"]

@@ -39,6 +39,7 @@ from sphere_tf.training.pretrain import initialize_from_pretrained
 from sphere_tf.training.pretrain import parameterised_layers
 from sphere_tf.training.progress import EpochLogger
 from sphere_tf.training.progress import fit_verbosity
+from sphere_tf.training.progress import resolve_fit_verbosity
 from sphere_tf.training.runtime import bfc_cpu_allocator_active
 from sphere_tf.training.runtime import cpu_memory_info
 from sphere_tf.training.runtime import use_bfc_cpu_allocator

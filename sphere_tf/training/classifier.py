@@ -390,10 +390,7 @@ def train_and_evaluate(config, workdir, strategy=None):
     chief = distribute.is_chief(strategy)
     train_cfg = config["train"]
     # 'auto': Keras's progress bar on a terminal; one line per epoch (no carriage returns) otherwise.
-    verbose, epoch_lines = train_cfg["verbose"], []
-    if verbose == "auto":
-        verbose = progress.fit_verbosity(sys.stdout)
-        epoch_lines = [] if verbose else [progress.EpochLogger()]
+    verbose, epoch_lines = progress.resolve_fit_verbosity(train_cfg["verbose"], sys.stdout)
     state_dir = os.path.join(workdir, "checkpoints", "train")
     checkpoint_lib.check_workdir_config(workdir, config)
     if chief:

@@ -165,6 +165,15 @@ def fit_verbosity(stream=None):
         return 0
 
 
+def resolve_fit_verbosity(verbose, stream=None):
+    """`(verbose, callbacks)` for `fit` from a config's `verbose`: 'auto' becomes `fit_verbosity(stream)`
+    plus an `EpochLogger` where that is 0; any other value is Keras's own, with no callback."""
+    if verbose != "auto":
+        return verbose, []
+    verbose = fit_verbosity(stream)
+    return verbose, ([] if verbose else [__getattr__("EpochLogger")()])  # built on first use
+
+
 def _format_value(value, precision):
     try:
         value = float(value)

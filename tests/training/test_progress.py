@@ -89,6 +89,13 @@ class _Stream(io.StringIO):
         return self._tty
 
 
+def test_resolve_fit_verbosity():
+    assert progress.resolve_fit_verbosity(2, _Stream(False)) == (2, [])  # Keras's own values pass through
+    assert progress.resolve_fit_verbosity("auto", _Stream(True)) == (1, [])
+    verbose, callbacks = progress.resolve_fit_verbosity("auto", _Stream(False))
+    assert verbose == 0 and [type(c).__name__ for c in callbacks] == ["EpochLogger"]
+
+
 def test_fit_verbosity():
     assert progress.fit_verbosity(_Stream(True)) == 1
     assert progress.fit_verbosity(_Stream(False)) == 0
