@@ -38,6 +38,15 @@ def decoupled(magnitude, angular, **options):
             "kernel_initializer": INITIALIZER, **options}
 
 
+def table_operator(operator, angular):
+    """The operator spec of a table cell: the Conv2D baseline (cosine column only) or `decoupled`."""
+    if operator != "baseline":
+        return decoupled(operator, angular)
+    if angular != "cosine":
+        raise no_cell(operator=operator, angular=angular)
+    return BASELINE
+
+
 def no_cell(**variant):
     """The error for a variant combination that is "–" (not run) in the paper's table."""
     text = ", ".join(f"{k}={v!r}" for k, v in variant.items())

@@ -38,12 +38,7 @@ def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, operator="tanh", angular="cosine")
     operator = dcnet.choose(arg, "operator", VARIANTS["operator"])
     angular = dcnet.choose(arg, "angular", VARIANTS["angular"])
-    if operator == "baseline":
-        if angular != "cosine":
-            raise dcnet.no_cell(operator=operator, angular=angular)
-        spec = dcnet.BASELINE
-    else:
-        spec = dcnet.decoupled(operator, angular)
+    spec = dcnet.table_operator(operator, angular)
     config = dcnet.cifar_config(dict(name="dcnet_cnn9", operator=spec, batch_norm=False, head=None))
     if arg.quick:
         dcnet.quick(config, width_multiplier=1 / 8, **dcnet.QUICK_PLAIN_CNN)

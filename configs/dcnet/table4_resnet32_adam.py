@@ -41,12 +41,7 @@ VARIANTS = {"operator": ("baseline",) + tuple(dcnet.MAGNITUDES), "angular": tupl
 
 def resnet32_config(operator, angular, optimizer=None):
     """The Table 4 / Table 10 cell `operator` × `angular` with `optimizer` (None: ADAM 1e-3)."""
-    if operator == "baseline":
-        if angular != "cosine":
-            raise dcnet.no_cell(operator=operator, angular=angular)
-        spec = dcnet.BASELINE
-    else:
-        spec = dcnet.decoupled(operator, angular)
+    spec = dcnet.table_operator(operator, angular)
     return dcnet.cifar_config(dict(name="resnet32", operator=spec, head=None), optimizer=optimizer)
 
 
