@@ -47,6 +47,7 @@ from tensorflow.python.framework import op_def_registry  # pylint: disable=g-dir
 from bench import common
 from sphere_tf import export as export_lib
 from sphere_tf import layers as sphere_layers
+from sphere_tf.ops import angles
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("cases", ["tanh_cosine", "sphere_linear"], "Cases to compare with conv2d (always included).")
@@ -108,7 +109,7 @@ def _floor_blocks(model):
             blocks.append(("conv2d", {"kernel": _constant(kernel * scale), "shift": _constant(shift)}))
         else:
             eps = layer._sqrt_epsilon  # pylint: disable=protected-access
-            w_hat = kernel / np.sqrt(np.sum(np.square(kernel), axis=(0, 1, 2)) + eps)
+            w_hat = angles.normalize_kernel(layer.kernel, eps)[0].numpy()
             consts = {"eps": eps, "shift": _constant(shift)}
             if layer.magnitude == "tanh" and layer.angular == "cosine":
                 kind = "tanh_cosine"
@@ -128,12 +129,12 @@ def _floor_blocks(model):
     return blocks, [(_constant(d.kernel.numpy()), _constant(d.bias.numpy())) for d in dense]
 
 
-def _floor_block(x, kind, c):
+def _floor_block(x, kind, c, xla):
     """One operator + BN + ReLU in the fewest stock ops: f·γ' + β' with per-position factors on one channel."""
     if kind == "conv2d":  # what grappler fuses into one _FusedConv2D (conv, bias, ReLU)
         return tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(x, c["kernel"], 1, "SAME"), c["shift"]))
     dot = tf.nn.conv2d(x, c["kernel"], 1, "SAME")
-    if _XLA_SCOPE["on"]:
+    if xla:
         # XLA has no EuclideanNorm kernel, and fuses the box sum's shifted slices into one loop
         # (its one-channel convolution is slower).
         energy = tf.pad(tf.reduce_sum(tf.square(x), axis=-1, keepdims=True), [[0, 0], [1, 1], [1, 1], [0, 0]])
@@ -153,8 +154,7 @@ def _floor_block(x, kind, c):
     return tf.nn.relu(out + c["shift"])
 
 
-_XLA_SCOPE = {"on": False}
-_CLIP = 1.0 - 1e-6  # `angles.ACOS_DELTA`, the operators' clip
+_CLIP = 1.0 - angles.ACOS_DELTA  # the operators' clip of cos θ
 
 
 def floor_forward(model, xla=False):
@@ -164,18 +164,13 @@ def floor_forward(model, xla=False):
     def forward(images):
         x = tf.cast(images, tf.float32)
         for kind, consts in blocks:
-            x = tf.nn.max_pool2d(x, 2, 2, "VALID") if kind == "pool" else _floor_block(x, kind, consts)
+            x = tf.nn.max_pool2d(x, 2, 2, "VALID") if kind == "pool" else _floor_block(x, kind, consts, xla)
         x = tf.reshape(x, (tf.shape(x)[0], -1))
         (k1, b1), (k2, b2) = dense
         return tf.matmul(tf.nn.relu(tf.matmul(x, k1) + b1), k2) + b2
 
-    _XLA_SCOPE["on"] = xla
-    try:
-        fn = tf.function(forward, jit_compile=xla, autograph=False)
-        concrete = fn.get_concrete_function(tf.TensorSpec((None,) + tuple(model.input_shape[1:]), tf.float32))
-    finally:
-        _XLA_SCOPE["on"] = False
-    return concrete
+    fn = tf.function(forward, jit_compile=xla, autograph=False)
+    return fn.get_concrete_function(tf.TensorSpec((None,) + tuple(model.input_shape[1:]), tf.float32))
 
 
 def check_floor(model, fn, images, atol=1e-3):
