@@ -10,8 +10,8 @@ setuptools.setup(
         "for Keras 3 / TensorFlow 2."
     ),
     python_requires=">=3.11,<3.12",
-    # The C++ kernel sources sphere_tf compiles on first use (sphere_tf/kernels/build.py).
-    package_data={"sphere_tf.kernels": ["*.cc"]},
+    # The C++ kernel sources sphere_tf compiles on first use (sphere_tf/backends/tensorflow/kernels/build.py).
+    package_data={"sphere_tf.backends.tensorflow.kernels": ["*.cc"]},
     packages=setuptools.find_packages(include=["sphere_tf", "sphere_tf.*", "trainers", "configs", "configs.*"]),
     install_requires=[
         "tensorflow-cpu==2.21.*",

@@ -21,7 +21,7 @@ for the backward pass, gradients, workspace), plus the absolute peak.
 Cases (`--layers`): conv2d, tanh_cosine (DecoupledConv2D tanh + cosine),
 sphere_linear (SphereConv2D linear), sphere_cosine, linear_cosine, tanh_sqcosine,
 linear_sqcosine, sphere_sigmoid. A suffix picks the operator layers' training
-path while the step is traced (`sphere_tf.ops.fused.Path`): `:plain` (TensorFlow
+path while the step is traced (`sphere_tf.backends.tensorflow.fused.Path`): `:plain` (TensorFlow
 ops, `set_training_fusion(False)`), `:xla` (XLA clusters, compiled kernels off),
 none: whatever this process gets (the compiled kernels where they build).
 
@@ -49,8 +49,8 @@ import tensorflow as tf
 
 from bench import common
 from sphere_tf import layers as sphere_layers
-from sphere_tf.kernels import build as kernel_build
-from sphere_tf.ops import fused
+from sphere_tf.backends.tensorflow.kernels import build as kernel_build
+from sphere_tf.backends.tensorflow import fused
 from sphere_tf.training import runtime
 
 FLAGS = flags.FLAGS

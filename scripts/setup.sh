@@ -15,7 +15,7 @@ if [ ! -d /usr/share/datasets/fashion-mnist ]; then
   fi
 fi
 
-# A C++ compiler for the compiled training-path kernels (sphere_tf/kernels).
+# A C++ compiler for the compiled training-path kernels (sphere_tf/backends/tensorflow/kernels).
 if ! command -v "${CXX:-g++}" >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
@@ -54,4 +54,4 @@ fi
 # Build the compiled training-path kernels now rather than in the first training step (cached per
 # source, TensorFlow version, compiler, CPU and flags; a recorded failed build is retried here). If
 # they cannot be built, training uses XLA clusters and tests/kernels fails.
-.venv/bin/python -m sphere_tf.kernels || true
+.venv/bin/python -m sphere_tf.backends.tensorflow.kernels || true

@@ -248,7 +248,7 @@ def generate():
     for lib, srcs in libraries.items():
         deps = [n for n in lib_names if n in lib_deps[lib]]
         fields = [("name", lib), ("srcs", srcs)]
-        # C++ kernel sources the package compiles at run time (sphere_tf/kernels/build.py).
+        # C++ kernel sources the package compiles at run time (sphere_tf/backends/tensorflow/kernels/build.py).
         kernels = _walk(lib, lambda rel: rel.endswith(".cc")) if os.path.isdir(os.path.join(ROOT, lib)) else []
         if kernels:
             fields.append(("data", kernels))

@@ -20,6 +20,27 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "sphere_tf"))
 
 
+BACKEND = keras.backend.backend()
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        "tensorflow_only: a test of a TensorFlow-only feature (the TensorFlow plug-in, tf.distribute, SavedModel "
+        "export); deselected, not skipped, when KERAS_BACKEND is another backend",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    """Deselect the `tensorflow_only` tests on the JAX and PyTorch backends (the core suites run on all three)."""
+    if BACKEND == "tensorflow":
+        return
+    kept = [item for item in items if item.get_closest_marker("tensorflow_only") is None]
+    if len(kept) != len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+        items[:] = kept
+
+
 @pytest.fixture(autouse=True)
 def _reset_keras_state():
     """Fixed seeds before each test; the global dtype policy is float32 before and after it."""

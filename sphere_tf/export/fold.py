@@ -10,67 +10,9 @@ and export pay nothing for the over-parameterisation (thesis §7.4.1).
 import keras
 import numpy as np
 
-
-def _opt_layer_class():
-    # Imported when called: `sphere_tf.layers` re-exports `fold_opt_model`, so a module-level
-    # import here would make `sphere_tf.export` and `sphere_tf.layers` import each other.
-    from sphere_tf.layers.opt import OPTLayer
-
-    return OPTLayer
-
-
-def fold_opt_model(model):
-    """Return a copy of a Sequential/functional model with every OPT layer folded.
-
-    Each `OPTConv2D` / `OPTDense` becomes a `keras.layers.Conv2D` / `Dense` with
-    kernel ``W = R·V`` and the same bias and activation (`layer.fold()`); every
-    other layer is re-created from its config and gets a copy of its weights.
-    The result has the same outputs (up to float rounding) and no OPT parameters,
-    and exports like any plain Keras model (`sphere_tf.export.export_saved_model`).
-
-    Args:
-        model: a built Sequential or functional `keras.Model`.
-
-    Returns:
-        A new `keras.Model` of the same kind.
-
-    Raises:
-        ValueError: for a subclassed model (fold its layers with `layer.fold()`).
-    """
-    opt_layer = _opt_layer_class()
-
-    def replace(layer):
-        if isinstance(layer, opt_layer):
-            return layer.fold()
-        if isinstance(layer, keras.Model):
-            return fold_opt_model(layer)
-        return None
-
-    try:
-        return _clone(model, replace)
-    except ValueError as error:
-        raise ValueError(
-            "Invalid value for argument `model`: `fold_opt_model` needs a Sequential or functional model; "
-            f"fold the layers of a subclassed model with `layer.fold()`. Received: {type(model).__name__}"
-        ) from error
-
-
-def _clone(model, replace):
-    """`keras.models.clone_model` with `replace(layer)` (a new layer, or None for a copy with its weights)."""
-    copies = []
-
-    def clone(layer):
-        new = replace(layer)
-        if new is None:
-            new = layer.__class__.from_config(layer.get_config())
-            copies.append((layer, new))
-        return new
-
-    result = keras.models.clone_model(model, clone_function=clone)
-    for old, new in copies:
-        if old.weights:
-            new.set_weights(old.get_weights())
-    return result
+# OPT folding is a layers-tier function (it needs only Keras); export re-exports it.
+from sphere_tf.layers.folding import clone_model_replacing as _clone
+from sphere_tf.layers.folding import fold_opt_model  # noqa: F401  (public here too)
 
 
 @keras.saving.register_keras_serializable(package="sphere_tf")

@@ -6,7 +6,7 @@ from sphere_tf.layers.decoupled import DecoupledDense
 from sphere_tf.layers.decoupled import SphereConv2D
 from sphere_tf.layers.decoupled import SphereDense
 from sphere_tf.layers.margin_head import MarginHead
-from sphere_tf.export.fold import fold_opt_model  # folding lives with export; public here too
+from sphere_tf.layers.folding import fold_opt_model
 from sphere_tf.layers.opt import OPTConv2D
 from sphere_tf.layers.opt import OPTDense
 from sphere_tf.layers.opt import OPTLayer

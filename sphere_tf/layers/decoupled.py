@@ -1,7 +1,7 @@
 """Hyperspherical (SphereNet) and decoupled (DCNet) convolution and dense layers.
 
 All four public layers compute ``f = h(‖w‖, ‖x‖)·g(θ)`` through
-`sphere_tf.ops.fused.decoupled_response_from_dot`; they differ only in how a
+`sphere_tf.ops.response.decoupled_response_from_dot`; they differ only in how a
 "patch" is formed (a sliding window for convolutions, the whole vector for dense
 layers) and in which arguments they take (SphereConv fixes h to the constant 1).
 
@@ -36,9 +36,10 @@ from sphere_tf import validation
 from sphere_tf.ops import angles
 from sphere_tf.ops import angular as angular_lib
 from sphere_tf.ops import conv_geometry
-from sphere_tf.ops import fused
 from sphere_tf.ops import magnitude as magnitude_lib
+from sphere_tf.ops import acceleration
 from sphere_tf.ops import operator
+from sphere_tf.ops import response
 
 # Upstream constants (see module docstring).
 RHO_EPSILON = 1e-4
@@ -275,18 +276,16 @@ class _HypersphericalOperator(keras.layers.Layer):
             )
         self.input_spec = self._make_input_spec(input_shape)
 
-    # Whether this layer's training calls may take the fused paths (compiled kernels, XLA
-    # clusters; `fused.set_training_fusion` is the global switch); False pins it to plain ops.
+    # Whether this layer's training calls may take an accelerator's fused paths (for TensorFlow: compiled
+    # kernels, XLA clusters; `sphere_tf.ops.set_training_fusion` is the global switch); False pins it to
+    # the accelerator's plain path.
     _use_training_fusion = True
 
     def call(self, inputs, training=None):
         w_hat, w_norm = angles.normalize_kernel(self.kernel, self._sqrt_epsilon)
-        need_norm = not fused.norm_cancels(self._magnitude, self.angular, self.weighted)
-        # The hot path's implementation (plain ops / XLA clusters / compiled kernels), chosen once.
-        if not training:
-            path = fused.INFERENCE
-        else:
-            path = fused.training_path(training) if self._use_training_fusion else fused.PLAIN
+        need_norm = not response.norm_cancels(self._magnitude, self.angular, self.weighted)
+        # The hot path's implementation (the keras.ops reference, or the backend's accelerator), chosen once.
+        path = acceleration.layer_path(training, fusion=self._use_training_fusion)
         # At inference a per-filter rescale of a response linear in x·ŵ rides on the kernel:
         # (ŵ_j·s_j)·x instead of one more full-size multiply (what `export_model`'s BN folding relies on).
         # Only in float32: a float16 conv of x with s_j·ŵ_j overflows where x·ŵ_j (≤ ‖x‖) does not.
@@ -307,7 +306,7 @@ class _HypersphericalOperator(keras.layers.Layer):
 
         A grouped operator is `groups` operators side by side, each with its own ‖x‖
         and E{‖x‖}: sliced per group, every tensor keeps the one-channel layout of the
-        hot path (`fused.decoupled_response_from_dot`).
+        hot path (`response.decoupled_response_from_dot`).
         """
         rho, k = self.effective_rho(), self.effective_k()
         groups = self._groups
@@ -329,11 +328,11 @@ class _HypersphericalOperator(keras.layers.Layer):
         return ops.concatenate(outs, axis=-1)
 
     def _group_response(self, dot, x_norm, w_norm, rho, k, norm_mean, path):
-        return fused.decoupled_response_from_dot(
+        return response.decoupled_response_from_dot(
             dot, x_norm, None if x_norm is None else 1.0 / x_norm, w_norm,
             magnitude=self._magnitude, angular=self.angular, alpha=self.alpha, beta=self.beta,
             radius=None if rho is None else rho * norm_mean, k=k, weighted=self.weighted,
-            weight_radius=rho, fuse=path,
+            weight_radius=rho, path=path,
         )
 
     def _finish(self, out, scale_applied=False):
@@ -467,12 +466,10 @@ class _Conv2DOperator(_HypersphericalOperator):
             return ops.transpose(out, (0, 3, 1, 2))
         return super().call(inputs, training=training)
 
-    def _dot_and_patch_sq(self, inputs, w_hat, need_patch_sq=True, path=fused.PLAIN):
-        geometry = (self.kernel_size, self.strides, self.padding, self.dilation_rate)
-        if self.groups == 1 and path.fused and need_patch_sq and None not in inputs.shape[1:3]:
-            # Training: one custom gradient for the conv and the patch energy.
-            return fused.conv_and_patch_energy(
-                inputs, w_hat, self.strides, self.padding, self.dilation_rate, fuse=path
+    def _dot_and_patch_sq(self, inputs, w_hat, need_patch_sq=True, path=acceleration.REFERENCE):
+        if self.groups == 1:
+            return response.conv_and_patch_squared_norm(
+                inputs, w_hat, self.strides, self.padding, self.dilation_rate, need_patch_sq, path
             )
         dot = ops.conv(
             inputs, w_hat, strides=self.strides, padding=self.padding, data_format="channels_last",
@@ -480,8 +477,7 @@ class _Conv2DOperator(_HypersphericalOperator):
         )
         if not need_patch_sq:
             return dot, None
-        if self.groups == 1:
-            return dot, fused.patch_squared_norm(inputs, *geometry, fuse=path)
+        geometry = (self.kernel_size, self.strides, self.padding, self.dilation_rate)
         return dot, angles.patch_squared_norm(inputs, *geometry, groups=self.groups)
 
     def compute_output_shape(self, input_shape):
@@ -527,7 +523,7 @@ class _DenseOperator(_HypersphericalOperator):
     def _make_input_spec(self, input_shape):
         return keras.layers.InputSpec(min_ndim=2, axes={-1: input_shape[-1]})
 
-    def _dot_and_patch_sq(self, inputs, w_hat, need_patch_sq=True, path=fused.PLAIN):
+    def _dot_and_patch_sq(self, inputs, w_hat, need_patch_sq=True, path=acceleration.REFERENCE):
         del path  # no patch geometry: one vector norm
         x_sq = angles.vector_squared_norm(inputs) if need_patch_sq else None
         return ops.matmul(inputs, w_hat), x_sq

@@ -39,7 +39,7 @@ from keras import ops
 from sphere_tf import validation
 from sphere_tf.ops import angles
 from sphere_tf.ops import margin as margin_lib
-from sphere_tf.ops import xla_context
+from sphere_tf.backends.tensorflow import xla_context
 
 DEFAULT_MARGINS = {
     "lsoftmax": 4,  # thesis Table 2.2 / MNIST prototxt (CIFAR prototxts use 2)

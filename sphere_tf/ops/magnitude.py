@@ -77,15 +77,20 @@ class Magnitude:
     # None: β is not used and passing one is an error; else the DCNet default [D App B].
     default_beta: Optional[float] = None
     bounded: bool = False
+    # h = α·h₁(‖x‖) with h₁ free of α: α may then join the one-channel per-position factor instead of
+    # costing a full-size multiply (seg and mix mix α with β).
+    alpha_factor: bool = False
+    # h = α‖x‖ (LinearConv): with cosine g the patch norm cancels, f = α·x·ŵ.
+    proportional_to_norm: bool = False
 
 
 MAGNITUDE_FNS = {
-    "sphere": Magnitude(sphere, bounded=True),
-    "ball": Magnitude(ball, has_radius=True, bounded=True),
-    "tanh": Magnitude(tanh, has_radius=True, bounded=True),
-    "linear": Magnitude(linear),
+    "sphere": Magnitude(sphere, bounded=True, alpha_factor=True),
+    "ball": Magnitude(ball, has_radius=True, bounded=True, alpha_factor=True),
+    "tanh": Magnitude(tanh, has_radius=True, bounded=True, alpha_factor=True),
+    "linear": Magnitude(linear, alpha_factor=True, proportional_to_norm=True),
     "seg": Magnitude(seg, has_radius=True, default_beta=0.5),
-    "log": Magnitude(log),
+    "log": Magnitude(log, alpha_factor=True),
     "mix": Magnitude(mix, default_beta=1.0),
 }
 

@@ -1,14 +1,14 @@
 """The decoupled operator response f_d = h(‖w‖, ‖x‖)·g(θ) in cosine form   [D-3].
 
 `decoupled_response` takes cos θ and the norms; the maths lives once, in
-`fused.decoupled_response_from_dot` (the layers' form, from ``dot = x·ŵ``),
+`response.decoupled_response_from_dot` (the layers' form, from ``dot = x·ŵ``),
 which this wraps. SphereConv2D, DecoupledConv2D, SphereDense and DecoupledDense
 call the latter with the dot products and norms of their own geometry.
 """
 
 from keras import ops
 
-from sphere_tf.ops import fused
+from sphere_tf.ops import response
 
 # Kernel weighting [D §3.5]: None (standard operators use ŵ only), 'linear'
 # (h·‖w‖), 'nonlinear' (eq. 15, ‖w‖ inside the tanh) and 'nonlinear_separate'
@@ -40,8 +40,8 @@ def decoupled_response(
     'nonlinear_separate' f = α·tanh(‖w‖ / ρ_w)·tanh(‖x‖ / r)·g(θ)        [D-16]
     ```
 
-    Computed by `fused.decoupled_response_from_dot` with ``dot = cos θ·‖x‖`` and
-    ``1/‖x‖`` (plain TensorFlow ops; values equal to float32 rounding).
+    Computed by `response.decoupled_response_from_dot` with ``dot = cos θ·‖x‖`` and
+    ``1/‖x‖`` (the `keras.ops` reference; values equal to float32 rounding).
 
     Args:
         cos_theta: float32 tensor `(..., units)` of cosines.
@@ -61,8 +61,8 @@ def decoupled_response(
     """
     cos_theta = ops.cast(cos_theta, "float32")
     x_norm = ops.cast(x_norm, "float32")
-    return fused.decoupled_response_from_dot(
+    return response.decoupled_response_from_dot(
         cos_theta * x_norm, x_norm, 1.0 / x_norm, w_norm,
         magnitude=magnitude, angular=angular, alpha=alpha, beta=beta, radius=radius, k=k,
-        weighted=weighted, weight_radius=weight_radius, fuse=fused.PLAIN,
+        weighted=weighted, weight_radius=weight_radius,
     )

@@ -52,7 +52,7 @@ from keras import ops
 from sphere_tf import energy
 from sphere_tf import validation
 from sphere_tf.ops import angles
-from sphere_tf.ops.xla_context import in_xla_context
+from sphere_tf.backends.tensorflow.xla_context import in_xla_context
 from sphere_tf.regularizers import random_state
 from sphere_tf.regularizers.mhe import check_energy_regularizer_args
 

@@ -4,25 +4,35 @@ import keras
 import pytest
 from keras.src import testing as keras_testing
 
-from sphere_tf.kernels import build as kernel_build
-from sphere_tf.ops import fused
+from sphere_tf.ops import acceleration
+
+# The TensorFlow plug-in's three training paths, then the keras.ops reference (the only path elsewhere).
+TRAINING_PATHS = ["kernels", "xla", "plain", "reference"] if keras.backend.backend() == "tensorflow" else ["reference"]
 
 
-@pytest.fixture(params=["kernels", "xla", "plain"])
+@pytest.fixture(params=TRAINING_PATHS)
 def training_path(request):
-    """Runs a test on each implementation of the layers' training path.
+    """Runs a test on each implementation of the layers' training path on this backend.
 
-    'kernels': the compiled kernels (`sphere_tf.kernels.build`; the test fails where they are not
-    built), 'xla': XLA clusters only (`kernel_build.set_enabled(False)`), 'plain': plain TensorFlow
-    ops (`fused.set_training_fusion(False)`).
+    TensorFlow: 'kernels' the compiled kernels (`sphere_tf.backends.tensorflow.kernels.build`; the test
+    fails where they are not built), 'xla' XLA clusters only (`kernel_build.set_enabled(False)`),
+    'plain' TensorFlow ops with hand-written gradients (`set_training_fusion(False)`). Every backend:
+    'reference', the `keras.ops` reference (`set_acceleration(False)`).
     """
+    if request.param == "reference":
+        acceleration.set_acceleration(False)
+        yield request.param
+        acceleration.set_acceleration(True)
+        return
+    from sphere_tf.backends.tensorflow.kernels import build as kernel_build  # the TensorFlow plug-in
+
     if request.param == "kernels":
         assert kernel_build.compiled_kernels() is not None, kernel_build.status()
     kernel_build.set_enabled(request.param == "kernels")
-    fused.set_training_fusion(request.param != "plain")
+    acceleration.set_training_fusion(request.param != "plain")
     yield request.param
     kernel_build.set_enabled(True)
-    fused.set_training_fusion(True)
+    acceleration.set_training_fusion(True)
 
 
 class _KerasHarness(keras_testing.TestCase):

@@ -5,7 +5,7 @@ The references are `sphere_tf.testing.numpy_decoupled` on explicitly extracted p
 upstream numerics the layers document: ε = 1e-4 inside both square roots, ρ = ρ_raw² + 1e-4,
 r = ρ·E{‖x‖} with E the batch mean of the patch norms in training (differentiated, as upstream) and
 the zero-debiased moving average at inference, learnable k = |k_raw| + 0.05. Every case runs through
-`sphere_tf.ops.fused`, the layers' one implementation; the training-path variants (compiled kernels,
+`sphere_tf.backends.tensorflow.fused`, the layers' one implementation; the training-path variants (compiled kernels,
 XLA clusters, plain ops) are compared against the same NumPy references.
 """
 
@@ -25,8 +25,8 @@ from sphere_tf.layers import DecoupledDense
 from sphere_tf.layers import SphereConv2D
 from sphere_tf.layers import SphereDense
 from sphere_tf.ops import angular as angular_lib
-from sphere_tf.kernels import build as kernel_build
-from sphere_tf.ops import fused
+from sphere_tf.backends.tensorflow.kernels import build as kernel_build
+from sphere_tf.backends.tensorflow import fused
 from sphere_tf.ops import magnitude as magnitude_lib
 
 MAGNITUDES = sorted(magnitude_lib.MAGNITUDE_FNS)
@@ -819,7 +819,7 @@ def test_eager_and_jit_compiled_agree(rng, factory):
             np.testing.assert_allclose(c, e, rtol=1e-4, atol=1e-4 * np.max(np.abs(e)))
 
 
-# -- the XLA clusters of the training path (sphere_tf.ops.fused.use_training_fusion) ---------------------
+# -- the XLA clusters of the training path (sphere_tf.backends.tensorflow.fused.use_training_fusion) ---------------------
 
 XLA_FUSED = [
     lambda: DecoupledConv2D(4, 3, strides=2, padding="same", magnitude="tanh", angular="cosine",

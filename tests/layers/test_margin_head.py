@@ -16,7 +16,7 @@ import tensorflow as tf
 from sphere_tf import testing
 from sphere_tf.layers import MarginHead
 from sphere_tf.ops import margin as margin_lib
-from sphere_tf.ops import xla_context
+from sphere_tf.backends.tensorflow import xla_context
 from sphere_tf.regularizers import DataDependentMHE
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -44,8 +44,8 @@ docs/performance.md):
     backward and clipped cosine, the box sums and the conv + patch-energy input
     gradient (`conv_and_patch_energy`) run as small `jit_compile=True`
     functions: fewer full-size passes, a third less activation memory.
-  - 'kernels': the compiled kernels (`sphere_tf/kernels/fused_kernels.cc`, built by
-    `sphere_tf.kernels.build`) take over the TanhConv, rescale and θ tails and
+  - 'kernels': the compiled kernels (`sphere_tf/backends/tensorflow/kernels/fused_kernels.cc`, built by
+    `sphere_tf.backends.tensorflow.kernels.build`) take over the TanhConv, rescale and θ tails and
     the input gradient, one multi-threaded pass each way; the other pieces run
     as on 'xla'.
 
@@ -64,32 +64,19 @@ import tensorflow as tf
 from keras import ops
 
 from sphere_tf import validation
-from sphere_tf.kernels import build as kernel_build
+from sphere_tf.backends.tensorflow.kernels import build as kernel_build
+from sphere_tf.backends.tensorflow.xla_context import in_xla_context
+from sphere_tf.ops import acceleration
 from sphere_tf.ops import angles
 from sphere_tf.ops import angular as angular_lib
 from sphere_tf.ops import conv_geometry
 from sphere_tf.ops import magnitude as magnitude_lib
-from sphere_tf.ops.xla_context import in_xla_context
+from sphere_tf.ops import response as response_lib
 
-_TRAINING_FUSION = {"enabled": True}
-
-
-def set_training_fusion(enabled):
-    """Turn the fusions of the layers' training path on (default) or off.
-
-    With it on, the layers' training calls (outside code that XLA compiles as a
-    whole) run their full-size elementwise work through the compiled kernels
-    (`sphere_tf.kernels.build`, where built) and small `jit_compile=True` clusters;
-    inference and export always use plain TensorFlow ops (a SavedModel then
-    needs neither the XLA JIT, which TensorFlow Serving disables by default, nor
-    the custom ops). Off: plain ops everywhere, same values to float32 rounding.
-    """
-    _TRAINING_FUSION["enabled"] = bool(enabled)
-
-
-def training_fusion_enabled():
-    """Whether `set_training_fusion` is on."""
-    return _TRAINING_FUSION["enabled"]
+# The process-wide switch lives at the boundary (`sphere_tf.ops.acceleration`); these names stay for callers
+# of the plug-in module.
+set_training_fusion = acceleration.set_training_fusion
+training_fusion_enabled = acceleration.training_fusion_enabled
 
 
 def use_training_fusion(training):
@@ -97,20 +84,58 @@ def use_training_fusion(training):
     return bool(training) and training_fusion_enabled() and not in_xla_context()
 
 
+class TensorFlowAccelerator(acceleration.Accelerator):
+    """The TensorFlow plug-in's hot path: hand-written gradients, XLA clusters and the compiled kernels.
+
+    Handles every operator: the tails it has special code for (TanhConv + cosine, the
+    per-position rescale, the θ activations linear and fixed-k sigmoid) run through it,
+    anything else through the registry functions with TensorFlow's autodiff, which is the
+    reference's own computation.
+    """
+
+    name = "tensorflow"
+
+    def path(self, training, fusion):
+        if not training:
+            return INFERENCE
+        if fusion and not in_xla_context():
+            return _fused_path()
+        return PLAIN
+
+    def patch_squared_norm(self, inputs, kernel_size, strides, padding, dilation_rate, path):
+        return patch_squared_norm(inputs, kernel_size, strides, padding, dilation_rate, fuse=path)
+
+    def conv_and_patch_squared_norm(self, inputs, kernel, strides, padding, dilation_rate, path):
+        if not path.fused or None in inputs.shape[1:3]:
+            return NotImplemented  # the reference's conv, then this plug-in's patch energy
+        return conv_and_patch_energy(inputs, kernel, strides, padding, dilation_rate, fuse=path)
+
+    def response_from_dot(self, dot, x_norm, inv_norm, w_norm, *, magnitude, angular, alpha, beta, radius, k,
+                          weighted, weight_radius, path):
+        return decoupled_response_from_dot(
+            dot, x_norm, inv_norm, w_norm, magnitude=magnitude, angular=angular, alpha=alpha, beta=beta,
+            radius=radius, k=k, weighted=weighted, weight_radius=weight_radius, fuse=path,
+        )
+
+
+ACCELERATOR = TensorFlowAccelerator()
+
+
 @dataclasses.dataclass(frozen=True)
-class Path:
+class Path(acceleration.Path):
     """Which implementation the hot path of one layer call runs (chosen once, by `training_path`).
 
     Attributes:
-        name: 'plain' (TensorFlow ops: inference, export, code that XLA compiles
-            whole, `set_training_fusion(False)`), 'xla' (training: small
-            `jit_compile=True` clusters) or 'kernels' (training: the compiled
-            kernels where a piece has one, its XLA cluster otherwise).
-        kernels: the op module of `sphere_tf.kernels.build.compiled_kernels()` on
-            the 'kernels' path, else None.
+        name: 'inference' (training=False: the fewest plain TensorFlow ops, what a
+            SavedModel serves), 'plain' (training: TensorFlow ops with hand-written
+            gradients; code that XLA compiles whole, `set_training_fusion(False)`),
+            'xla' (training: small `jit_compile=True` clusters) or 'kernels'
+            (training: the compiled kernels where a piece has one, its XLA cluster
+            otherwise).
+        kernels: the op module of `kernels.build.compiled_kernels()` on the
+            'kernels' path, else None.
     """
 
-    name: str
     kernels: object = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
@@ -118,34 +143,29 @@ class Path:
         """True on the training paths ('xla', 'kernels')."""
         return self.name in ("xla", "kernels")
 
-    @property
-    def inference(self):
-        """True on the inference path: plain ops, no hand-written gradients (what a SavedModel serves)."""
-        return self.name == "inference"
 
-
-PLAIN = Path("plain")
-XLA = Path("xla")
+PLAIN = Path("plain", accelerator=ACCELERATOR)
+XLA = Path("xla", accelerator=ACCELERATOR)
 # Layer calls with training=False: the fewest plain TensorFlow ops per value (no custom-gradient
 # wrappers, the patch energy as one ones-kernel convolution); gradients, where asked for (attacks,
 # saliency), come from autodiff of the same ops.
-INFERENCE = Path("inference")
+INFERENCE = Path("inference", inference=True, accelerator=ACCELERATOR)
 
 
 def _fused_path():
     kernels = kernel_build.compiled_kernels()
-    return XLA if kernels is None else Path("kernels", kernels)
+    return XLA if kernels is None else Path("kernels", accelerator=ACCELERATOR, kernels=kernels)
 
 
 def training_path(training):
-    """The `Path` of a layer call: 'plain' unless `use_training_fusion(training)`, then the
+    """The `Path` of a training-capable call: 'plain' unless `use_training_fusion(training)`, then the
     compiled kernels where they load, else XLA clusters."""
     return _fused_path() if use_training_fusion(training) else PLAIN
 
 
 def as_path(fuse):
     """A `Path` from a `fuse` argument: a `Path` as is, True the training path, False 'plain'."""
-    if isinstance(fuse, Path):
+    if isinstance(fuse, acceleration.Path):
         return fuse
     return _fused_path() if fuse else PLAIN
 
@@ -679,22 +699,7 @@ def _tanh_cosine(dot, x_norm, factor, inv_radius, path=PLAIN):
 # -- the response ---------------------------------------------------------------------------
 
 
-# Magnitudes with h(‖x‖) = α·h₁(‖x‖) (α a pure factor); seg and mix mix α with β.
-_ALPHA_LINEAR = ("sphere", "ball", "tanh", "linear", "log")
-
-
-def norm_cancels(magnitude, angular, weighted):
-    """True when h(‖x‖)·g(θ) does not depend on ‖x‖: LinearConv (α‖x‖) with cosine g.
-
-    Then ``f = α·x·ŵ`` (times ‖w‖ when linearly weighted) and the patch norm need
-    not be computed at all.
-    """
-    mag = magnitude_lib.get_magnitude(magnitude)
-    return (
-        mag is magnitude_lib.MAGNITUDE_FNS["linear"]
-        and angular == "cosine"
-        and weighted in (None, "linear")
-    )
+norm_cancels = response_lib.norm_cancels
 
 
 def decoupled_response_from_dot(
@@ -747,7 +752,7 @@ def decoupled_response_from_dot(
         return dot * (alpha if weighted is None else alpha * w_norm)
     # h = α·h₁ for these magnitudes: α then joins the one-channel factor (or vanishes
     # for α = 1) instead of costing a full-size multiply.
-    alpha_linear = any(mag is magnitude_lib.MAGNITUDE_FNS[n] for n in _ALPHA_LINEAR)
+    alpha_linear = mag.alpha_factor
     scale = alpha if alpha_linear else 1.0
     factor = inv_norm if scale == 1.0 else scale * inv_norm  # α/‖x‖, one channel
     squared = angular == "sqcosine"
@@ -759,7 +764,7 @@ def decoupled_response_from_dot(
         if squared:  # α·tanh·c|c| = tanh·dot|dot|·(α/‖x‖²)
             return _tanh_cosine_compiled(path.kernels, dot, x_norm, factor * inv_norm, inv_radius, squared=True)
         return _tanh_cosine(dot, x_norm, factor, inv_radius, path)
-    h = _weighted_magnitude(mag, x_norm, w_norm, 1.0 if alpha_linear else alpha, beta, radius, weighted,
+    h = response_lib.weighted_magnitude(mag, x_norm, w_norm, 1.0 if alpha_linear else alpha, beta, radius, weighted,
                             weight_radius)
     if angular == "cosine" or (squared and path.kernels is not None and (h is None or _one_channel_like(h, dot))):
         # α·h₁·dot/‖x‖ (or α·h₁·dot|dot|/‖x‖²): the per-position factors meet on the
@@ -775,22 +780,6 @@ def decoupled_response_from_dot(
 def _per_unit(radius):
     """Whether `radius` is a scalar or one value per filter (the tanh tail's `(units,)` inverse radius)."""
     return radius is not None and len(getattr(radius, "shape", ())) <= 1
-
-
-def _weighted_magnitude(mag, x_norm, w_norm, alpha, beta, radius, weighted, weight_radius):
-    """h(‖w‖, ‖x‖) of the four kernel weightings [D-3, D §3.5, D-15, D-16]; None for a constant 1."""
-    if weighted == "nonlinear":
-        h = mag.fn(x_norm * w_norm, radius, alpha, beta)
-    elif mag is magnitude_lib.MAGNITUDE_FNS["sphere"]:
-        h = None  # the constant 1 (the caller folds α): no tensor at all
-    else:
-        h = mag.fn(x_norm, radius, alpha, beta)
-    if weighted == "linear":
-        h = w_norm if h is None else h * w_norm
-    elif weighted == "nonlinear_separate":
-        tanh_w = ops.tanh(w_norm / weight_radius)
-        h = tanh_w if h is None else h * tanh_w
-    return h
 
 
 def _rescale(dot, factor, squared, path):

@@ -25,7 +25,7 @@
 // SphereTfAddPatchGradient: the layer's input gradient conv_grad + 2·x·spread
 // (spread one value per input pixel), one pass instead of a multiply and an AddN.
 //
-// Built and loaded by sphere_tf/kernels/build.py; CPU only, float32.
+// Built and loaded by sphere_tf/backends/tensorflow/kernels/build.py; CPU only, float32.
 #include <algorithm>
 #include <cmath>
 #include <vector>

@@ -5,7 +5,7 @@ against the installed TensorFlow's headers (`tf.sysconfig`) and loaded with
 `tf.load_op_library`. `scripts/setup.sh` builds it (`main()`); otherwise the
 first training step that needs it does. Where it cannot be built (no compiler,
 every flag set fails) or used (a visible GPU, `set_enabled(False)`,
-`SPHERE_TF_CUSTOM_OPS=0` in the environment), `sphere_tf.ops.fused` runs XLA
+`SPHERE_TF_CUSTOM_OPS=0` in the environment), `sphere_tf.backends.tensorflow.fused` runs XLA
 clusters with the same values; inference and export never use the kernels.
 
 Flag policy (`flag_sets`), tried in order:
@@ -28,7 +28,7 @@ version), CPU and the flags actually used, in `kernels/_build/` (or `~/.cache/sp
 package directory is not writable). When every flag set fails, the failure is
 recorded next to the libraries (keyed by the whole policy) and later processes
 read it instead of compiling again; `main()` (`scripts/setup.sh`,
-``python -m sphere_tf.kernels``) and ``build(retry=True)`` try again. A
+``python -m sphere_tf.backends.tensorflow.kernels``) and ``build(retry=True)`` try again. A
 file lock lets one process (e.g. one pytest-xdist worker) compile while the
 others wait.
 """
@@ -276,7 +276,7 @@ def build(sets=None, directory=None, retry=False):
             with open(record) as f:
                 raise BuildError(
                     f"{f.read()}\n(failure recorded in {record}; retry with "
-                    "`python -m sphere_tf.kernels` or build(retry=True))"
+                    "`python -m sphere_tf.backends.tensorflow.kernels` or build(retry=True))"
                 )
         failures = []
         for flags, path in zip(sets, paths):

@@ -1,4 +1,4 @@
-"""Tests for sphere_tf.ops.fused (the layers' hot path) against NumPy references."""
+"""Tests for sphere_tf.backends.tensorflow.fused (the layers' hot path) against NumPy references."""
 
 import math
 
@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 
 from sphere_tf import testing
-from sphere_tf.kernels import build as kernel_build
-from sphere_tf.ops import fused
+from sphere_tf.backends.tensorflow.kernels import build as kernel_build
+from sphere_tf.backends.tensorflow import fused
 from sphere_tf.ops import magnitude as magnitude_lib
 
 # Every implementation: plain TensorFlow ops ("tf"), the training path with XLA

@@ -1,4 +1,4 @@
-"""Tests for sphere_tf.kernels.build: the compiled kernels build here, for AVX-512 FP16 CPUs, and fall back.
+"""Tests for sphere_tf.backends.tensorflow.kernels.build: the compiled kernels build here, for AVX-512 FP16 CPUs, and fall back.
 
 These run the real compiler (no stub): each full build takes several seconds.
 """
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from sphere_tf.kernels import build
+from sphere_tf.backends.tensorflow.kernels import build
 
 needs_compiler = pytest.mark.skipif(
     shutil.which(build.compiler()) is None, reason="no C++ compiler on this machine"

@@ -1,0 +1,165 @@
+"""The boundary between the reference maths and a backend's accelerated implementation of the hot path.
+
+Every layer computes its response through `sphere_tf.ops.response`, the reference
+implementation written with `keras.ops` (it runs unchanged on the TensorFlow, JAX
+and PyTorch backends). A backend may add an *accelerator*: an object that takes
+over some of the hot-path pieces (patch energy, conv + patch energy, the response
+tails) with faster code for that backend, and answers `NotImplemented` for
+anything it does not handle, which then runs on the reference. An accelerator
+never replaces the reference: operators, magnitudes and angular functions added
+later run on the reference path until an accelerator chooses to handle them.
+
+Accelerators are plug-ins found by backend name (`PLUGINS`), imported the first
+time a layer asks for its path under that backend, in the manner of Keras's own
+backend selection: the maths tier never imports a plug-in module by name in
+Python, so nothing here depends on TensorFlow. Today one plug-in exists,
+`sphere_tf.backends.tensorflow` (the compiled CPU kernels, XLA clusters and
+TensorFlow custom gradients); on JAX and PyTorch the reference path runs (XLA
+and the PyTorch compiler fuse its elementwise work themselves).
+
+Two process-wide switches:
+
+* `set_acceleration(False)` (or ``SPHERE_TF_ACCELERATION=0`` in the
+  environment): no plug-in, the reference path everywhere. Values agree with
+  the accelerated paths to float32 rounding (the parity tests check it).
+* `set_training_fusion(False)`: the accelerator may not use its fused training
+  implementations (for the TensorFlow plug-in: no XLA clusters, no compiled
+  kernels; its plain TensorFlow custom gradients only).
+"""
+
+import dataclasses
+import importlib
+import os
+
+import keras
+
+# Backend name -> the module that registers that backend's accelerator when imported.
+PLUGINS = {"tensorflow": "sphere_tf.backends.tensorflow"}
+
+_STATE = {
+    "acceleration": os.environ.get("SPHERE_TF_ACCELERATION", "1") != "0",
+    "training_fusion": True,
+}
+_ACCELERATORS = {}  # backend name -> registered accelerator
+_IMPORTED = set()  # backends whose plug-in import was attempted
+
+
+@dataclasses.dataclass(frozen=True)
+class Path:
+    """Which implementation the hot path of one layer call runs (chosen once per call by `layer_path`).
+
+    Attributes:
+        name: 'reference' / 'reference_inference' for the `keras.ops` reference,
+            otherwise the accelerator's own name for its path.
+        inference: True for calls with `training` falsy: no parameter gradients
+            are needed, so per-filter scales may ride on the kernel and the
+            fewest ops per value are preferred.
+        accelerator: the `Accelerator` that handles this path, or None for the
+            reference.
+    """
+
+    name: str
+    inference: bool = False
+    accelerator: object = dataclasses.field(default=None, compare=False, repr=False)
+
+    @property
+    def fused(self):
+        """True on an accelerator's fused training paths (the reference has none)."""
+        return False
+
+
+REFERENCE = Path("reference")
+REFERENCE_INFERENCE = Path("reference_inference", inference=True)
+
+
+class Accelerator:
+    """Base class of a backend's accelerated hot path. Every method may answer `NotImplemented`.
+
+    A method receives the `Path` this accelerator returned from `path` and the same
+    arguments as the reference function of `sphere_tf.ops.response` it stands in
+    for; it must return the same values to float32 rounding (gradients included),
+    or `NotImplemented` to leave the case to the reference.
+    """
+
+    name = "accelerator"
+
+    def path(self, training, fusion):
+        """The `Path` of a layer call: `training` the call's flag, `fusion` whether fused paths are allowed."""
+        del training, fusion
+        return None
+
+    def patch_squared_norm(self, inputs, kernel_size, strides, padding, dilation_rate, path):
+        return NotImplemented
+
+    def conv_and_patch_squared_norm(self, inputs, kernel, strides, padding, dilation_rate, path):
+        return NotImplemented
+
+    def response_from_dot(self, dot, x_norm, inv_norm, w_norm, *, magnitude, angular, alpha, beta, radius, k,
+                          weighted, weight_radius, path):
+        return NotImplemented
+
+
+def register_accelerator(backend, accelerator):
+    """Make `accelerator` (an `Accelerator`) the hot path's accelerator under Keras backend `backend`."""
+    if not isinstance(accelerator, Accelerator):
+        raise TypeError(f"`accelerator` must be a sphere_tf.ops.acceleration.Accelerator. Received: {accelerator!r}")
+    _ACCELERATORS[backend] = accelerator
+
+
+def set_acceleration(enabled):
+    """Use the backend's accelerator where one is registered (default) or the reference path everywhere."""
+    _STATE["acceleration"] = bool(enabled)
+
+
+def acceleration_enabled():
+    """Whether `set_acceleration` is on."""
+    return _STATE["acceleration"]
+
+
+def set_training_fusion(enabled):
+    """Allow the accelerator's fused training implementations (default) or only its plain ones.
+
+    For the TensorFlow plug-in, on: the layers' training calls (outside code that
+    XLA compiles as a whole) run their full-size elementwise work through the
+    compiled kernels (where built) and small `jit_compile=True` clusters; off:
+    plain TensorFlow ops with hand-written gradients. Same values to float32
+    rounding. Inference and export never use the fused paths.
+    """
+    _STATE["training_fusion"] = bool(enabled)
+
+
+def training_fusion_enabled():
+    """Whether `set_training_fusion` is on."""
+    return _STATE["training_fusion"]
+
+
+def accelerator():
+    """The accelerator of the current Keras backend, or None (none registered, or acceleration off).
+
+    The first call under a backend imports its plug-in (`PLUGINS`), which registers
+    itself. A plug-in that fails to import is an error, not a silent fallback.
+    """
+    if not _STATE["acceleration"]:
+        return None
+    backend = keras.backend.backend()
+    if backend not in _IMPORTED:
+        _IMPORTED.add(backend)
+        if backend in PLUGINS:
+            importlib.import_module(PLUGINS[backend])
+    return _ACCELERATORS.get(backend)
+
+
+def layer_path(training, fusion=True):
+    """The `Path` of one layer call: the accelerator's where it gives one, else the reference.
+
+    Args:
+        training: the call's `training` flag (None counts as inference).
+        fusion: False pins this call to the accelerator's plain path (a layer's
+            `_use_training_fusion`); the global `set_training_fusion` applies too.
+    """
+    acc = accelerator()
+    if acc is not None:
+        path = acc.path(bool(training), bool(fusion) and _STATE["training_fusion"])
+        if path is not None:
+            return path
+    return REFERENCE if training else REFERENCE_INFERENCE
