@@ -20,6 +20,7 @@ Example:
 (1, 2, 2, 9)
 """
 
+import contextlib
 import os
 
 import keras
@@ -293,3 +294,106 @@ def numpy_full_correlation(x, kernel):
         for v in range(kw):
             y += np.einsum("nhwi,io->nhwo", xp[:, u : u + hf, v : v + wf, :], np.asarray(kernel[u, v], np.float64))
     return y
+
+
+
+def gradients(fn, inputs, variables=(), state=()):
+    """`(value, grads_inputs, grads_variables)` of a scalar `fn(*inputs)`, on every Keras backend.
+
+    The test suites' one replacement for `tf.GradientTape`: `fn` may call layers
+    eagerly, and `variables` are Keras variables `fn` reads. State that `fn`
+    assigns (an E{‖x‖} moving average) is updated as in an eager call on every
+    backend, for the variables listed in `state` (TensorFlow and PyTorch update
+    every variable eagerly anyway; JAX differentiates a pure function, so the
+    updates are collected and applied afterwards).
+
+    Args:
+        fn: callable of the input tensors returning a scalar tensor.
+        inputs: list of arrays/tensors to differentiate with respect to.
+        variables: list of `keras.Variable`s to differentiate with respect to.
+        state: list of `keras.Variable`s whose assignments inside `fn` must persist.
+
+    Returns:
+        `(value, [∂/∂input], [∂/∂variable])` as NumPy arrays (a source `fn` does
+        not depend on gets zeros).
+    """
+    backend = keras.backend.backend()
+    inputs = [keras.ops.convert_to_tensor(x) for x in inputs]
+    variables, state = list(variables), list(state)
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        with tf.GradientTape() as tape:
+            for x in inputs:
+                tape.watch(x)
+            value = fn(*inputs)
+        grads = tape.gradient(value, inputs + variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    elif backend == "jax":
+        import jax
+
+        def pure(xs, values):
+            # The differentiated variables enter as arguments; every assignment is collected, not applied.
+            with keras.StatelessScope(state_mapping=list(zip(variables, values))) as scope:
+                out = fn(*xs)
+            return out, [scope.get_current_value(v) for v in state]
+
+        (value, updates), (grad_x, grad_v) = jax.value_and_grad(pure, argnums=(0, 1), has_aux=True)(
+            inputs, [v.value for v in variables]
+        )
+        for var, new in zip(state, updates):
+            if new is not None:
+                var.assign(new)
+        grads = list(grad_x) + list(grad_v)
+    elif backend == "torch":
+        import torch
+
+        inputs = [x.detach().clone().requires_grad_(True) for x in inputs]
+        sources = inputs + [v.value for v in variables]
+        with torch.enable_grad():
+            value = fn(*inputs)
+            grads = torch.autograd.grad(value, sources, allow_unused=True)
+        grads = [torch.zeros_like(s) if g is None else g for s, g in zip(sources, grads)]
+    else:
+        raise ValueError(f"sphere_tf.testing.gradients supports tensorflow, jax and torch; got {backend!r}")
+    grads = [keras.ops.convert_to_numpy(g) for g in grads]
+    return keras.ops.convert_to_numpy(value), grads[: len(inputs)], grads[len(inputs):]
+
+
+def training_paths():
+    """The layers' training-path implementations on this backend, for tests to run each.
+
+    TensorFlow: 'kernels' (the plug-in's compiled kernels), 'xla' (its XLA clusters),
+    'plain' (its hand-written gradients), then 'reference'; elsewhere 'reference'
+    (the `keras.ops` reference, `sphere_tf.ops.set_acceleration(False)`).
+    """
+    if keras.backend.backend() == "tensorflow":
+        return ["kernels", "xla", "plain", "reference"]
+    return ["reference"]
+
+
+@contextlib.contextmanager
+def training_path(name):
+    """Runs the layers on one of `training_paths()` inside the block, restoring the defaults after.
+
+    'kernels' asserts that the compiled kernels are built here (a failure, not a fallback).
+    """
+    from sphere_tf.ops import acceleration
+
+    if name == "reference":
+        acceleration.set_acceleration(False)
+        try:
+            yield name
+        finally:
+            acceleration.set_acceleration(True)
+        return
+    from sphere_tf.backends.tensorflow.kernels import build as kernel_build  # the TensorFlow plug-in
+
+    if name == "kernels":
+        assert kernel_build.compiled_kernels() is not None, kernel_build.status()
+    kernel_build.set_enabled(name == "kernels")
+    acceleration.set_training_fusion(name != "plain")
+    try:
+        yield name
+    finally:
+        kernel_build.set_enabled(True)
+        acceleration.set_training_fusion(True)

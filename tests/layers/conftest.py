@@ -4,35 +4,14 @@ import keras
 import pytest
 from keras.src import testing as keras_testing
 
-from sphere_tf.ops import acceleration
-
-# The TensorFlow plug-in's three training paths, then the keras.ops reference (the only path elsewhere).
-TRAINING_PATHS = ["kernels", "xla", "plain", "reference"] if keras.backend.backend() == "tensorflow" else ["reference"]
+from sphere_tf import testing
 
 
-@pytest.fixture(params=TRAINING_PATHS)
+@pytest.fixture(params=testing.training_paths())
 def training_path(request):
-    """Runs a test on each implementation of the layers' training path on this backend.
-
-    TensorFlow: 'kernels' the compiled kernels (`sphere_tf.backends.tensorflow.kernels.build`; the test
-    fails where they are not built), 'xla' XLA clusters only (`kernel_build.set_enabled(False)`),
-    'plain' TensorFlow ops with hand-written gradients (`set_training_fusion(False)`). Every backend:
-    'reference', the `keras.ops` reference (`set_acceleration(False)`).
-    """
-    if request.param == "reference":
-        acceleration.set_acceleration(False)
+    """Runs a test on each implementation of the layers' training path on this backend (`testing.training_paths`)."""
+    with testing.training_path(request.param):
         yield request.param
-        acceleration.set_acceleration(True)
-        return
-    from sphere_tf.backends.tensorflow.kernels import build as kernel_build  # the TensorFlow plug-in
-
-    if request.param == "kernels":
-        assert kernel_build.compiled_kernels() is not None, kernel_build.status()
-    kernel_build.set_enabled(request.param == "kernels")
-    acceleration.set_training_fusion(request.param != "plain")
-    yield request.param
-    kernel_build.set_enabled(True)
-    acceleration.set_training_fusion(True)
 
 
 class _KerasHarness(keras_testing.TestCase):
