@@ -29,7 +29,7 @@ fi
 if ! .venv/bin/python -c "import sphere_tf, pytest, hypothesis" >/dev/null 2>&1 \
    || [ setup.py -nt .venv/.installed ]; then
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q -e ".[test]"
+  .venv/bin/python -m pip install -q -e ".[tensorflow,test]"
   touch .venv/.installed
 fi
 
@@ -49,6 +49,29 @@ if [ -n "$UNEXPECTED" ]; then
   echo "setup: pip check found broken requirements:" >&2
   echo "$UNEXPECTED" >&2
   exit 1
+fi
+
+# The other Keras backends. JAX's CPU build joins the main venv (the `test` extra); PyTorch gets a venv of its own,
+# .venv-torch, without TensorFlow: it keeps the main venv lean (the torch wheel pulls ~5 GB of CUDA libraries; the
+# bare wheel does not import without them) and is where the tests check that the core imports and runs with no
+# TensorFlow installed. `scripts/test_backends.sh` runs the core suites on JAX and PyTorch.
+TORCH_VENV_PACKAGES=(torch "jax[cpu]" pytest pytest-xdist hypothesis)
+if [ "${SPHERE_TF_SKIP_TORCH:-0}" != 1 ]; then
+  if [ ! -x .venv-torch/bin/python ]; then
+    "$PYTHON" -m venv .venv-torch
+  fi
+  if ! .venv-torch/bin/python -c "import torch, keras, jax, sphere_tf, pytest, hypothesis" >/dev/null 2>&1 \
+     || [ setup.py -nt .venv-torch/.installed ]; then
+    .venv-torch/bin/python -m pip install -q --upgrade pip >/dev/null
+    .venv-torch/bin/python -m pip install -q "${TORCH_VENV_PACKAGES[@]}"
+    # The package with its core dependencies only (Keras, NumPy, absl-py, ml_collections): no TensorFlow.
+    .venv-torch/bin/python -m pip install -q -e .
+    if .venv-torch/bin/python -c "import tensorflow" >/dev/null 2>&1; then
+      echo "setup: .venv-torch must not contain TensorFlow" >&2
+      exit 1
+    fi
+    touch .venv-torch/.installed
+  fi
 fi
 
 # Build the compiled training-path kernels now rather than in the first training step (cached per

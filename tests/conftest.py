@@ -29,13 +29,41 @@ def pytest_configure(config):
         "tensorflow_only: a test of a TensorFlow-only feature (the TensorFlow plug-in, tf.distribute, SavedModel "
         "export); deselected, not skipped, when KERAS_BACKEND is another backend",
     )
+    config.addinivalue_line(
+        "markers", "backend_only(name): a test of one backend's plug-in; deselected on the other backends",
+    )
+
+
+TENSORFLOW_ONLY_MODULE = "pytestmark = pytest.mark.tensorflow_only"
+
+
+def pytest_ignore_collect(collection_path, config):
+    """On the JAX and PyTorch backends, skip importing whole TensorFlow-only modules (they import TensorFlow).
+
+    Such a module says so with the line `pytestmark = pytest.mark.tensorflow_only`; the TensorFlow plug-in's
+    own tests (tests/backends/tensorflow) are TensorFlow-only as a folder.
+    """
+    if BACKEND == "tensorflow":
+        return None
+    path = str(collection_path)
+    if os.sep + os.path.join("backends", "tensorflow") in path:
+        return True
+    if path.endswith(".py") and os.path.basename(path).startswith("test_"):
+        with open(path, encoding="utf-8") as f:
+            if any(line.strip() == TENSORFLOW_ONLY_MODULE for line in f):
+                return True
+    return None
 
 
 def pytest_collection_modifyitems(config, items):
-    """Deselect the `tensorflow_only` tests on the JAX and PyTorch backends (the core suites run on all three)."""
-    if BACKEND == "tensorflow":
-        return
-    kept = [item for item in items if item.get_closest_marker("tensorflow_only") is None]
+    """Deselect `tensorflow_only` tests off TensorFlow and `backend_only` tests off their backend."""
+    def runs_here(item):
+        only = item.get_closest_marker("backend_only")
+        if only is not None and only.args[0] != BACKEND:
+            return False
+        return BACKEND == "tensorflow" or item.get_closest_marker("tensorflow_only") is None
+
+    kept = [item for item in items if runs_here(item)]
     if len(kept) != len(items):
         config.hook.pytest_deselected(items=[item for item in items if item not in kept])
         items[:] = kept

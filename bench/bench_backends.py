@@ -1,0 +1,327 @@
+"""CNN-9 train-step and forward cost of the operator layers on the JAX and PyTorch backends, as ratios to Conv2D.
+
+Needs Keras and the backend's framework only (no TensorFlow), so it runs on a GPU host given this source
+tree and the Keras wheel (`bench/gpu/run.sh`), and on CPU with small shapes (CI runs it that way through
+tests/bench). The network is SphereNet's CNN-9 (3 stages × 3 conv 3×3 with 64/96/128 filters, BN, ReLU,
+max-pool, dense 256, 10 classes; the same as `bench.common.cnn9`) with a different convolution per case.
+
+JAX: one `jax.jit` train step over Keras's stateless API (`model.stateless_call`, the optimizer's
+`stateless_apply`; what `model.fit` compiles), buffers donated, and one jitted forward pass. PyTorch: the
+eager Keras model under `torch.autograd` (Keras's PyTorch trainer runs eagerly). Timing: every case is
+built and compiled first (compile time recorded: the first call, tracing and XLA compilation included),
+then the cases are timed round-robin, `--steps` calls of a case per round, finished with a device sync, so
+drift hits every case alike; the median over rounds is reported, as seconds per step, images/s and the
+ratio to `conv2d` of the same batch and dtype.
+
+    KERAS_BACKEND=jax python -m bench.bench_backends --batch_sizes=128,512 --dtypes=float32,mixed_bfloat16
+"""
+
+import json
+import os
+import platform
+import statistics
+import time
+
+from absl import app
+from absl import flags
+
+import contextlib
+
+import keras
+import numpy as np
+
+from sphere_tf import layers as sphere_layers
+from sphere_tf.ops import acceleration
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list(
+    "cases", ["conv2d", "sphere_cosine", "sphere_linear", "tanh_cosine"],
+    "Convolutions to compare; a ':reference' suffix traces that case on the keras.ops reference path "
+    "(sphere_tf.ops.set_acceleration(False)) instead of the backend's accelerator.",
+)
+flags.DEFINE_list("batch_sizes", ["128", "512"], "Batch sizes.")
+flags.DEFINE_list("dtypes", ["float32", "mixed_bfloat16"], "Keras dtype policies.")
+flags.DEFINE_list("modes", ["train", "forward"], "What to time.")
+flags.DEFINE_list("forward_batch_sizes", None, "Batch sizes of the forward timing (default: --batch_sizes).")
+flags.DEFINE_list("widths", ["64", "96", "128"], "Filters of the three stages.")
+flags.DEFINE_integer("image_size", 32, "Square input size (3 channels).")
+flags.DEFINE_integer("steps", 10, "Calls of a case per round.")
+flags.DEFINE_integer("rounds", 5, "Timed rounds.")
+flags.DEFINE_integer("warmup", 2, "Untimed calls per case after compilation.")
+flags.DEFINE_string("results_file", None, "Also write the JSON lines here.")
+flags.DEFINE_string("hlo_dir", None, "JAX: write the optimized HLO of each train step here (fusion analysis).")
+
+BASELINE = "conv2d"
+CASES = {
+    "conv2d": lambda f: keras.layers.Conv2D(f, 3, padding="same", use_bias=False),
+    "sphere_cosine": lambda f: sphere_layers.SphereConv2D(f, 3, padding="same", angular="cosine"),
+    "sphere_linear": lambda f: sphere_layers.SphereConv2D(f, 3, padding="same", angular="linear"),
+    "tanh_cosine": lambda f: sphere_layers.DecoupledConv2D(f, 3, padding="same", magnitude="tanh",
+                                                           angular="cosine"),
+    "linear_cosine": lambda f: sphere_layers.DecoupledConv2D(f, 3, padding="same", magnitude="linear",
+                                                             angular="cosine"),
+}
+
+
+def cnn9(conv_factory, image_size, widths, num_classes=10, dense=256):
+    """SphereNet's CNN-9 with `conv_factory(filters)` in every conv slot."""
+    model = keras.Sequential([keras.Input((image_size, image_size, 3))])
+    for width in widths:
+        for _ in range(3):
+            model.add(conv_factory(width))
+            model.add(keras.layers.BatchNormalization())
+            model.add(keras.layers.ReLU())
+        model.add(keras.layers.MaxPooling2D(2))
+    model.add(keras.layers.Flatten())
+    model.add(keras.layers.Dense(dense, activation="relu"))
+    model.add(keras.layers.Dense(num_classes, dtype="float32"))
+    return model
+
+
+def _device():
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        dev = jax.devices()[0]
+        return f"{dev.platform}:{getattr(dev, 'device_kind', dev)}"
+    if backend == "torch":
+        import torch
+
+        return f"cuda:{torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else "cpu"
+    return backend
+
+
+def environment():
+    env = {"backend": keras.backend.backend(), "device": _device(), "keras": keras.__version__,
+           "machine": platform.machine(), "cpu_count": os.cpu_count()}
+    if env["backend"] == "jax":
+        import jax
+
+        env["jax"] = jax.__version__
+    if env["backend"] == "torch":
+        import torch
+
+        env["torch"] = torch.__version__
+    return env
+
+
+class _JaxCase:
+    """A jitted train step and forward pass of one model over Keras's stateless API."""
+
+    def __init__(self, model, x, y):
+        import jax
+
+        self.jax = jax
+        self.model = model
+        self.optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
+        self.optimizer.build(model.trainable_variables)
+        loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        self.x, self.y = x, y
+
+        def train_step(state, x, y):
+            trainable, non_trainable, opt_vars = state
+
+            def loss_of(trainable):
+                logits, new_non_trainable = model.stateless_call(trainable, non_trainable, x, training=True)
+                return loss_fn(y, logits), new_non_trainable
+
+            (loss, new_non_trainable), grads = jax.value_and_grad(loss_of, has_aux=True)(trainable)
+            new_trainable, new_opt_vars = self.optimizer.stateless_apply(opt_vars, grads, trainable)
+            return (new_trainable, new_non_trainable, new_opt_vars), loss
+
+        def forward(trainable, non_trainable, x):
+            return model.stateless_call(trainable, non_trainable, x, training=False)[0]
+
+        self.train_step = jax.jit(train_step, donate_argnums=0)
+        self.forward_fn = jax.jit(forward)
+        self.state = ([v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables],
+                      [v.value for v in self.optimizer.variables])
+
+    def compile_train(self):
+        start = time.perf_counter()
+        self.state, loss = self.train_step(self.state, self.x, self.y)
+        self.jax.block_until_ready(loss)
+        return time.perf_counter() - start
+
+    def compile_forward(self):
+        start = time.perf_counter()
+        self.jax.block_until_ready(self.forward_fn(self.state[0], self.state[1], self.x))
+        return time.perf_counter() - start
+
+    def run_train(self, steps):
+        loss = None
+        for _ in range(steps):
+            self.state, loss = self.train_step(self.state, self.x, self.y)
+        self.jax.block_until_ready(loss)
+        return float(loss)
+
+    def run_forward(self, steps):
+        out = None
+        for _ in range(steps):
+            out = self.forward_fn(self.state[0], self.state[1], self.x)
+        self.jax.block_until_ready(out)
+
+    def optimized_hlo(self):
+        return self.train_step.lower(self.state, self.x, self.y).compile().as_text()
+
+
+class _TorchCase:
+    """The eager Keras model with a `torch.autograd` train step (Keras's own PyTorch trainer does the same)."""
+
+    def __init__(self, model, x, y):
+        import torch
+
+        self.torch = torch
+        self.model = model
+        self.optimizer = keras.optimizers.SGD(0.01, momentum=0.9)
+        self.loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        self.x, self.y = keras.ops.convert_to_tensor(x), keras.ops.convert_to_tensor(y)
+
+    def _sync(self):
+        if self.torch.cuda.is_available():
+            self.torch.cuda.synchronize()
+
+    def _step(self):
+        logits = self.model(self.x, training=True)
+        loss = self.loss_fn(self.y, logits)
+        self.model.zero_grad()
+        loss.backward()
+        trainable = self.model.trainable_variables
+        self.optimizer.apply([v.value.grad for v in trainable], trainable)
+        return loss
+
+    def compile_train(self):
+        start = time.perf_counter()
+        self._step()
+        self._sync()
+        return time.perf_counter() - start
+
+    def compile_forward(self):
+        start = time.perf_counter()
+        self.run_forward(1)
+        return time.perf_counter() - start
+
+    def run_train(self, steps):
+        loss = None
+        for _ in range(steps):
+            loss = self._step()
+        self._sync()
+        return float(loss.detach().cpu())
+
+    def run_forward(self, steps):
+        with self.torch.no_grad():
+            for _ in range(steps):
+                self.model(self.x, training=False)
+        self._sync()
+
+
+@contextlib.contextmanager
+def traced_as(case_name):
+    """The hot-path switches a case is traced (compiled) under: ':reference' turns the accelerator off."""
+    reference = case_name.endswith(":reference")
+    if reference:
+        acceleration.set_acceleration(False)
+    try:
+        yield
+    finally:
+        if reference:
+            acceleration.set_acceleration(True)
+
+
+def _make_case(name, batch_size, policy):
+    base_name, _, variant = name.partition(":")
+    if base_name not in CASES or variant not in ("", "reference"):
+        raise ValueError(f"Unknown case {name!r}: one of {sorted(CASES)}, optionally with ':reference'.")
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        keras.utils.set_random_seed(0)
+        model = cnn9(CASES[base_name], FLAGS.image_size, [int(w) for w in FLAGS.widths])
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((batch_size, FLAGS.image_size, FLAGS.image_size, 3)).astype(np.float32)
+    y = rng.integers(0, 10, batch_size).astype(np.int32)
+    backend = keras.backend.backend()
+    if backend == "jax":
+        return _JaxCase(model, x, y)
+    if backend == "torch":
+        return _TorchCase(model, x, y)
+    raise ValueError(f"bench_backends runs on the jax and torch backends (TensorFlow: bench.bench_train_step); "
+                     f"KERAS_BACKEND={backend!r}")
+
+
+def _run_traced_as(name, run):
+    def traced_run(steps):
+        with traced_as(name):
+            return run(steps)
+
+    return traced_run
+
+
+def measure(mode, batch_size, policy):
+    """One row per case: median seconds per step over the rounds, images/s, compile seconds, ratio to conv2d."""
+    names = [BASELINE] + [c for c in FLAGS.cases if c != BASELINE]
+    cases, compile_s = {}, {}
+    for name in names:
+        case = _make_case(name, batch_size, policy)
+        with traced_as(name):  # JAX traces on the first call (and on `lower`); PyTorch on every call
+            compile_s[name] = case.compile_train() if mode == "train" else case.compile_forward()
+            if mode == "train" and FLAGS.hlo_dir and keras.backend.backend() == "jax":
+                os.makedirs(FLAGS.hlo_dir, exist_ok=True)
+                path = os.path.join(FLAGS.hlo_dir, f"train_{name.replace(':', '-')}_b{batch_size}_{policy}.hlo.txt")
+                with open(path, "w") as f:
+                    f.write(case.optimized_hlo())
+        run = case.run_train if mode == "train" else case.run_forward
+        if keras.backend.backend() == "torch":
+            run = _run_traced_as(name, run)
+        run(FLAGS.warmup)
+        cases[name] = (case, run)
+    times = {name: [] for name in names}
+    for _ in range(FLAGS.rounds):
+        for name in names:
+            _, run = cases[name]
+            start = time.perf_counter()
+            run(FLAGS.steps)
+            times[name].append((time.perf_counter() - start) / FLAGS.steps)
+    base = statistics.median(times[BASELINE])
+    rows = []
+    for name in names:
+        med = statistics.median(times[name])
+        rows.append({
+            "mode": mode, "case": name, "batch_size": batch_size, "dtype_policy": policy,
+            "median_step_s": med, "images_per_s": batch_size / med, "compile_s": compile_s[name],
+            "ratio_to_conv2d": med / base, "min_step_s": min(times[name]), "max_step_s": max(times[name]),
+        })
+    return rows
+
+
+def main(argv):
+    del argv
+    env = environment()
+    print(json.dumps({"environment": env}))
+    rows = []
+    forward_batches = FLAGS.forward_batch_sizes or FLAGS.batch_sizes
+    for policy in FLAGS.dtypes:
+        for mode in FLAGS.modes:
+            for batch in (FLAGS.batch_sizes if mode == "train" else forward_batches):
+                for row in measure(mode, int(batch), policy):
+                    row.update(env)
+                    rows.append(row)
+                    print(json.dumps(row, sort_keys=True), flush=True)
+    if FLAGS.results_file:
+        with open(FLAGS.results_file, "w") as f:
+            f.write("\n".join(json.dumps(r, sort_keys=True) for r in rows) + "\n")
+    _print_table(rows)
+
+
+def _print_table(rows):
+    print("\n| mode | batch | dtype | case | ms/step | images/s | compile s | ratio to Conv2D |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['mode']} | {r['batch_size']} | {r['dtype_policy']} | {r['case']} | {1e3 * r['median_step_s']:.2f} "
+              f"| {r['images_per_s']:.0f} | {r['compile_s']:.1f} | {r['ratio_to_conv2d']:.2f} |")
+
+
+if __name__ == "__main__":
+    app.run(main)

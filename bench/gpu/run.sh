@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The GPU check of the backend-neutral core, for a host with JAX (and optionally PyTorch) and no TensorFlow,
+# given only this source tree and the Keras wheel (plus namex, optree, ml_collections if missing):
+#   1. the numerical parity subset of the test suite on the GPU (JAX backend, float32 matmuls and convolutions
+#      at full precision: JAX's default TF32 would not meet float32 tolerances),
+#   2. the CNN-9 train-step and forward benchmarks on JAX, side by side with Conv2D (ratios, images/s,
+#      compile times), float32 and mixed bfloat16, batch 128 and 512; optimized HLO of the train steps,
+#   3. the same on PyTorch at batch 128, float32.
+# Usage: bash bench/gpu/run.sh OUT_DIR [WHEEL_DIR]     (SMALL=1: tiny shapes, for a CPU dry run)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT="${1:?usage: bench/gpu/run.sh OUT_DIR [WHEEL_DIR]}"
+WHEELS="${2:-}"
+mkdir -p "$OUT"
+if [ -n "$WHEELS" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    "$WHEELS"/*.whl || exit 1
+  export PYTHONPATH="/tmp/site:$PWD"
+else
+  export PYTHONPATH="$PWD"
+fi
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null | tee "$OUT/gpu.txt"
+
+if [ "${SMALL:-0}" = 1 ]; then
+  BENCH=(--batch_sizes=8 --image_size=16 --widths=8,8,8 --steps=2 --rounds=2 --warmup=1)
+  TORCH_BENCH=(--batch_sizes=8 --image_size=16 --widths=8,8,8 --steps=2 --rounds=2 --warmup=1)
+  PARITY_K="matches_numpy and not unknown_spatial and (tanh or sphere)"
+else
+  BENCH=(--batch_sizes=128,512 --forward_batch_sizes=512 --steps=20 --rounds=5)
+  TORCH_BENCH=(--batch_sizes=128 --dtypes=float32 --steps=10 --rounds=3)
+  PARITY_K="matches_numpy or gradients or finite"
+fi
+
+status=0
+echo "== parity subset on the GPU (JAX)"
+KERAS_BACKEND=jax JAX_DEFAULT_MATMUL_PRECISION=highest timeout 240 python3 -m pytest -q -p no:cacheprovider \
+  -x tests/ops/test_angles.py tests/ops/test_magnitude.py tests/ops/test_angular.py tests/ops/test_operator.py \
+  tests/layers/test_decoupled.py -k "$PARITY_K" 2>&1 | tail -15 | tee "$OUT/parity_jax.txt" || status=1
+
+echo "== CNN-9 benchmarks (JAX)"
+KERAS_BACKEND=jax python3 -m bench.bench_backends "${BENCH[@]}" --results_file="$OUT/bench_jax.jsonl" \
+  --hlo_dir="$OUT/hlo" 2>&1 | grep -v "^WARNING\|^I0000" | tail -40 || status=1
+(cd "$OUT/hlo" 2>/dev/null && tar czf ../hlo.tgz . && cd .. && rm -rf hlo)
+
+echo "== CNN-9 benchmarks (PyTorch)"
+KERAS_BACKEND=torch python3 -m bench.bench_backends "${TORCH_BENCH[@]}" --modes=train,forward \
+  --results_file="$OUT/bench_torch.jsonl" 2>&1 | grep -v "^WARNING" | tail -20 || status=1
+exit "$status"

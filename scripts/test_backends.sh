@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The core suites on the JAX and PyTorch Keras backends (the TensorFlow backend runs the whole suite:
+# the README's test command). Both run in .venv-torch, which has no TensorFlow, so they also show that the
+# core needs none. Usage: bash scripts/test_backends.sh [jax|torch ...]  (default: both)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=.venv-torch/bin/python
+if [ ! -x "$PYTHON" ]; then
+  echo "test_backends: $PYTHON is missing; run 'bash scripts/setup.sh' first" >&2
+  exit 2
+fi
+# The suites of the backend-neutral core: maths, layers, losses, regularizers, energy, metrics, models,
+# optimizers, callbacks, the training paradigms and the degenerate-input property tests. TensorFlow-only
+# modules and tests in them are deselected by tests/conftest.py.
+CORE_SUITES=(
+  tests/ops tests/layers tests/losses tests/regularizers tests/metrics tests/models tests/optimizers
+  tests/callbacks tests/test_energy.py tests/test_initializers.py tests/test_registry.py
+  tests/training/test_model.py tests/training/test_pretrain.py tests/backends/jax
+)
+status=0
+for backend in "${@:-jax torch}"; do
+  for b in $backend; do
+    echo "== core suites on KERAS_BACKEND=$b"
+    KERAS_BACKEND=$b "$PYTHON" -m pytest -n 2 -q -p no:cacheprovider "${CORE_SUITES[@]}" || status=$?
+  done
+done
+exit "$status"

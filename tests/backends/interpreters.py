@@ -1,0 +1,28 @@
+"""Which Python runs a Keras backend in the cross-backend tests, and its environment.
+
+TensorFlow: the main venv (`.venv`, the interpreter running the suite). JAX and PyTorch: `.venv-torch`,
+which `scripts/setup.sh` makes without TensorFlow. A missing venv is an error that says how to make it.
+"""
+
+import os
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+NO_TENSORFLOW_PYTHON = os.path.join(REPO, ".venv-torch", "bin", "python")
+
+
+def python_for(backend):
+    if backend == "tensorflow":
+        return sys.executable
+    if not os.path.exists(NO_TENSORFLOW_PYTHON):
+        raise FileNotFoundError(
+            f"{NO_TENSORFLOW_PYTHON} is missing: run `bash scripts/setup.sh` (it makes the venv without "
+            "TensorFlow that runs the JAX and PyTorch backends)"
+        )
+    return NO_TENSORFLOW_PYTHON
+
+
+def environment(backend):
+    env = dict(os.environ, KERAS_BACKEND=backend, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("PYTHONSTARTUP", None)
+    return env
