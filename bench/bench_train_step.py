@@ -23,6 +23,7 @@ sphere_linear (SphereConv2D linear), sphere_cosine, linear_cosine, tanh_sqcosine
 linear_sqcosine, sphere_sigmoid. A suffix picks the operator layers' training
 path while the step is traced (`sphere_tf.backends.tensorflow.fused.Path`): `:plain` (TensorFlow
 ops, `set_training_fusion(False)`), `:xla` (XLA clusters, compiled kernels off),
+`:reference` (the keras.ops reference, `sphere_tf.ops.set_acceleration(False)`),
 none: whatever this process gets (the compiled kernels where they build).
 
 Every row says which path ran (`path`: 'kernels', 'xla' or 'plain', read from the
@@ -50,7 +51,7 @@ import tensorflow as tf
 from bench import common
 from sphere_tf import layers as sphere_layers
 from sphere_tf.backends.tensorflow.kernels import build as kernel_build
-from sphere_tf.backends.tensorflow import fused
+from sphere_tf.ops import acceleration
 from sphere_tf.training import runtime
 
 FLAGS = flags.FLAGS
@@ -94,7 +95,7 @@ _CASES = {
 }
 
 
-_VARIANTS = ("", "plain", "xla")
+_VARIANTS = ("", "plain", "xla", "reference")
 _KERNELS_ENABLED = kernel_build.enabled()  # SPHERE_TF_CUSTOM_OPS=0 turns them off for every case
 
 
@@ -104,7 +105,7 @@ def conv_factory(case):
     if name not in _CASES:
         raise ValueError(f"Unknown case {case!r}; expected one of {sorted(_CASES)} (+ ':plain' or ':xla').")
     if variant not in _VARIANTS:
-        raise ValueError(f"Unknown variant in {case!r}; only ':plain' and ':xla' exist.")
+        raise ValueError(f"Unknown variant in {case!r}; only ':plain', ':xla' and ':reference' exist.")
     return _CASES[name]
 
 
@@ -112,12 +113,14 @@ def conv_factory(case):
 def path_switches(case):
     """The process-wide switches a case's step is traced under (the layers read them while tracing)."""
     variant = case.partition(":")[2]
-    fused.set_training_fusion(variant != "plain")
+    acceleration.set_training_fusion(variant != "plain")
+    acceleration.set_acceleration(variant != "reference")
     kernel_build.set_enabled(variant != "xla" and _KERNELS_ENABLED)
     try:
         yield
     finally:
-        fused.set_training_fusion(True)
+        acceleration.set_training_fusion(True)
+        acceleration.set_acceleration(True)
         kernel_build.set_enabled(_KERNELS_ENABLED)
 
 

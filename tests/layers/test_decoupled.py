@@ -731,7 +731,9 @@ def test_sequential_fit_and_save_roundtrips(rng, tmp_path, name):
     if hasattr(layer, "norm_mean_weight"):
         assert float(layer.norm_mean_weight.numpy()) > 0.0  # moving average is non-trivial
     testing.assert_keras_roundtrip(model, x, tmp_path / "keras", rtol=1e-6, atol=1e-6)
-    if name in SAVED_MODEL_CASES:  # export is slow; the functional/subclassed tests cover the rest
+    # SavedModel export is the TensorFlow backend's (sphere_tf.export reloads other backends' .keras files under
+    # TensorFlow); export is slow, so the functional/subclassed tests cover the other layers.
+    if name in SAVED_MODEL_CASES and keras.backend.backend() == "tensorflow":
         testing.assert_saved_model_roundtrip(model, x, tmp_path / "sm", rtol=1e-6, atol=1e-6)
 
 
@@ -745,7 +747,8 @@ def test_functional_model_fit_and_roundtrips(rng, tmp_path):
     x = _inputs(rng, (8, 6, 6, 2))
     _fit_two_steps(model, x)
     testing.assert_keras_roundtrip(model, x, tmp_path)
-    testing.assert_saved_model_roundtrip(model, x, tmp_path)
+    if keras.backend.backend() == "tensorflow":  # SavedModel export is the TensorFlow backend's
+        testing.assert_saved_model_roundtrip(model, x, tmp_path)
 
 
 class SubclassedNet(keras.Model):
@@ -765,7 +768,8 @@ def test_subclassed_model_fit_and_saved_model(rng, tmp_path):
     model(x[:1])
     _fit_two_steps(model, x)
     assert float(model.conv.norm_mean_weight.numpy()) > 0.0
-    testing.assert_saved_model_roundtrip(model, x, tmp_path)
+    if keras.backend.backend() == "tensorflow":  # SavedModel export is the TensorFlow backend's
+        testing.assert_saved_model_roundtrip(model, x, tmp_path)
 
 
 # -- eager vs XLA -------------------------------------------------------------------------------
