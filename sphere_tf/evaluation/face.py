@@ -23,6 +23,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from sphere_tf import json_files
 from sphere_tf import metrics
 from sphere_tf import validation
 from sphere_tf.data import faces
@@ -194,8 +195,7 @@ def evaluate_workdir(workdir, pairs, images, *, image_pattern=faces.LFW_IMAGE_PA
         with open(results_path) as f:
             merged = json.load(f)
     merged.update(results)
-    with open(results_path, "w") as f:
-        json.dump(merged, f, indent=2)
+    json_files.write_json(results_path, merged)
     return results
 
 
