@@ -8,10 +8,19 @@ each panel title; a second row shows, per class, the histogram of the feature
 angle atan2(f_2, f_1), where the angular margins between classes are visible. The margins use a short λ annealing (λ = 100·(1 + 0.05 t)^−2,
 λ < 1 after ~180 steps), the short-run stand-in for the upstream MNIST preset.
 
-    python examples/feature_picture.py --output docs/img/feature_picture.png
+    python examples/feature_picture.py                    # writes runs/feature_picture.png
+    python examples/feature_picture.py --output docs/img/feature_picture.png   # the committed figure
+
+The PNG goes to `runs/feature_picture.png` under the repository root (found from
+this file, so any working directory works; `runs/` is git-ignored): the committed
+`docs/img/feature_picture.png` is only replaced when `--output` names it. A
+relative `--output` is taken from the working directory; its folder is created
+before any training, so a bad path fails at once instead of after the run.
 
 Runtime: 1–3 minutes on a CPU at the defaults.
 """
+
+import os
 
 import keras
 import matplotlib
@@ -26,8 +35,11 @@ from sphere_tf import metrics  # noqa: E402
 from sphere_tf.data import fashion_mnist  # noqa: E402
 from sphere_tf.layers import MarginHead  # noqa: E402
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLAGS = flags.FLAGS
-flags.DEFINE_string("output", "docs/img/feature_picture.png", "PNG to write.")
+flags.DEFINE_string("output", os.path.join(REPO, "runs", "feature_picture.png"),
+                    "PNG to write (relative: to the working directory). The committed figure is "
+                    "docs/img/feature_picture.png.")
 flags.DEFINE_integer("num_train", 10000, "Training images.")
 flags.DEFINE_integer("num_test", 2000, "Test images to plot.")
 flags.DEFINE_integer("epochs", 8, "Epochs per model.")
@@ -55,6 +67,10 @@ def train_features(m, x_train, y_train, x_test, epochs, seed):
 
 def main(argv):
     del argv
+    output = os.path.abspath(FLAGS.output)
+    os.makedirs(os.path.dirname(output), exist_ok=True)  # fail before training, not after
+    if not os.access(os.path.dirname(output), os.W_OK):
+        raise app.UsageError(f"--output={FLAGS.output}: folder {os.path.dirname(output)} is not writable.")
     (x_train, y_train), (x_test, y_test) = fashion_mnist.load_fashion_mnist()
     flat = lambda x: fashion_mnist.as_float_images(x).reshape(len(x), -1)  # noqa: E731
     x_train, y_train = flat(x_train[: FLAGS.num_train]), y_train[: FLAGS.num_train].astype("int32")
@@ -87,8 +103,8 @@ def main(argv):
     fig.legend(handles, names, loc="lower center", ncol=10, markerscale=5, fontsize=8)
     fig.suptitle("Fashion-MNIST test features (2-D), softmax vs L-Softmax", fontsize=12)
     fig.tight_layout(rect=(0, 0.04, 1, 0.96))
-    fig.savefig(FLAGS.output, dpi=110)
-    print(f"wrote {FLAGS.output}")
+    fig.savefig(output, dpi=110)
+    print(f"wrote {output}")
 
 
 if __name__ == "__main__":

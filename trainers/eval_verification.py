@@ -7,7 +7,8 @@ its horizontal flip (features concatenated), scores pairs by cosine, and adds
 `lfw_accuracy`, `lfw_std` (percent, 10 folds, threshold chosen on the other 9),
 `tar_at_far` and the angular Fisher score to `WORKDIR/results.json`; the ROC
 goes to `WORKDIR/roc.png`. Images are `NAME/NAME_%04d.jpg` under `--images`
-(`--image_pattern` changes that) and must have the training crops' size.
+(the run's `verification.image_pattern` when `train_face` recorded one; `--image_pattern`
+overrides both) and must have the training crops' size.
 
 YouTube Faces: `--protocol=ytf --pairs YouTubeFaces/splits.txt --images
 YouTubeFaces/aligned_images_DB` embeds `--frames_per_video` evenly spaced frames
@@ -29,8 +30,10 @@ from sphere_tf.evaluation import face  # noqa: E402
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished training run (holds checkpoints/model.keras).")
 _PAIRS = flags.DEFINE_string("pairs", None, "Pair list in the LFW pairs.txt format.")
 _IMAGES = flags.DEFINE_string("images", None, "Folder of the pair list's images.")
-_PATTERN = flags.DEFINE_string("image_pattern", faces.LFW_IMAGE_PATTERN,
-                               "Relative path of image (name, index) under --images.")
+_PATTERN = flags.DEFINE_string(
+    "image_pattern", None, "Relative path of image (name, index) under --images, e.g. "
+    f"{faces.LFW_IMAGE_PATTERN!r}; default: the run's verification.image_pattern (train_face records it in "
+    "WORKDIR/verification.json), else that LFW pattern.")
 _BATCH = flags.DEFINE_integer("batch_size", 64, "Images per embedding batch.")
 _FARS = flags.DEFINE_list("far", ["1e-3", "1e-4"], "False accept rates of TAR@FAR.")
 _PROTOCOL = flags.DEFINE_enum("protocol", "lfw", ["lfw", "ytf"],
@@ -55,7 +58,7 @@ def main(argv):
               f"({results['num_pairs']} pairs, {count})")
     else:  # a one-fold list (View 1): no held-out threshold, only the ROC
         print(f"One fold ({results['num_pairs']} pairs): no 10-fold accuracy; see the ROC.")
-    print("TAR@FAR: " + ", ".join(f"{k}: {v:.2f}%" for k, v in results["tar_at_far"].items()))
+    print(face.tar_at_far_table(results["tar_at_far"]))
     print(f"ROC plot: {results['roc_png']}")
 
 

@@ -45,8 +45,9 @@ def main(argv):
     logging.info("Config:\n%s", config)
     results = face.train_face(config, _WORKDIR.value)
     if results.get("lfw_accuracy") is not None:
-        print(f"Verification: {results['lfw_accuracy']:.2f}% +- {results['lfw_std']:.2f} "
-              f"(10-fold), TAR@FAR {results['tar_at_far']}")
+        print(f"Verification: {results['lfw_accuracy']:.2f}% +- {results['lfw_std']:.2f} (10-fold)")
+    if "tar_at_far" in results:
+        print(face.tar_at_far_table(results["tar_at_far"]))
     logging.info("Results: %s", json.dumps({k: v for k, v in results.items() if k != "history"}))
 
 

@@ -5,8 +5,9 @@ h = tanh(‖x‖/(ρ·E‖x‖)) with learnable ρ, cosine g, BN + ReLU, Adam 1e
 the paper's CIFAR recipe, on Fashion-MNIST from Debian's `dataset-fashion-mnist`. Two stages of
 two 3×3 convs (32, 64), FC 128; 2 epochs of the 60k training images.
 
-Expected: about 91.9% test accuracy after the default 2 epochs, about two minutes on 2
-CPU cores with the compiled training kernels (measured runs: docs/performance.md, "The README's
+Expected: about 90.8–91.9% test accuracy after the default 2 epochs, depending on the CPU's
+instruction set (91.90% on an AVX-512 host without FP16, 90.80% on an AVX-512 FP16 host; each
+host is deterministic run to run), about two minutes on 2 CPU cores with the compiled training kernels (measured runs: docs/performance.md, "The README's
 first command").
 
 Run:

@@ -160,8 +160,11 @@ def deepfool_strength(model, images, labels, space, steps=50, overshoot=0.02, ba
         batch_size: int > 0.
 
     Returns:
-        dict with `l2` and `linf` (lists, pixel units, one per successfully attacked image),
-        their medians `l2_median`, `linf_median`, `attacked` (count) and `success_rate` (%).
+        dict with `l2` and `linf` (lists, pixel units, one per image that attack fooled),
+        `attacked` (the images classified correctly, attacked by both), and per norm
+        `<norm>_fooled` (count), `<norm>_success_rate` (% of `attacked`) and `<norm>_median`.
+        A median of no fooled image, or a rate of no attacked image, is undefined: it is None
+        (null in JSON, never NaN) and `note` says why.
 
     Raises:
         ImportError: foolbox is not installed (`pip install foolbox`).
@@ -179,7 +182,7 @@ def deepfool_strength(model, images, labels, space, steps=50, overshoot=0.02, ba
     model_fn = attacks_lib.inference_fn(model)
     lo_b, hi_b = min(space.lower), max(space.upper)
     fmodel = foolbox.TensorFlowModel(model_fn, bounds=(lo_b, hi_b))
-    l2, linf, attacked, fooled = [], [], 0, 0
+    sizes, attacked = {"l2": [], "linf": []}, 0
     for lo, hi in _batches(len(labels), batch_size):
         x, y = images[lo:hi], labels[lo:hi]
         keep = predict(x).numpy() == y
@@ -189,21 +192,32 @@ def deepfool_strength(model, images, labels, space, steps=50, overshoot=0.02, ba
         attack_l2 = foolbox.attacks.L2DeepFoolAttack(steps=steps, overshoot=overshoot)
         attack_linf = foolbox.attacks.LinfDeepFoolAttack(steps=steps, overshoot=overshoot)
         xt, yt = tf.constant(x), tf.constant(y, tf.int64)
-        for attack, sink, order in ((attack_l2, l2, 2), (attack_linf, linf, np.inf)):
+        attacked += len(y)
+        for attack, norm, order in ((attack_l2, "l2", 2), (attack_linf, "linf", np.inf)):
             _, clipped, success = attack(fmodel, xt, yt, epsilons=None)
             clipped = np.clip(clipped.numpy(), np.asarray(space.lower), np.asarray(space.upper))
             delta = (clipped - x).reshape(len(y), -1) / space.scale
             ok = success.numpy() & (predict(clipped).numpy() != y)
-            sink.extend(np.linalg.norm(delta[ok], ord=order, axis=1).tolist())
-            if order == 2:
-                attacked += len(y)
-                fooled += int(np.sum(ok))
-    return {
-        "l2": l2, "linf": linf, "attacked": attacked,
-        "l2_median": float(np.median(l2)) if l2 else float("nan"),
-        "linf_median": float(np.median(linf)) if linf else float("nan"),
-        "success_rate": 100.0 * fooled / attacked if attacked else 0.0,
-    }
+            sizes[norm].extend(np.linalg.norm(delta[ok], ord=order, axis=1).tolist())
+    return _deepfool_summary(sizes, attacked, len(labels))
+
+
+def _deepfool_summary(sizes, attacked, total):
+    """Per-norm counts, success rates and medians of DeepFool sizes; None (with a note) where undefined."""
+    summary, notes = {**sizes, "attacked": attacked}, []
+    if not attacked:
+        notes.append(f"none of the {total} images was classified correctly, so none was attacked: "
+                     "success rates and medians are undefined")
+    for norm, values in sizes.items():
+        summary[f"{norm}_fooled"] = len(values)
+        summary[f"{norm}_success_rate"] = 100.0 * len(values) / attacked if attacked else None
+        summary[f"{norm}_median"] = float(np.median(values)) if values else None
+        if attacked and not values:
+            notes.append(f"the {norm} attack fooled none of the {attacked} attacked images: {norm}_median is "
+                         "undefined")
+    if notes:
+        summary["note"] = "; ".join(notes)
+    return summary
 
 
 def _cell(values, bold=False):

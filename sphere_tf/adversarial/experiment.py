@@ -30,6 +30,7 @@ import numpy as np
 from absl import logging
 
 from sphere_tf import data as data_lib
+from sphere_tf import json_files
 from sphere_tf import losses as losses_lib
 from sphere_tf import models as models_lib
 from sphere_tf import validation
@@ -293,7 +294,7 @@ def run_experiment(config, workdir):
                     strength = evaluation.deepfool_strength(model, images[:n], labels[:n], space,
                                                             steps=config["deepfool"]["steps"])
                     deepfool.setdefault(model_name, []).append(
-                        {k: strength[k] for k in ("l2_median", "linf_median", "attacked", "success_rate")})
+                        {k: v for k, v in strength.items() if k not in ("l2", "linf")})
             kind = training if config["black_box"]["source_training"] == "matched" else "natural"
             transfer = evaluation.black_box(sources[kind], targets, images, labels, space, attacks=attacks,
                                             batch_size=batch, **budget)
@@ -321,8 +322,7 @@ def run_experiment(config, workdir):
         "black_box_source": config["black_box"]["source_training"],
         "seconds": time.time() - started,
     }
-    with open(os.path.join(workdir, "results.json"), "w") as f:
-        json.dump(results, f, indent=2)
+    json_files.write_json(os.path.join(workdir, "results.json"), results)
     tables = "\n\n".join([
         evaluation.markdown_table(white, f"White-box attacks (Table 7 layout), {config['data']['name']}, "
                                   f"accuracy %, mean ± std over seeds {config['seeds']}; (paper, CIFAR-10)",

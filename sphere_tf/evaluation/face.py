@@ -3,7 +3,10 @@
 `train_face(config, workdir)` is the experiment runner
 (`sphere_tf.training.classifier.train_and_evaluate`, docs/runner.md) on the
 `face_folder` data set, followed, when the config's `verification` section
-names a pair list, by `evaluate_workdir`. `evaluate_workdir` loads the run's
+names a pair list, by `evaluate_workdir`. The section is recorded in
+`workdir/verification.json` (beside the runner's `config.json`, whose schema the
+resume check compares), so a later `evaluate_workdir` uses the run's
+`image_pattern` as it uses the run's `data.normalization`. `evaluate_workdir` loads the run's
 `checkpoints/model.keras`, embeds every distinct image of the pairs (image and
 horizontal flip concatenated, `verification.flip_embedding_fn`), scores the
 pairs by cosine and adds to `workdir/results.json`:
@@ -23,6 +26,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
+from sphere_tf import json_files
 from sphere_tf import metrics
 from sphere_tf import validation
 from sphere_tf.data import faces
@@ -141,18 +145,42 @@ def verify(model, pairs, images_dir, *, batch_size=64, normalization="centered_1
     return results
 
 
+# Where `train_face` records the run's `verification` section (read back by `evaluate_workdir`).
+VERIFICATION_FILE = "verification.json"
+
+
+def _read_json(workdir, name):
+    path = os.path.join(workdir, name)
+    if not os.path.isfile(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
 def _run_normalization(workdir):
-    path = os.path.join(workdir, "config.json")
-    if os.path.isfile(path):
-        with open(path) as f:
-            return json.load(f).get("data", {}).get("normalization", "centered_128")
-    return "centered_128"
+    return _read_json(workdir, "config.json").get("data", {}).get("normalization", "centered_128")
+
+
+def _run_image_pattern(workdir):
+    """The `verification.image_pattern` the run in `workdir` was trained with (LFW's when none recorded)."""
+    return _read_json(workdir, VERIFICATION_FILE).get("image_pattern", faces.LFW_IMAGE_PATTERN)
+
+
+def tar_at_far_table(tar_at_far):
+    """`verify`'s `tar_at_far` (`{str(far): percent}`) as a text table: a `FAR  TAR %` header, one row per FAR.
+
+    FARs print in `%g` form (0.001), TARs with two decimals (6.33), right-aligned.
+    """
+    rows = [(f"{float(far):g}", f"{tar:.2f}") for far, tar in tar_at_far.items()]
+    far_width = max([len("FAR")] + [len(far) for far, _ in rows])
+    tar_width = max([len("TAR %")] + [len(tar) for _, tar in rows])
+    return "\n".join(f"{far:>{far_width}}  {tar:>{tar_width}}" for far, tar in [("FAR", "TAR %")] + rows)
 
 
 PROTOCOLS = ("lfw", "ytf")
 
 
-def evaluate_workdir(workdir, pairs, images, *, image_pattern=faces.LFW_IMAGE_PATTERN, batch_size=64,
+def evaluate_workdir(workdir, pairs, images, *, image_pattern=None, batch_size=64,
                      far_targets=verification.DEFAULT_FAR_TARGETS, protocol="lfw", frames_per_video=100):
     """Verification of a finished run in `workdir`; merges the results into `workdir/results.json`.
 
@@ -161,7 +189,8 @@ def evaluate_workdir(workdir, pairs, images, *, image_pattern=faces.LFW_IMAGE_PA
         pairs: str, the pair list: LFW `pairs.txt` format, or YouTube Faces `splits.txt` with
             `protocol='ytf'`.
         images: str, the image folder (YTF: the `aligned_images_DB` folder of video folders).
-        image_pattern: str, see `faces.read_pairs`.
+        image_pattern: str, see `faces.read_pairs`; None: the run's `verification.image_pattern`
+            (recorded by `train_face` in `workdir/verification.json`), else LFW's `NAME/NAME_%04d.jpg`.
         batch_size: int, images per embedding batch.
         far_targets: floats.
         protocol: 'lfw' (image pairs) or 'ytf' (video pairs, frames averaged).
@@ -182,6 +211,8 @@ def evaluate_workdir(workdir, pairs, images, *, image_pattern=faces.LFW_IMAGE_PA
     if not os.path.isfile(model_path):
         raise faces.DataNotFoundError(f"no trained model in workdir {workdir!r} (expected {model_path}).")
     validation.one_of(protocol, "protocol", PROTOCOLS)
+    if image_pattern is None:
+        image_pattern = _run_image_pattern(workdir)
     parsed = faces.read_ytf_splits(pairs) if protocol == "ytf" else faces.read_pairs(pairs, image_pattern=image_pattern)
     model = keras.models.load_model(model_path)
     roc_path = os.path.join(workdir, "roc.png")
@@ -194,13 +225,14 @@ def evaluate_workdir(workdir, pairs, images, *, image_pattern=faces.LFW_IMAGE_PA
         with open(results_path) as f:
             merged = json.load(f)
     merged.update(results)
-    with open(results_path, "w") as f:
-        json.dump(merged, f, indent=2)
+    json_files.write_json(results_path, merged)
     return results
 
 
 def train_face(config, workdir):
     """Trains by config on a face folder (the runner), then verifies on the config's pair list.
+
+    The `verification` section is written to `workdir/verification.json` first, for `evaluate_workdir`.
 
     Args:
         config: a runner config (docs/runner.md; `data.name='face_folder'`, `data.manual_dir` the
@@ -213,6 +245,8 @@ def train_face(config, workdir):
     from sphere_tf.training import classifier  # noqa: PLC0415 (training imports the whole package)
 
     runner_config, section = split_config(config)
+    os.makedirs(workdir, exist_ok=True)
+    json_files.write_json(os.path.join(workdir, VERIFICATION_FILE), section)
     results = classifier.train_and_evaluate(runner_config, workdir)
     if section["pairs"]:
         if not section["images"]:

@@ -52,6 +52,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
+from sphere_tf import json_files
 from sphere_tf import validation
 from sphere_tf.training import distribute
 
@@ -228,7 +229,7 @@ class StepCheckpoint(keras.callbacks.Callback):
         if not self._chief:
             return
         os.makedirs(self.directory, exist_ok=True)
-        _write_json_atomically(os.path.join(self.directory, HISTORY_FILE), {"epochs": epoch + 1, **self._history})
+        json_files.write_json(os.path.join(self.directory, HISTORY_FILE), {"epochs": epoch + 1, **self._history})
 
     def on_train_end(self, logs=None):
         # Decided on the step alone, the same on every worker (all of them take part in a save).
@@ -255,13 +256,6 @@ class StepCheckpoint(keras.callbacks.Callback):
 def _checkpoint_step(prefix):
     """The step a `CheckpointManager` prefix (`.../ckpt-<step>`) was saved at."""
     return int(prefix.rsplit("-", 1)[1])
-
-
-def _write_json_atomically(path, value):
-    temporary = f"{path}.tmp"
-    with open(temporary, "w") as f:
-        json.dump(value, f, indent=2)
-    os.replace(temporary, path)
 
 
 def positioned_stream(dataset, step):
@@ -525,4 +519,4 @@ def record_config(workdir, config, ignore=RESUME_INSENSITIVE_KEYS):
     """`check_workdir_config`, then writes `config` to `workdir/config.json` (creating `workdir`)."""
     check_workdir_config(workdir, config, ignore)
     os.makedirs(workdir, exist_ok=True)
-    _write_json_atomically(os.path.join(workdir, CONFIG_FILE), _plain(config))
+    json_files.write_json(os.path.join(workdir, CONFIG_FILE), _plain(config))

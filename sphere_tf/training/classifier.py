@@ -21,6 +21,7 @@ from absl import logging
 from sphere_tf import callbacks as callbacks_lib
 from sphere_tf import data as data_lib
 from sphere_tf import export as export_lib
+from sphere_tf import json_files
 from sphere_tf import losses as losses_lib
 from sphere_tf import models as models_lib
 from sphere_tf import optimizers as optimizers_lib
@@ -485,8 +486,7 @@ def train_and_evaluate(config, workdir, strategy=None):
         "export_dir": export_dir,
     }
     if chief:
-        with open(results_path, "w") as f:
-            json.dump(results, f, indent=2)
+        json_files.write_json(results_path, results)
     else:
         shutil.rmtree(local_dir, ignore_errors=True)
     if distribute.in_multi_worker_mode(strategy):

@@ -10,11 +10,11 @@ over the seeds. `trainers/sweep.py` is the absl main.
 """
 
 import importlib.util
-import json
 import math
 import os
 import time
 
+from sphere_tf import json_files
 
 # Per-run scalars aggregated over the seeds (history values are the last epoch's).
 RUN_METRICS = ("test_accuracy", "test_error", "test_loss", "wall_seconds", "cpu_seconds")
@@ -161,7 +161,6 @@ def run_sweep(config_path, variants, seeds, workdir, train_fn=None):
 def write_summary(summary, path):
     """Writes `summary` as JSON to `path` and its `markdown_table` to `path` with `.md`."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(summary, f, indent=1)
+    json_files.write_json(path, summary, indent=1)
     with open(os.path.splitext(path)[0] + ".md", "w") as f:
         f.write(markdown_table(summary))

@@ -12,9 +12,10 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _write_idx(folder, prefix, n, rng):
+def _write_idx(folder, prefix, n, rng, label=None):
+    """Random idx images; random labels, or all `label`."""
     images = rng.integers(0, 256, size=(n, 28, 28), dtype=np.uint8)
-    labels = rng.integers(0, 10, size=n, dtype=np.uint8)
+    labels = rng.integers(0, 10, size=n, dtype=np.uint8) if label is None else np.full(n, label, np.uint8)
     with gzip.open(os.path.join(folder, f"{prefix}-images-idx3-ubyte.gz"), "wb") as f:
         f.write(struct.pack(">IIII", 2051, n, 28, 28) + images.tobytes())
     with gzip.open(os.path.join(folder, f"{prefix}-labels-idx1-ubyte.gz"), "wb") as f:

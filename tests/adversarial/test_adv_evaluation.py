@@ -81,3 +81,27 @@ def test_bad_data_is_named():
         white_box(model, np.zeros((3, 16)), [0, 1, 2], SPACE)
     with pytest.raises(ValueError, match="targets"):
         black_box(model, {}, np.zeros((1, 4, 4, 1)), [0], SPACE)
+
+
+def test_deepfool_rates_per_norm_and_undefined_medians_are_none():
+    pytest.importorskip("foolbox")
+    from sphere_tf.adversarial import deepfool_strength  # noqa: PLC0415
+
+    x, _ = _data(n=5)
+    # Fooled by both attacks: a linear model whose decision boundaries lie inside the pixel box.
+    model, w, b = _linear.linear_model(seed=2, scale=0.5)
+    y = _predict(x, w, b).astype(np.int32)
+    strength = deepfool_strength(model, x, y, SPACE, steps=3)
+    for norm in ("l2", "linf"):
+        assert strength[f"{norm}_fooled"] == len(strength[norm])
+        assert strength[f"{norm}_success_rate"] == pytest.approx(100 * len(strength[norm]) / 5)
+        assert strength[f"{norm}_median"] == pytest.approx(np.median(strength[norm]))
+    assert "note" not in strength and "success_rate" not in strength
+    # A constant model (zero kernel): every image is classified correctly and none can be fooled.
+    constant, _, _ = _linear.linear_model(scale=0.0)
+    constant.layers[-1].set_weights([np.zeros((16, 3), np.float32), np.array([10.0, 0.0, 0.0], np.float32)])
+    strength = deepfool_strength(constant, x, np.zeros(5, np.int32), SPACE, steps=3)
+    assert strength["attacked"] == 5
+    for norm in ("l2", "linf"):
+        assert strength[f"{norm}_success_rate"] == 0.0 and strength[f"{norm}_median"] is None
+        assert f"the {norm} attack fooled none of the 5 attacked images" in strength["note"]

@@ -114,6 +114,63 @@ def test_train_face_and_eval_verification_clis(tmp_path, lfw_reference):
         assert f.read(4) == b"\x89PNG"
 
 
+PNG_PATTERN = "{name}/{name}_{index:04d}.png"
+
+
+@pytest.fixture(scope="module")
+def png_run(tmp_path_factory):
+    """A `train_face` run whose verification pairs are PNGs (`verification.image_pattern`), and its stdout."""
+    tmp_path = tmp_path_factory.mktemp("png_run")
+    train, images, pairs = _write_identities(tmp_path)
+    workdir = str(tmp_path / "run")
+    out = _run("trainers.train_face", f"--config={os.path.join(ROOT, 'configs', 'face', 'sphereface_margins.py')}"
+               ":quick,depth=4", f"--workdir={workdir}", f"--config.data.manual_dir={train}",
+               f"--config.verification.pairs={pairs}", f"--config.verification.images={images}",
+               f"--config.verification.image_pattern={PNG_PATTERN}")
+    return workdir, images, pairs, out
+
+
+def _printed_table(out):
+    """The `FAR  TAR %` table in a CLI's stdout as {far: tar text}; None when there is no header line."""
+    lines = out.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.split() == ["FAR", "TAR", "%"]]
+    if not starts:
+        return None
+    rows = {}
+    for line in lines[starts[0] + 1:]:
+        fields = line.split()
+        if len(fields) != 2:
+            break
+        rows[float(fields[0])] = fields[1]
+    return rows
+
+
+def _assert_table_matches(out, tar_at_far):
+    table = _printed_table(out)
+    assert table is not None, out
+    assert table == {float(far): f"{tar:.2f}" for far, tar in tar_at_far.items()}
+    assert "{" not in out  # no raw dict
+
+
+def test_train_face_prints_tar_at_far_as_a_table(png_run):
+    workdir, _, _, out = png_run
+    with open(os.path.join(workdir, "results.json")) as f:
+        results = json.load(f)
+    assert set(results["tar_at_far"]) == {"0.001", "0.0001"}
+    _assert_table_matches(out, results["tar_at_far"])
+
+
+def test_eval_verification_reads_the_runs_image_pattern(png_run):
+    workdir, images, pairs, _ = png_run
+    # No --image_pattern: the run's PNG pattern, not LFW's .jpg default, locates the images.
+    out = _run("trainers.eval_verification", f"--workdir={workdir}", f"--pairs={pairs}", f"--images={images}")
+    assert "Verification accuracy:" in out
+    with open(os.path.join(workdir, "results.json")) as f:
+        results = json.load(f)
+    assert results["num_pairs"] == 40 and results["lfw_accuracy"] is not None
+    _assert_table_matches(out, results["tar_at_far"])
+
+
 def test_evaluate_workdir_without_a_model_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="no trained model in workdir"):
         face.evaluate_workdir(str(tmp_path), str(tmp_path / "pairs.txt"), str(tmp_path))
