@@ -354,7 +354,9 @@ def gradients(fn, inputs, variables=(), state=()):
         sources = inputs + [v.value for v in variables]
         with torch.enable_grad():
             value = fn(*inputs)
-            grads = torch.autograd.grad(value, sources, allow_unused=True)
+            # A value that depends on no source (a constant magnitude) has no graph: every gradient is zero.
+            grads = (torch.autograd.grad(value, sources, allow_unused=True) if value.requires_grad
+                     else [None] * len(sources))
         grads = [torch.zeros_like(s) if g is None else g for s, g in zip(sources, grads)]
     else:
         raise ValueError(f"sphere_tf.testing.gradients supports tensorflow, jax and torch; got {backend!r}")
