@@ -323,11 +323,14 @@ def gradients(fn, inputs, variables=(), state=()):
     if backend == "tensorflow":
         import tensorflow as tf
 
+        # The tape differentiates the backing `tf.Variable`s: with a Keras variable as a source, an unconnected one
+        # fails in `zeros_like` (its dtype is a string), and a non-trainable one would not be watched.
+        sources = inputs + [v.value for v in variables]
         with tf.GradientTape() as tape:
-            for x in inputs:
-                tape.watch(x)
+            for s in sources:
+                tape.watch(s)
             value = fn(*inputs)
-        grads = tape.gradient(value, inputs + variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        grads = tape.gradient(value, sources, unconnected_gradients=tf.UnconnectedGradients.ZERO)
     elif backend == "jax":
         import jax
 
@@ -351,7 +354,9 @@ def gradients(fn, inputs, variables=(), state=()):
         sources = inputs + [v.value for v in variables]
         with torch.enable_grad():
             value = fn(*inputs)
-            grads = torch.autograd.grad(value, sources, allow_unused=True)
+            # A value that depends on no source (a constant magnitude) has no graph: every gradient is zero.
+            grads = (torch.autograd.grad(value, sources, allow_unused=True) if value.requires_grad
+                     else [None] * len(sources))
         grads = [torch.zeros_like(s) if g is None else g for s, g in zip(sources, grads)]
     else:
         raise ValueError(f"sphere_tf.testing.gradients supports tensorflow, jax and torch; got {backend!r}")
