@@ -1,0 +1,1 @@
+"""Backend-specific plug-ins (see sphere_tf/backends/tensorflow)."""
