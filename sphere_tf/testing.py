@@ -97,6 +97,7 @@ def value_and_grad(fn, x):
             grad = torch.zeros_like(xt)
     else:
         raise NotImplementedError(f"value_and_grad: no gradient helper for the {backend!r} backend.")
+    value, grad = keras.ops.stop_gradient(value), keras.ops.stop_gradient(grad)  # PyTorch: detach first
     return (np.float64(keras.ops.convert_to_numpy(value)),
             keras.ops.convert_to_numpy(grad).astype(np.float64))
 

@@ -248,7 +248,7 @@ def normalizer_1x1(kernel, epsilon=DEFAULT_EPSILON):
     Returns:
         float32 tensor `(C_out,)`.
     """
-    _, norm = angles.normalize(ops.stop_gradient(kernel), axis=(0, 1, 2), epsilon=epsilon)
+    _, norm = angles.normalize(ops.stop_gradient(ops.convert_to_tensor(kernel)), axis=(0, 1, 2), epsilon=epsilon)
     return 1.0 / ops.reshape(norm, (-1,))
 
 

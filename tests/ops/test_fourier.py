@@ -287,7 +287,7 @@ def test_rfft2d_gradient_matches_numpy_dft(size, fft_length, rng):
 
     def loss_fn(xt):
         real, imag = fourier.rfft2d(xt, fft_length)
-        return keras.ops.sum(real * p.astype(np.float32) + imag * q.astype(np.float32))
+        return keras.ops.sum(keras.ops.multiply(real, p.astype(np.float32)) + keras.ops.multiply(imag, q.astype(np.float32)))
 
     _, grad = testing.value_and_grad(loss_fn, x)
     real, imag = fourier.rfft2d(keras.ops.convert_to_tensor(x), fft_length)
@@ -361,7 +361,7 @@ def test_fourier_conv_norm_gradients_match_the_spatial_path(kernel_size, strides
         real, imag = ops.rfft(full)
         real, imag = (ops.swapaxes(t, -1, -2) for t in ops.fft((ops.swapaxes(real, -1, -2),
                                                                    ops.swapaxes(imag, -1, -2))))
-        real, imag = real * v, imag * v
+        real, imag = ops.multiply(real, v), ops.multiply(imag, v)
         real, imag = (ops.swapaxes(t, -1, -2) for t in ops.fft((ops.swapaxes(real, -1, -2),
                                                                    -ops.swapaxes(imag, -1, -2))))
         y = ops.transpose(ops.irfft((real / n1, -imag / n1), fft_length=n2), (0, 2, 3, 1))
@@ -369,7 +369,7 @@ def test_fourier_conv_norm_gradients_match_the_spatial_path(kernel_size, strides
 
     def loss(path, xt, at):
         y = fourier.fourier_conv_norm(xt, at, v, strides, padding) if path == "fourier" else spatial(xt, at)
-        return ops.sum(ops.sin(y) * weights[:, : y.shape[1], : y.shape[2]])
+        return ops.sum(ops.multiply(ops.sin(y), weights[:, : y.shape[1], : y.shape[2]]))
 
     for path_args in ((lambda xt: loss("fourier", xt, a), lambda xt: loss("spatial", xt, a), x),
                       (lambda at: loss("fourier", x, at), lambda at: loss("spatial", x, at), a)):

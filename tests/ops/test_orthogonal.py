@@ -140,7 +140,7 @@ def test_gradient_matches_finite_differences(name):
     p = rng.standard_normal((d, d))
     weights = rng.standard_normal((d, d))
     fn = orthogonal.get_orthogonalization(name)
-    _, grad = testing.value_and_grad(lambda q: ops.sum(fn(q) * weights.astype(np.float32)), p)
+    _, grad = testing.value_and_grad(lambda q: ops.sum(ops.multiply(fn(q), weights.astype(np.float32))), p)
     numeric = testing.numeric_gradient(lambda q: np.sum(REFERENCES[name](q) * weights), p)
     np.testing.assert_allclose(grad, numeric, atol=2e-3, rtol=2e-3)
 
@@ -218,7 +218,7 @@ def test_degenerate_inputs_give_finite_orthogonal_outputs(p):
             assert _orth_error(r) < 1e-4, name
         if name == "lowdin":
             weights = np.arange(16, dtype=np.float32).reshape(4, 4)
-            _, grad = testing.value_and_grad(lambda q: ops.sum(fn(q) * weights), p)
+            _, grad = testing.value_and_grad(lambda q: ops.sum(ops.multiply(fn(q), weights)), p)
             assert np.all(np.isfinite(grad))
 
 
@@ -257,7 +257,7 @@ def test_exp_gradient_matches_the_reference_after_several_squarings():
     rng = np.random.default_rng(4)
     p = rng.standard_normal((12, 12)) * 3.0  # ‖S‖₁ well above θ₇: several squarings
     weights = rng.standard_normal((12, 12))
-    loss, grad = testing.value_and_grad(lambda q: ops.sum(orthogonal.exp(q) * weights.astype(np.float32)), p)
+    loss, grad = testing.value_and_grad(lambda q: ops.sum(ops.multiply(orthogonal.exp(q), weights.astype(np.float32))), p)
     reference = lambda q: np.sum(scipy.linalg.expm(np_skew(q)) * weights)
     assert loss == pytest.approx(reference(p), rel=1e-4, abs=1e-4)
     np.testing.assert_allclose(grad, testing.numeric_gradient(reference, p), atol=1e-3, rtol=1e-3)
