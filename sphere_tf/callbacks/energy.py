@@ -72,6 +72,13 @@ class HypersphericalEnergy(keras.callbacks.Callback):
         self.layer_names = None if layer_names is None else list(layer_names)
         self.frequency = frequency
         self.update_freq = update_freq
+        if log_dir is not None and keras.backend.backend() != "tensorflow":
+            raise ValueError(
+                f"HypersphericalEnergy(log_dir={log_dir!r}) writes TensorBoard scalars with tf.summary, which "
+                f"needs the TensorFlow backend; the current Keras backend is {keras.backend.backend()!r}. Pass "
+                "log_dir=None: the energies are in the epoch logs, which a keras.callbacks.TensorBoard placed "
+                "after this callback writes (that callback needs TensorFlow installed)."
+            )
         self.log_dir = log_dir
         self.prefix = prefix
         self._writer = None
@@ -100,7 +107,8 @@ class HypersphericalEnergy(keras.callbacks.Callback):
         if logs is not None:
             logs.update(measured)
         if write and self.log_dir is not None:
-            import tensorflow as tf  # tf.summary: Keras has no summary writer API
+            # tf.summary: Keras has no summary writer API; log_dir is refused on other backends.
+            import tensorflow as tf  # noqa: PLC0415
 
             if self._writer is None:
                 self._writer = tf.summary.create_file_writer(self.log_dir)

@@ -13,7 +13,7 @@ is reset (to the identity) and, by default, so are the optimizer slots of R̃
 same for every S-OPT layer of the model.
 
 The callback's state (steps into the current episode, episodes completed, the
-seed) is kept in `tf.Variable`s and returned by `checkpoint_state()`, so that
+seed) is kept in `keras.Variable`s (int64, values below 2^31) and returned by `checkpoint_state()`, so that
 `training.fit_resumable` saves it with the model; the rows of episode k are
 drawn from a NumPy generator keyed by (seed, k), so a resumed run draws the
 rows the uninterrupted run draws.
@@ -21,13 +21,19 @@ rows the uninterrupted run draws.
 
 import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
 from sphere_tf import validation
 from sphere_tf.layers import opt as opt_lib
 
 # Upstream episode length (iterations per episode, wy1iu/OPT sopt_gs).
 DEFAULT_EPISODE_LENGTH = 750
+# Largest seed: JAX without x64 holds int64 variables as int32.
+_MAX_SEED = 2**31 - 1
+
+
+def _counter(value, name):
+    return keras.Variable(value, dtype="int64", trainable=False, name=name)
 
 
 def _leaf_optimizers(optimizer):
@@ -87,28 +93,32 @@ class SOPTEpisodes(keras.callbacks.Callback):
         super().__init__()
         self.episode_length = validation.positive_int(episode_length, "episode_length")
         self.seed = validation.integer(seed, "seed", minimum=0, allow_none=True)
+        if self.seed is not None and self.seed > _MAX_SEED:
+            raise validation.invalid_argument("seed", f"None or an int in [0, {_MAX_SEED}]", seed)
         self.reset_optimizer_state = bool(reset_optimizer_state)
         self.merge_on_train_end = bool(merge_on_train_end)
         if self.seed is None:  # drawn once, then saved and restored with the rest of the state
-            drawn = int(np.random.SeedSequence().generate_state(1, np.uint64)[0] >> 1)
+            drawn = int(np.random.SeedSequence().generate_state(1, np.uint32)[0] >> 1)
         else:
             drawn = self.seed
-        self._seed = tf.Variable(drawn, dtype=tf.int64, trainable=False, name="sopt_seed")
-        self._steps_in_episode = tf.Variable(0, dtype=tf.int64, trainable=False, name="sopt_steps_in_episode")
-        self._episodes_completed = tf.Variable(0, dtype=tf.int64, trainable=False, name="sopt_episodes_completed")
+        # int64 as in checkpoints written before; values below 2^31 because JAX (without x64)
+        # holds int64 variables as int32.
+        self._seed = _counter(drawn, "sopt_seed")
+        self._steps_in_episode = _counter(0, "sopt_steps_in_episode")
+        self._episodes_completed = _counter(0, "sopt_episodes_completed")
 
     @property
     def steps_in_episode(self):
         """int, training steps taken in the current episode."""
-        return int(self._steps_in_episode.numpy())
+        return int(ops.convert_to_numpy(self._steps_in_episode))
 
     @property
     def episodes_completed(self):
         """int, episodes ended so far (over every run resumed from the same checkpoints)."""
-        return int(self._episodes_completed.numpy())
+        return int(ops.convert_to_numpy(self._episodes_completed))
 
     def checkpoint_state(self):
-        """dict name -> `tf.Variable`: the state to save and restore with the model."""
+        """dict name -> `keras.Variable`: the state to save and restore with the model."""
         return {
             "seed": self._seed,
             "steps_in_episode": self._steps_in_episode,
@@ -118,7 +128,7 @@ class SOPTEpisodes(keras.callbacks.Callback):
     def episode_rng(self, episode):
         """The `numpy.random.Generator` that draws the rows of episode `episode` (1 for the first new episode)."""
         episode = validation.integer(episode, "episode", minimum=0)
-        return np.random.default_rng([int(self._seed.numpy()), episode])
+        return np.random.default_rng([int(ops.convert_to_numpy(self._seed)), episode])
 
     def _sopt_layers(self):
         return [layer for layer in opt_lib.opt_layers(self.model) if layer.stochastic_dims is not None]

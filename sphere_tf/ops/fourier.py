@@ -35,7 +35,7 @@ remain as the reference decomposition.
 1×1 kernels take the closed form ``V_k = (Σ_i a_ki² + ε)^(−1/2)`` (`normalizer_1x1`),
 which is what the FFT formula gives for a one-tap kernel (a flat spectrum).
 
-Everything here is float32 whatever the input dtype (`tf.signal` FFTs take
+Everything here is float32 whatever the input dtype (the FFTs take
 float32/float64 only, and squared spectra of float16 kernels underflow).
 
 Note (epsilon): the final upstream code has no ε (``V = exp(−½ log Σ|Â|²)``), so a
@@ -46,13 +46,15 @@ root; we keep that absolute ε = 1e-4 as the default (it is ≈ 1e-4 of the powe
 of a Glorot-initialised 3×3×64 kernel, so the normalisation is unchanged in
 practice) and require ε > 0.
 
-Note (TF mapping): `tf.signal.rfft2d`/`irfft2d` act on the last two axes, so NHWC
-maps are transposed to NCHW around the FFTs; ``fft_length=[H', W']`` lets
-`irfft2d` recover odd sizes. `keras.ops` has no real 2-D FFT with an
-``fft_length``, hence the direct `tf.signal` calls. The kernel power spectrum
+Note (backends): `keras.ops` has no complex dtype, so spectra are `(real, imag)`
+pairs as in `keras.ops.rfft`, and a complex matmul is four real ones. The real
+2-D FFT (`rfft2d`, `irfft2d`) is a `keras.ops.rfft` over the last axis and a
+complex `keras.ops.fft` over the one before, after explicit zero padding to the
+grid; NHWC maps are transposed to NCHW around the FFTs, and `irfft2d`'s
+``fft_length`` recovers odd sizes. The kernel power spectrum
 ``Σ_i |Â_ki|²`` is not computed by C_out·C_in zero-padded FFTs but, exactly, as
 the DFT of the kernel autocorrelation (`power_spectrum`). All of it compiles
-under XLA on CPU (`tf.function(jit_compile=True)`).
+under XLA on CPU (TensorFlow `jit_compile=True`, JAX `jit`).
 
 Reference:
     Liu, Li, Zhai, You, Zhu, Fernandez-Granda, Qu, "Convolutional Normalization:
@@ -63,7 +65,6 @@ Reference:
 import math
 
 import numpy as np
-import tensorflow as tf
 from keras import ops
 
 from sphere_tf import validation
@@ -247,15 +248,47 @@ def normalizer_1x1(kernel, epsilon=DEFAULT_EPSILON):
     Returns:
         float32 tensor `(C_out,)`.
     """
-    _, norm = angles.normalize(ops.stop_gradient(kernel), axis=(0, 1, 2), epsilon=epsilon)
+    _, norm = angles.normalize(ops.stop_gradient(ops.convert_to_tensor(kernel)), axis=(0, 1, 2), epsilon=epsilon)
     return 1.0 / ops.reshape(norm, (-1,))
 
 
-def rfft2d(inputs, fft_length):
-    """`tf.signal.rfft2d` over the last two axes (zero-padded to `fft_length`) with a cheaper gradient.
+def _fft_along_rows(real, imag):
+    # Complex DFT over the second-to-last axis (keras.ops.fft acts on the last one).
+    real, imag = ops.fft((ops.swapaxes(real, -1, -2), ops.swapaxes(imag, -1, -2)))
+    return ops.swapaxes(real, -1, -2), ops.swapaxes(imag, -1, -2)
 
-    Same forward values as `tf.signal.rfft2d`. The gradient of a real-to-complex
-    DFT ``Y(f) = Σ_n x(n) e^(−2πi f·n/N)`` (one-sided in the last axis) is
+
+def irfft2d(spectrum, fft_length):
+    """Inverse of `rfft2d`: real ``(..., N₁, N₂)`` signal from a one-sided `(real, imag)` spectrum.
+
+    An inverse complex DFT over axis −2, written as ``conj(DFT(conj(z)))/N₁``, then
+    `keras.ops.irfft` over the last axis with length N₂ (which recovers odd N₂;
+    the imaginary parts of the DC and, for even N₂, Nyquist columns are ignored,
+    as `numpy.fft.irfft2` does).
+
+    Args:
+        spectrum: pair of float32 tensors `(real, imag)`, each `(..., N₁, N₂//2 + 1)`.
+        fft_length: pair of ints `(N₁, N₂)`.
+
+    Returns:
+        float32 tensor `(..., N₁, N₂)`.
+    """
+    n1, n2 = validation.int_pair(fft_length, "fft_length")
+    real, imag = spectrum
+    real, imag = _fft_along_rows(real, -imag)
+    return ops.irfft((real / n1, -imag / n1), fft_length=n2)
+
+
+def _rfft2d_padded(x, n2):
+    return _fft_along_rows(*ops.rfft(x, fft_length=n2))
+
+
+def rfft2d(inputs, fft_length):
+    """Real 2-D DFT over the last two axes (zero-padded to `fft_length`), with a cheaper gradient.
+
+    The values of `numpy.fft.rfft2(inputs, s=fft_length)` as a `(real, imag)` pair.
+    The gradient of a real-to-complex DFT ``Y(f) = Σ_n x(n) e^(−2πi f·n/N)``
+    (one-sided in the last axis) is
 
     ```
     ∂L/∂x(n) = Re Σ_f g(f) e^(2πi f·n/N) = N₁N₂ · irfft2d(c ⊙ g)(n),   g = ∂L/∂Re Y + i ∂L/∂Im Y
@@ -263,17 +296,17 @@ def rfft2d(inputs, fft_length):
 
     with column weights ``c = 1`` at the DC (and, for even N₂, Nyquist) column
     and ``½`` elsewhere (irfft2d counts those columns twice, as their mirror
-    images), cropped to the unpadded input. TF's registered RFFT2D gradient
-    builds the same result from extra complex masks and FFTs, several times the
-    cost of the forward FFT (docs/conv_norm.md); this one is a single irfft2d.
-    Tests check it against `tf.signal.rfft2d`'s gradient and NumPy.
+    images), cropped to the unpadded input (by the padding's gradient): a single inverse transform, where
+    TF's registered RFFT2D gradient builds the same result from extra complex
+    masks and FFTs, several times the cost of the forward FFT (docs/conv_norm.md).
+    Tests check it against NumPy's finite differences.
 
     Args:
         inputs: float32 tensor `(..., h, w)` with static h, w ≤ `fft_length`.
         fft_length: pair of ints `(N₁, N₂)`.
 
     Returns:
-        complex64 tensor `(..., N₁, N₂//2 + 1)`.
+        Pair of float32 tensors `(real, imag)`, each `(..., N₁, N₂//2 + 1)`.
     """
     h, w = int(inputs.shape[-2]), int(inputs.shape[-1])
     n1, n2 = validation.int_pair(fft_length, "fft_length")
@@ -281,18 +314,24 @@ def rfft2d(inputs, fft_length):
     weights[0] = n1 * n2
     if n2 % 2 == 0:
         weights[-1] = n1 * n2
+    rank = len(inputs.shape)
+    # Explicit zero padding to the grid (keras.ops.rfft pads the last axis only).
+    padded = ops.pad(ops.cast(inputs, "float32"), [[0, 0]] * (rank - 2) + [[0, n1 - h], [0, n2 - w]])
 
-    # tf.custom_gradient / tf.signal: keras.ops has neither a padded real 2-D FFT nor custom gradients
-    # that work across backends.
-    @tf.custom_gradient
+    # One stacked output: PyTorch's `custom_gradient` passes a single upstream tensor.
+    @ops.custom_gradient
     def _forward(x):
-        def _grad(upstream):
-            grad = tf.signal.irfft2d(upstream * tf.complex(weights, 0.0), fft_length=[n1, n2])
-            return grad[..., :h, :w]
+        def _grad(*args, upstream=None):
+            if upstream is None:
+                (upstream,) = args
+            # The gradient for the padded grid; the padding's own gradient crops it to (h, w).
+            c = ops.convert_to_tensor(weights)
+            return irfft2d((upstream[0] * c, upstream[1] * c), (n1, n2))
 
-        return tf.signal.rfft2d(x, fft_length=[n1, n2]), _grad
+        return ops.stack(_rfft2d_padded(x, n2)), _grad
 
-    return _forward(inputs)
+    stacked = _forward(padded)
+    return stacked[0], stacked[1]
 
 
 def _dft_matrices(size, taps, num_freqs):
@@ -366,14 +405,21 @@ def fourier_conv_norm(inputs, kernel, normalizer, strides=1, padding="valid"):
     batch = ops.shape(inputs)[0]
     real, imag = kernel_spectrum(kernel, (grid_h, grid_w))
     v = ops.expand_dims(ops.transpose(ops.cast(normalizer, "float32"), (1, 2, 0)), 2)  # (H', W'/2+1, 1, C_out)
-    # tf.complex / tf.signal / complex matmul: keras.ops has no complex dtype support.
-    weights = tf.reshape(tf.complex(real * v, imag * v), (num_freqs, c_in, c_out))
+    w_re = ops.reshape(real * v, (num_freqs, c_in, c_out))
+    w_im = ops.reshape(imag * v, (num_freqs, c_in, c_out))
     x = ops.transpose(ops.cast(inputs, "float32"), (0, 3, 1, 2))  # NCHW: FFT on the last two axes
-    spectrum = rfft2d(x, (grid_h, grid_w))  # (N, C_in, H', W'/2+1)
-    spectrum = tf.reshape(tf.transpose(spectrum, (2, 3, 0, 1)), (num_freqs, batch, c_in))
-    spectrum = tf.matmul(spectrum, weights)  # (freqs, N, C_out)
-    spectrum = tf.transpose(tf.reshape(spectrum, (grid_h, grid_w // 2 + 1, batch, c_out)), (2, 3, 0, 1))
-    y = tf.signal.irfft2d(spectrum, fft_length=[grid_h, grid_w])  # (N, C_out, H', W')
+
+    def per_frequency(part):  # (N, C, H', W'/2+1) -> (freqs, N, C)
+        return ops.reshape(ops.transpose(part, (2, 3, 0, 1)), (num_freqs, batch, c_in))
+
+    def per_image(part):  # (freqs, N, C_out) -> (N, C_out, H', W'/2+1)
+        return ops.transpose(ops.reshape(part, (grid_h, grid_w // 2 + 1, batch, c_out)), (2, 3, 0, 1))
+
+    x_re, x_im = (per_frequency(part) for part in rfft2d(x, (grid_h, grid_w)))
+    # (a + ib)(c + id) = (ac − bd) + i(ad + bc), per frequency: (freqs, N, C_in) @ (freqs, C_in, C_out).
+    y_re = ops.matmul(x_re, w_re) - ops.matmul(x_im, w_im)
+    y_im = ops.matmul(x_re, w_im) + ops.matmul(x_im, w_re)
+    y = irfft2d((per_image(y_re), per_image(y_im)), (grid_h, grid_w))  # (N, C_out, H', W')
     (top, left), (out_h, out_w) = output_geometry((h, w), (kh, kw), strides, padding)
     sh, sw = validation.int_pair(strides, "strides")
     # Crop in NCHW before the transpose back (fewer elements to move); plain slice first (cheap gradient).
@@ -395,9 +441,9 @@ def apply_spectral_normalizer(outputs, normalizer):
     """
     h, w = int(outputs.shape[1]), int(outputs.shape[2])
     y = ops.transpose(ops.cast(outputs, "float32"), (0, 3, 1, 2))  # NCHW: FFT on the last two axes
-    spectrum = rfft2d(y, (h, w))
-    spectrum = spectrum * tf.cast(normalizer, spectrum.dtype)
-    y = tf.signal.irfft2d(spectrum, fft_length=[h, w])  # fft_length recovers odd W'
+    real, imag = rfft2d(y, (h, w))
+    normalizer = ops.cast(normalizer, "float32")
+    y = irfft2d((real * normalizer, imag * normalizer), (h, w))  # fft_length recovers odd W'
     return ops.transpose(y, (0, 2, 3, 1))
 
 
@@ -422,7 +468,7 @@ def crop_and_stride(outputs, input_size, kernel_size, strides=1, padding="valid"
     outputs = ops.slice(outputs, (0, top, left, 0), (ops.shape(outputs)[0], span_h, span_w, outputs.shape[-1]))
     if (sh, sw) == (1, 1):
         return outputs
-    # keras.ops has no strided slice; TF tensors support it directly.
+    # keras.ops has no strided slice; every backend's tensors support it directly.
     return outputs[:, ::sh, ::sw, :]
 
 

@@ -30,7 +30,6 @@ original code's unsquared 0.1·‖RRᵀ − I‖_F; Eq. 7.7 squares it).
 import math
 
 import keras
-import tensorflow as tf
 from keras import ops
 
 from sphere_tf import registry
@@ -49,9 +48,17 @@ PADE7_COEFFICIENTS = (17297280.0, 8648640.0, 1995840.0, 277200.0, 25200.0, 1512.
 MAX_SQUARINGS = 20
 
 
-def _as_float32(p):
-    # tf: keras.ops.convert_to_tensor passes tf.Variables through unread.
-    return ops.cast(tf.convert_to_tensor(p), "float32")
+def read_float32(p):
+    """The value of a tensor or (Keras or backend) variable as a float32 tensor.
+
+    `keras.ops.convert_to_tensor` and `ops.cast` hand TensorFlow variables back
+    unread (a custom gradient would then see a variable input); `ops.copy` reads
+    them (`tf.identity`) and is a plain copy on the other backends.
+    """
+    return ops.cast(ops.copy(p), "float32")
+
+
+_as_float32 = read_float32
 
 
 def matrix_transpose(x):
@@ -147,11 +154,16 @@ def householder(p):
 
 @keras.ops.custom_gradient
 def _polar_svd(p):
-    s, u, v = tf.linalg.svd(p)  # tf: keras.ops.svd returns Vᵀ only and no custom grad hook.
-    r = ops.matmul(u, _mT(v))
+    u, s, vt = ops.svd(p)
+    v = _mT(vt)
+    r = ops.matmul(u, vt)
 
+    # Signature that works on every backend's `custom_gradient` (TF passes the upstream
+    # positionally, JAX and PyTorch by keyword).
     def grad(*args, upstream=None):
-        g = upstream if upstream is not None else args[0]
+        if upstream is None:
+            (upstream,) = args
+        g = upstream
         # dL/dP = U [(M − Mᵀ) / (σ_i + σ_j)] Vᵀ with M = Uᵀ G V: the exact polar-factor
         # derivative, free of the 1/(σ_i² − σ_j²) terms of the generic SVD gradient.
         m = ops.matmul(ops.matmul(_mT(u), g), v)
@@ -269,11 +281,11 @@ def expm(a):
     of Padé 7). Same scaling as `tf.linalg.expm` for float32, which rounds s down
     (one squaring less than the bound asks, and half the rounding error for these
     skew-symmetric, normal matrices); below θ₇ TF switches to Padé 3 or 5, here
-    Padé 7 is always used. The squarings run in a
-    `tf.while_loop` with ``maximum_iterations=MAX_SQUARINGS``, so the map compiles
-    under XLA with its gradient (`tf.linalg.expm` loops without a maximum, which
-    XLA rejects when differentiating: "XLA compilation requires a fixed tensor
-    list size"). The scale is shared by a batch of blocks (the largest norm).
+    Padé 7 is always used. The squarings are MAX_SQUARINGS
+    conditionals (`ops.cond`: square while ``i < s``), so the map compiles under
+    XLA with its gradient (`tf.linalg.expm` loops without a maximum, which XLA
+    rejects when differentiating: "XLA compilation requires a fixed tensor list
+    size") and is reverse-differentiable on JAX (a `lax.while_loop` is not). The scale is shared by a batch of blocks (the largest norm).
     Beyond the cap (‖A‖₁ > 2^20·θ₇, where float32 squarings have no digit left)
     the result is expm(A/2^(s − MAX_SQUARINGS)): wrong, but finite and, for the
     skew-symmetric A of `exp`, orthogonal up to the rounding the squarings amplify
@@ -293,13 +305,10 @@ def expm(a):
     u, v = _pade7_terms(a / ops.power(2.0, squarings), eye)
     r = ops.solve(v - u, v + u)
     count = ops.cast(squarings, "int32")
-    # tf: keras.ops.while_loop has no `maximum_iterations`, which XLA needs to size the gradient's stacks.
-    _, r = tf.while_loop(
-        lambda i, r: i < count,
-        lambda i, r: (i + 1, ops.matmul(r, r)),
-        (tf.constant(0, "int32"), r),
-        maximum_iterations=MAX_SQUARINGS,
-    )
+    # Unrolled: Keras's TF `fori_loop` sets no `maximum_iterations` (XLA then cannot size the
+    # gradient's stacks) and JAX cannot reverse-differentiate a `while_loop`; conditionals can.
+    for i in range(MAX_SQUARINGS):
+        r = ops.cond(i < count, lambda r=r: ops.matmul(r, r), lambda r=r: r)
     return r
 
 

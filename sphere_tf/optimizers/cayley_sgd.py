@@ -30,7 +30,6 @@ its own step size α.
 """
 
 import keras
-import tensorflow as tf
 from keras import ops
 
 from sphere_tf import validation
@@ -130,13 +129,13 @@ class CayleySGD(keras.optimizers.Optimizer):
         self.momentums = self.add_optimizer_variables(variables, "momentum")
 
     def update_step(self, gradient, variable, learning_rate):
-        # tf: the TF backend hands update_step tf.Variables; read them as tensors.
-        x = ops.cast(tf.convert_to_tensor(variable), "float32")
+        # The TF backend hands update_step tf.Variables: read them as tensors.
+        x = orthogonal.read_float32(variable)
         g = ops.cast(gradient, "float32")
         index = self._get_variable_index(variable)  # the base class's slot lookup
         buffer = self.momentums[index]
         new_x, new_m = cayley_sgd_update(
-            x, g, ops.cast(tf.convert_to_tensor(buffer), "float32"), ops.cast(learning_rate, "float32"),
+            x, g, orthogonal.read_float32(buffer), ops.cast(learning_rate, "float32"),
             self.momentum, self.fixed_point_iters,
         )
         if self.reorthogonalize_every is not None:

@@ -19,9 +19,14 @@ weighted gradients  ∂L/∂w ← ‖w‖·∂L/∂w  before the optimizer      
 ```
 
 `SphereModel` (functional), `SphereSequential` and `SphereTrainingMixin` (for
-your own `keras.Model` subclasses) run both inside `train_step`, so `fit`,
-`evaluate`, callbacks, regularisation losses, `LossScaleOptimizer` (mixed
-precision) and `tf.distribute` strategies work unchanged. `wrap(model)` turns
+your own `keras.Model` subclasses) run both inside Keras's own `train_step` of
+the current backend (TensorFlow, JAX or PyTorch), as hooks around the
+optimizer's `apply` (which every backend's step calls, JAX's through
+`stateless_apply`): the gradients are scaled before the update and the kernels
+projected after it, with `ops.where` on the step count (no stateful branch, so
+it traces under `jit` and in JAX's stateless scope). `fit`, `evaluate`,
+callbacks, regularisation losses, `LossScaleOptimizer` (mixed precision) and,
+on TensorFlow, `tf.distribute` strategies work unchanged. `wrap(model)` turns
 any functional or built Sequential model into a `SphereModel` sharing its layers.
 
 Which layers are affected: every layer, found recursively (nested models and
@@ -39,9 +44,10 @@ assign of w/‖w‖ every **100** iterations (`i % 100 == 0`), the default of
 
 import inspect
 
+import contextlib
+
 import keras
 import numpy as np
-import tensorflow as tf
 from keras import ops
 
 from sphere_tf import validation
@@ -139,6 +145,17 @@ def compute_training_loss(model, x, y, y_pred, sample_weight):
     return model.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight)
 
 
+def _tf_distribute():
+    # tf.distribute has no Keras equivalent: the TensorFlow plug-in holds it.
+    from sphere_tf.backends.tensorflow import distribute  # noqa: PLC0415 (TensorFlow backend only)
+
+    return distribute
+
+
+def _num_replicas():
+    return _tf_distribute().num_replicas_in_sync() if keras.backend.backend() == "tensorflow" else 1
+
+
 def track_loss(model, loss, batch_size):
     """Updates `model`'s compiled "loss" tracker as Keras's own step does (public API only).
 
@@ -148,30 +165,25 @@ def track_loss(model, loss, batch_size):
     tracker = next((m for m in model.metrics if m.name == "loss"), None)
     if tracker is None:
         return
-    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    replicas = _num_replicas()
     value = loss * ops.cast(replicas, loss.dtype) if replicas > 1 else loss
     tracker.update_state(value, sample_weight=batch_size)
 
 
 def _per_replica_update(variables, update_fn):
-    """Runs `update_fn(v)` once on every copy of each variable, whatever the context.
-
-    In a replica context (inside `strategy.run`, as `train_step` is) the update
-    goes through `merge_call` + `strategy.extended.update`, so a mirrored
-    variable is updated once per step on each of its device copies with the same
-    value, not once per replica. tf.distribute has no keras.ops equivalent.
-    """
-    tf_vars = [v.value if isinstance(v, keras.Variable) else v for v in variables]
-
-    def merge_fn(strategy, *dist_vars):
-        for var in dist_vars:
-            strategy.extended.update(var, update_fn, group=False)
-
-    replica_context = tf.distribute.get_replica_context()
-    if replica_context is None:  # cross-replica context, e.g. `with strategy.scope():`
-        merge_fn(tf.distribute.get_strategy(), *tf_vars)
+    """Runs `update_fn(v)` once for each variable (once per device copy under `tf.distribute`)."""
+    if keras.backend.backend() == "tensorflow":
+        _tf_distribute().per_replica_update(variables, update_fn)
     else:
-        replica_context.merge_call(merge_fn, args=tuple(tf_vars))
+        for variable in variables:
+            update_fn(variable)
+
+
+def _leaf_optimizer(optimizer):
+    # The optimizer that updates the variables (LossScaleOptimizer hands it unscaled gradients).
+    while isinstance(getattr(optimizer, "inner_optimizer", None), keras.optimizers.Optimizer):
+        optimizer = optimizer.inner_optimizer
+    return optimizer
 
 
 class SphereTrainingMixin:
@@ -278,34 +290,41 @@ class SphereTrainingMixin:
 
     # -- training ---------------------------------------------------------------------
 
-    def train_step(self, data):
-        """One step of the TF default `train_step` plus the DCNet hooks.
+    def train_step(self, *args, **kwargs):
+        """Keras's `train_step` of the current backend, with the DCNet hooks around the update.
 
-        Forward under `tf.GradientTape` (training=True), `compute_loss` (with the
-        model's regularisation losses), `optimizer.scale_loss`, gradients,
-        `_scale_gradients` [D-18], `optimizer.apply`, `_project_weights_if_due`
-        [D §4.1], metrics.
+        `_scale_gradients` [D-18] runs on the gradients the optimizer receives and
+        `_project_weights_if_due` [D §4.1] after its update (see `_optimizer_hooks`).
         """
-        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         self.operator_layers()  # trace time: refuse weighted operators before any update
-        with tf.GradientTape() as tape:
-            y_pred = self._call_for_training(x)
-            loss = compute_training_loss(self, x, y, y_pred, sample_weight)
-            first = next(t for t in keras.tree.flatten(x) if t is not None)
-            track_loss(self, loss, ops.shape(first)[0])
-            scaled_loss = self.optimizer.scale_loss(loss) if self.optimizer is not None else loss
+        if not self.uses_sphere_tricks or self.optimizer is None:
+            return super().train_step(*args, **kwargs)
+        with self._optimizer_hooks():
+            return super().train_step(*args, **kwargs)
 
-        variables = self.trainable_weights
-        if variables:
-            gradients = tape.gradient(scaled_loss, variables)
-            gradients = self._scale_gradients(gradients, variables)
-            self.optimizer.apply(gradients, variables)
-            self._project_weights_if_due()
-        return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+    @contextlib.contextmanager
+    def _optimizer_hooks(self):
+        """Wraps the (innermost) optimizer's `apply` for the length of one traced or eager step.
 
-    def _call_for_training(self, x):
-        # Layer.__call__ forwards `training` only to `call`s that accept it.
-        return self(x, training=True)
+        Every backend's step ends in that `apply` (TF and PyTorch directly, JAX
+        via `stateless_apply`, a `LossScaleOptimizer` via its inner optimizer), so
+        the tricks need no per-backend step. The instance attribute is removed
+        afterwards; the optimizer object and its config are untouched.
+        """
+        optimizer = _leaf_optimizer(self.optimizer)
+        apply = optimizer.apply
+
+        def hooked_apply(grads, trainable_variables=None):
+            variables = optimizer._trainable_variables if trainable_variables is None else trainable_variables
+            result = apply(self._scale_gradients(list(grads), list(variables)), trainable_variables)
+            self._project_weights_if_due(optimizer.iterations)
+            return result
+
+        optimizer.apply = hooked_apply
+        try:
+            yield
+        finally:
+            del optimizer.apply
 
     def _scale_gradients(self, gradients, variables):
         """Weighted gradients [D-18]: g ← sqrt(‖w‖² + ε)·g per output channel."""
@@ -324,27 +343,27 @@ class SphereTrainingMixin:
             scaled.append(grad)
         return scaled
 
-    def _project_weights_if_due(self):
-        """Weight projection [D §4.1] when `optimizer.iterations` is a multiple of N."""
+    def _project_weights_if_due(self, iterations):
+        """Weight projection [D §4.1] when `iterations` (after the update) is a multiple of N."""
         if self.weight_projection_every is None:
             return
         kernels = self.projected_kernels()
         if not kernels:
             return
         every = self.weight_projection_every
-        iterations = self.optimizer.iterations
 
         def update(var):
             step = ops.convert_to_tensor(iterations)
             due = ops.logical_and(ops.greater(step, 0), ops.equal(ops.mod(step, every), 0))
-            # tf.cond (not keras.ops.cond): the branches assign to a per-device tf.Variable.
-            return tf.cond(due, lambda: self._project_variable(var), lambda: tf.constant(False))
+            # A select, not a branch that assigns: it traces the same on every backend (JAX's
+            # stateless scope cannot assign inside `lax.cond`); the projection is a cheap norm.
+            value = ops.where(due, project_kernel(var, self.projection_scale), ops.cast(var, "float32"))
+            var.assign(ops.cast(value, var.dtype))
 
         _per_replica_update(kernels, update)
 
     def _project_variable(self, var):
         var.assign(ops.cast(project_kernel(var, self.projection_scale), var.dtype))
-        return tf.constant(True)
 
     # -- serialisation ----------------------------------------------------------------
 

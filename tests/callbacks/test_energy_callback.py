@@ -12,7 +12,6 @@ import pytest
 from sphere_tf import callbacks
 from sphere_tf import layers as sphere_layers
 from sphere_tf import regularizers
-from sphere_tf.data import fashion_mnist
 
 
 def np_energy(kernel, power=1, half_space=True, eps=1e-4):
@@ -62,19 +61,36 @@ def test_history_has_per_layer_and_total_energy():
     np.testing.assert_allclose(history.history["energy/total"][-1], sum(final.values()), rtol=2e-5)
 
 
-def test_layer_selection_options_and_tensorboard(tmp_path):
+def _assert_layer_selection(log_dir):
     model = _model()
-    log_dir = str(tmp_path / "tb")
     cb = callbacks.HypersphericalEnergy(power=2, half_space=False, layer_names=["d1"], update_freq="batch",
                                         log_dir=log_dir, prefix="e_")
     history = _fit(model, [cb], epochs=1)
     assert sorted(history.history) == ["e_d1", "e_total", "loss"]
-    expected = np_energy(model.get_layer("d1").kernel.numpy(), power=2, half_space=False)
+    expected = np_energy(keras.ops.convert_to_numpy(model.get_layer("d1").kernel), power=2, half_space=False)
     np.testing.assert_allclose(history.history["e_d1"], [expected], rtol=2e-5)
     np.testing.assert_allclose(history.history["e_total"], [expected], rtol=2e-5)
-    assert glob.glob(os.path.join(log_dir, "events.out.tfevents.*"))
     with pytest.raises(ValueError, match="no kernel layer"):
         _fit(_model(), [callbacks.HypersphericalEnergy(layer_names=["nope"])], epochs=1)
+
+
+def test_layer_selection_options():
+    _assert_layer_selection(log_dir=None)
+
+
+@pytest.mark.tensorflow_only
+def test_layer_selection_options_and_tensorboard(tmp_path):
+    log_dir = str(tmp_path / "tb")
+    _assert_layer_selection(log_dir)
+    assert glob.glob(os.path.join(log_dir, "events.out.tfevents.*"))
+
+
+def test_tensorboard_needs_the_tensorflow_backend(tmp_path):
+    if keras.backend.backend() == "tensorflow":
+        callbacks.HypersphericalEnergy(log_dir=str(tmp_path))
+        return
+    with pytest.raises(ValueError, match=f"needs the TensorFlow backend.*{keras.backend.backend()!r}"):
+        callbacks.HypersphericalEnergy(log_dir=str(tmp_path))
 
 
 @pytest.mark.parametrize(
@@ -107,6 +123,8 @@ def _narrow_cnn(hidden, output):
 
 def test_fashion_mnist_mhe_and_comhe_lower_tracked_energy():
     """Short real-data run: both regularizers end with a lower tracked energy than no regularizer."""
+    from sphere_tf.data import fashion_mnist  # noqa: PLC0415 (sphere_tf.data imports TensorFlow)
+
     (x_train, y_train), _ = fashion_mnist.load_fashion_mnist()
     x = fashion_mnist.as_float_images(x_train[:1024])
     y = y_train[:1024].astype(np.int32)

@@ -140,6 +140,7 @@ def _resumable_run(directory, epochs):
     return model, callback
 
 
+@pytest.mark.tensorflow_only
 def test_episodes_continue_identically_after_resume(tmp_path):
     full, full_callback = _resumable_run(str(tmp_path / "full"), epochs=2)  # 6 steps; an episode ends at step 4
     # Interrupted: 3 steps, then a new process-like start (new model, new callback) resumes to step 6.
@@ -161,6 +162,24 @@ def test_episodes_continue_identically_after_resume(tmp_path):
         np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=0, atol=1e-6, err_msg=a.path)
 
 
+def test_checkpoint_state_is_keras_variables_and_restores_the_drawn_seed():
+    """The state is plain Keras variables: copying their values restores the episode stream on any backend."""
+    callback = SOPTEpisodes(episode_length=3)  # seed drawn at random
+    callback._steps_in_episode.assign(2)
+    callback._episodes_completed.assign(5)
+    other = SOPTEpisodes(episode_length=3)
+    state, other_state = callback.checkpoint_state(), other.checkpoint_state()
+    assert all(isinstance(v, keras.Variable) and not v.trainable for v in state.values())
+    for name, variable in other_state.items():
+        variable.assign(state[name])
+    assert (other.steps_in_episode, other.episodes_completed) == (2, 5)
+    np.testing.assert_array_equal(other.episode_rng(6).integers(0, 1 << 30, 4),
+                                  callback.episode_rng(6).integers(0, 1 << 30, 4))
+    with pytest.raises(ValueError, match="Invalid value for argument `seed`"):
+        SOPTEpisodes(3, seed=2**31)  # JAX holds int64 variables as int32
+
+
+@pytest.mark.tensorflow_only
 def test_checkpoint_state_restores_the_drawn_seed(tmp_path):
     import tensorflow as tf
 

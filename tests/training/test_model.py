@@ -543,3 +543,30 @@ def test_project_kernel_degenerate_inputs(kernel, scale):
             np.testing.assert_allclose(np.linalg.norm(flat_out[:, j].astype(np.float64)), scale, rtol=1e-5)
             # same direction: non-negative multiple of the input
             assert np.all(np.sign(flat_out[:, j]) * np.sign(flat_in[:, j]) >= 0)
+
+
+class _ProtocolDense(keras.layers.Dense):
+    """A plain dense layer following the DCNet-trick protocol (ε = 0), so the test needs no operator kernels."""
+
+    supports_weight_projection = True
+    epsilon = 0.0
+
+
+def test_tricks_match_a_numpy_sgd_reference_on_this_backend():
+    """Weighted gradients [D-18] then SGD then projection every 2 steps [D §4.1], against NumPy, 3 steps."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    y = rng.standard_normal((3, 4, 2)).astype(np.float32)
+    model = training.SphereSequential([keras.Input((5,)), _ProtocolDense(2, use_bias=False)],
+                                      weight_projection_every=2, projection_scale=1.5, weighted_gradients=True)
+    model.compile(keras.optimizers.SGD(0.1), "mse")
+    w = rng.standard_normal((5, 2)).astype(np.float32)
+    model.layers[0].kernel.assign(w)
+    w = w.astype(np.float64)
+    for step in range(3):
+        model.train_on_batch(x[step], y[step])
+        grad = 2.0 * x[step].T @ (x[step] @ w - y[step]) / y[step].size  # d mean((xw − y)²)/dw
+        w = w - 0.1 * grad * np.linalg.norm(w, axis=0)
+        if (step + 1) % 2 == 0:
+            w = 1.5 * w / np.linalg.norm(w, axis=0)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(model.layers[0].kernel), w, rtol=1e-5, atol=1e-6)
