@@ -73,15 +73,29 @@ REFERENCE_INFERENCE = Path("reference_inference", inference=True)
 
 
 class Accelerator:
-    """Base class of a backend's accelerated hot path. Every method may answer `NotImplemented`.
+    """Base class of a backend's plug-in: an accelerated hot path, and the replica hooks of the training paradigms.
 
-    A method receives the `Path` this accelerator returned from `path` and the same
-    arguments as the reference function of `sphere_tf.ops.response` it stands in
-    for; it must return the same values to float32 rounding (gradients included),
-    or `NotImplemented` to leave the case to the reference.
+    A hot-path method receives the `Path` this accelerator returned from `path` and the
+    same arguments as the reference function of `sphere_tf.ops.response` it stands in
+    for; it must return the same values to float32 rounding (gradients included), or
+    `NotImplemented` to leave the case to the reference.
+
+    The replica hooks (`num_replicas_in_sync`, `per_replica_update`) are for the
+    backend's own distribution engine where Keras has no backend-neutral API (for
+    TensorFlow: `tf.distribute`); they are correctness, not speed, so `plugin()`
+    returns the plug-in even while `set_acceleration(False)`.
     """
 
     name = "accelerator"
+
+    def num_replicas_in_sync(self):
+        """How many replicas a loss is divided over inside the current train step."""
+        return 1
+
+    def per_replica_update(self, variables, update_fn):
+        """Runs `update_fn(v)` once for each variable (once per device copy under a replicating strategy)."""
+        for variable in variables:
+            update_fn(variable)
 
     def path(self, training, fusion):
         """The `Path` of a layer call: `training` the call's flag, `fusion` whether fused paths are allowed."""
@@ -134,13 +148,16 @@ def training_fusion_enabled():
 
 
 def accelerator():
-    """The accelerator of the current Keras backend, or None (none registered, or acceleration off).
+    """The accelerator of the current Keras backend, or None (none registered, or acceleration off)."""
+    return plugin() if _STATE["acceleration"] else None
+
+
+def plugin():
+    """The current Keras backend's plug-in (acceleration on or off), or None where there is none.
 
     The first call under a backend imports its plug-in (`PLUGINS`), which registers
     itself. A plug-in that fails to import is an error, not a silent fallback.
     """
-    if not _STATE["acceleration"]:
-        return None
     backend = keras.backend.backend()
     if backend not in _IMPORTED:
         _IMPORTED.add(backend)

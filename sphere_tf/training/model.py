@@ -52,6 +52,7 @@ from keras import ops
 
 from sphere_tf import validation
 from sphere_tf.layers import walk
+from sphere_tf.ops import acceleration
 from sphere_tf.ops import angles
 
 # Upstream: `if i % 100 == 0: sess.run(wp_op)` (wy1iu/DCNets train_resnet.py).
@@ -145,15 +146,10 @@ def compute_training_loss(model, x, y, y_pred, sample_weight):
     return model.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight)
 
 
-def _tf_distribute():
-    # tf.distribute has no Keras equivalent: the TensorFlow plug-in holds it.
-    from sphere_tf.backends.tensorflow import distribute  # noqa: PLC0415 (TensorFlow backend only)
-
-    return distribute
-
-
 def _num_replicas():
-    return _tf_distribute().num_replicas_in_sync() if keras.backend.backend() == "tensorflow" else 1
+    # A replicating engine without a Keras API (tf.distribute) is the backend plug-in's business.
+    backend_plugin = acceleration.plugin()
+    return 1 if backend_plugin is None else backend_plugin.num_replicas_in_sync()
 
 
 def track_loss(model, loss, batch_size):
@@ -172,11 +168,12 @@ def track_loss(model, loss, batch_size):
 
 def _per_replica_update(variables, update_fn):
     """Runs `update_fn(v)` once for each variable (once per device copy under `tf.distribute`)."""
-    if keras.backend.backend() == "tensorflow":
-        _tf_distribute().per_replica_update(variables, update_fn)
-    else:
+    backend_plugin = acceleration.plugin()
+    if backend_plugin is None:
         for variable in variables:
             update_fn(variable)
+    else:
+        backend_plugin.per_replica_update(variables, update_fn)
 
 
 def _leaf_optimizer(optimizer):

@@ -64,6 +64,7 @@ import tensorflow as tf
 from keras import ops
 
 from sphere_tf import validation
+from sphere_tf.backends.tensorflow import distribute as tf_distribute
 from sphere_tf.backends.tensorflow.kernels import build as kernel_build
 from sphere_tf.backends.tensorflow.xla_context import in_xla_context
 from sphere_tf.ops import acceleration
@@ -94,6 +95,12 @@ class TensorFlowAccelerator(acceleration.Accelerator):
     """
 
     name = "tensorflow"
+
+    def num_replicas_in_sync(self):
+        return tf_distribute.num_replicas_in_sync()
+
+    def per_replica_update(self, variables, update_fn):
+        tf_distribute.per_replica_update(variables, update_fn)
 
     def path(self, training, fusion):
         if not training:
