@@ -2,3 +2,4 @@
 
 from sphere_tf.callbacks.energy import HypersphericalEnergy
 from sphere_tf.callbacks.sopt import SOPTEpisodes
+from sphere_tf.callbacks.norm_mean import WarnOnSkippedNormMean

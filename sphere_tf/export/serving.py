@@ -199,6 +199,31 @@ def _margin_head(model):
     return heads[0] if len(heads) == 1 else None
 
 
+def _head_call(model):
+    """`(head, features, labels)` of the model's MarginHead call that gives its output, or None.
+
+    `labels` is the symbolic tensor passed as the head's labels (None for a call
+    without). A head shared by a training and an inference model (docs/losses.md,
+    Pattern 1) has one call per model: the one whose output is this model's is chosen.
+    """
+    head = _margin_head(model)
+    if head is None:
+        return None
+    outputs = {id(t) for t in model.outputs}
+    for node in head._inbound_nodes:  # pylint: disable=protected-access
+        if any(id(t) in outputs for t in node.outputs):
+            args, kwargs = node.arguments.args, node.arguments.kwargs
+            return head, args[0], kwargs.get("labels", args[1] if len(args) > 1 else None)
+    return None
+
+
+def _labels_input(model):
+    """The model input that feeds its MarginHead's labels, or None."""
+    call = _head_call(model)
+    labels = None if call is None else call[2]
+    return next((t for t in model.inputs if t is labels), None)
+
+
 def _model_inputs(model):
     """The model's symbolic inputs; a clear error for an unbuilt or subclassed model."""
     if not isinstance(model, keras.Model):
@@ -219,11 +244,12 @@ def _model_inputs(model):
 def inference_model(model):
     """`(features_model, head)`: the images-only inference part of `model`.
 
-    OPT layers are folded (`fold_opt_model`). For a model whose classifier is a
-    `MarginHead` taking ``{'images', 'labels'}``, `features_model` maps the
-    images to the head's input features and `head` is the (shared) head layer,
-    whose inference call gives the plain logits; otherwise `features_model` is
-    the whole single-input model and `head` is None.
+    OPT layers are folded (`fold_opt_model`). For a model whose output is a
+    `MarginHead`'s logits (images only, or images and the head's labels as a
+    list or a dict: docs/losses.md, Pattern 1), `features_model` maps the images
+    to the head's input features and `head` is the (shared) head layer, whose
+    inference call gives the plain logits; otherwise `features_model` is the
+    whole single-input model and `head` is None.
 
     Args:
         model: a built functional or Sequential `keras.Model`.
@@ -233,7 +259,7 @@ def inference_model(model):
 
     Raises:
         ValueError: an unbuilt or subclassed model, or inputs other than one
-            image tensor (or images + labels for a margin head).
+            image tensor (plus the labels of the model's margin head).
     """
     inputs = _model_inputs(model)
     if _has_opt_layers(model):
@@ -241,20 +267,25 @@ def inference_model(model):
 
         model = fold_opt_model(model)
         inputs = model.inputs
-    head = _margin_head(model)
-    try:
-        named = model.input if isinstance(model.input, dict) else {}
-    except AttributeError:  # a Sequential model built from `keras.Input` has `inputs` only
-        named = {}
-    if head is not None and "images" in named:
-        node = head._inbound_nodes[0]  # pylint: disable=protected-access
-        features = node.arguments.args[0]
-        return keras.Model(named["images"], features, name=f"{model.name}_features"), head
-    if len(inputs) != 1:
+    call = _head_call(model)
+    labels = _labels_input(model)
+    images = [t for t in inputs if t is not labels]
+    if len(images) != 1:
+        if labels is not None:
+            found = f"{labels.name!r} feeds the MarginHead's labels, which leaves {len(images)} other inputs"
+        elif call is not None and call[2] is not None:
+            found = "the MarginHead's labels are not one of them"
+        else:
+            found = "none of them feeds the labels of a MarginHead giving the model's output"
         raise ValueError(
-            "Invalid value for argument `model`: expected one image input (or {'images', 'labels'} with a "
-            f"MarginHead classifier). Received inputs {[t.name for t in inputs]} of {model.name!r}."
+            "Invalid value for argument `model`: expected one image input, or an image input and a labels input "
+            "of the MarginHead that gives the model's output (a list or a dict, as in docs/losses.md, Pattern 1). "
+            f"Received inputs {[t.name for t in inputs]} of {model.name!r}: {found}."
         )
+    if call is not None:
+        head, features = call[0], call[1]
+        return keras.Model(images[0], features, name=f"{model.name}_features"), head
+    inputs = images
     if len(inputs[0].shape) != 4 or None in inputs[0].shape[1:]:
         raise ValueError(
             "Invalid value for argument `model`: expected an image input of shape (batch, height, width, "
@@ -611,7 +642,7 @@ def export_model(
 
     Args:
         model: a built functional or Sequential `keras.Model` returning logits,
-            taking normalised images (or ``{'images', 'labels'}`` with a
+            taking normalised images (or images and labels, a list or a dict, with a
             `MarginHead` classifier).
         export_base: str, the folder of the model folders (created if missing).
         model_name: str, the model's folder and TF Serving name.
@@ -696,9 +727,11 @@ def export_model(
                               "moving averages.")
     # The reference outputs: the original Keras model (unfolded, with its labels input for a head).
     x = normalize(tf.cast(verify_inputs, tf.float32), channel_mean)
-    if head is not None:
+    labels_input = _labels_input(model)
+    if labels_input is not None:  # the model's own input structure (list or dict); labels unused at inference
         labels = tf.zeros((len(verify_inputs),), tf.int32)
-        reference_logits = model({"images": x, "labels": labels}, training=False)
+        reference_logits = model(keras.tree.map_structure(lambda t: labels if t is labels_input else x, model.input),
+                                 training=False)
     else:
         reference_logits = model(x, training=False)
     reference_logits = np.asarray(tf.cast(reference_logits, tf.float32))

@@ -230,11 +230,16 @@ class ConvNorm2D(keras.layers.Layer):
             self.affine_bias = self.add_weight(
                 name="affine_bias", shape=(self.filters,), initializer=self.affine_bias_initializer
             )
+        # autocast=False: under mixed policies Keras would read these float32 buffers in the compute dtype,
+        # so inference's `ops.cond` would mix float16 and float32 branches, the running average would lose
+        # precision, and the step counter would stop at 2048 (float16) or 256 (bfloat16): n + 1 rounds to n.
         self.running_v = self.add_weight(
-            name="running_v", shape=running_shape, initializer="zeros", trainable=False, dtype="float32"
+            name="running_v", shape=running_shape, initializer="zeros", trainable=False, dtype="float32",
+            autocast=False,
         )
         self.num_batches_tracked = self.add_weight(
-            name="num_batches_tracked", shape=(), initializer="zeros", trainable=False, dtype="float32"
+            name="num_batches_tracked", shape=(), initializer="zeros", trainable=False, dtype="float32",
+            autocast=False,
         )
         if self.bn is not None:
             self.bn.build(self.compute_output_shape(input_shape))
@@ -244,9 +249,10 @@ class ConvNorm2D(keras.layers.Layer):
     def current_normalizer(self):
         """V̂ of the current kernel (float32, gradient stopped): `(filters,)` for 1×1, else the
         one-sided spectrum `(filters, H', W'//2 + 1)`."""
+        # The kernel is read in the compute dtype under mixed policies; V̂ (and its average) stay float32.
         if self._is_1x1:
-            return fourier.normalizer_1x1(self.kernel, self.epsilon)
-        return fourier.spectral_normalizer(self.kernel, self._grid, self.epsilon)
+            return ops.cast(fourier.normalizer_1x1(self.kernel, self.epsilon), "float32")
+        return ops.cast(fourier.spectral_normalizer(self.kernel, self._grid, self.epsilon), "float32")
 
     def _normalizer(self, training):
         if training:

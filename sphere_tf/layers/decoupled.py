@@ -274,7 +274,24 @@ class _HypersphericalOperator(keras.layers.Layer):
             self.rescale_shift = self.add_weight(
                 name="rescale_shift", shape=(units,), initializer="zeros", autocast=False
             )
+        if self.has_radius:
+            # Training batches whose E{‖x‖} was not finite, left out of the moving average
+            # (`_norm_mean_for`). Created last: files saved before it existed load (`load_own_variables`).
+            self.norm_mean_skipped = self.add_weight(
+                name="norm_mean_skipped", shape=(), initializer="zeros", trainable=False,
+                autocast=False, aggregation="mean",
+            )
         self.input_spec = self._make_input_spec(input_shape)
+
+    def load_own_variables(self, store):
+        # A `.keras` / `.weights.h5` file written before `norm_mean_skipped` existed lacks only that
+        # last variable: load the others and keep the count at zero.
+        variables = self._trainable_variables + self._non_trainable_variables
+        if self.has_radius and len(store.keys()) == len(variables) - 1 and variables[-1] is self.norm_mean_skipped:
+            for i, variable in enumerate(variables[:-1]):
+                variable.assign(store[f"{i}"])
+            return
+        super().load_own_variables(store)
 
     # Whether this layer's training calls may take an accelerator's fused paths (for TensorFlow: compiled
     # kernels, XLA clusters; `sphere_tf.ops.set_training_fusion` is the global switch); False pins it to
@@ -351,6 +368,12 @@ class _HypersphericalOperator(keras.layers.Layer):
         The batch mean is differentiated, as in the authors' graph (wy1iu/DCNets
         `architecture.py`: the training branch returns the batch mean itself), so
         the input gradient carries the term through E{‖x‖}.
+
+        A batch mean that is not finite (any group; a NaN or inf sample, a float16
+        overflow) is left out of the moving average and of its debiasing weight,
+        which keep their values, and counted in `norm_mean_skipped`: one such batch
+        would otherwise make every later inference output NaN. With `ops.where`,
+        not Python control flow, so it holds inside compiled train steps.
         """
         if not training:
             return self.norm_mean()
@@ -360,8 +383,11 @@ class _HypersphericalOperator(keras.layers.Layer):
             batch_mean = ops.reshape(batch_mean, ())
         m = self.norm_momentum
         statistic = ops.stop_gradient(batch_mean)
-        self.norm_mean_biased.assign(m * self.norm_mean_biased + (1.0 - m) * statistic)
-        self.norm_mean_weight.assign(m * self.norm_mean_weight + (1.0 - m))
+        finite = ops.all(ops.isfinite(statistic))
+        biased, weight = ops.convert_to_tensor(self.norm_mean_biased), ops.convert_to_tensor(self.norm_mean_weight)
+        self.norm_mean_biased.assign(ops.where(finite, m * biased + (1.0 - m) * statistic, biased))
+        self.norm_mean_weight.assign(ops.where(finite, m * weight + (1.0 - m), weight))
+        self.norm_mean_skipped.assign(self.norm_mean_skipped + ops.where(finite, 0.0, 1.0))
         return batch_mean
 
     def _operator_config(self):
@@ -578,6 +604,16 @@ class DecoupledConv2D(_Conv2DOperator):
         (h saturates: tanh and ball give α, seg gives β‖x‖), as upstream does.
         No option keeps the gradient out of the batch mean: upstream
         differentiates it, and doing so costs one reduction of the one-channel ‖x‖.
+
+    Note:
+        A training batch whose mean ‖x‖ is not finite (a NaN or inf sample, a
+        float16 overflow) is left out of the moving average (and of the debiasing
+        weight), and counted in the non-trainable weight `norm_mean_skipped`
+        instead: upstream's average, like BatchNormalization's, would keep the NaN
+        and make every later inference output NaN. The count is a variable because
+        the skip happens inside compiled train steps; the callback
+        `sphere_tf.callbacks.WarnOnSkippedNormMean` (added by the classifier runner)
+        reads it on the host after each epoch and warns once per layer.
 
     Args:{conv_args}
         activation: activation applied after the bias / rescale (name or

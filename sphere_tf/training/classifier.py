@@ -442,6 +442,7 @@ def train_and_evaluate(config, workdir, strategy=None):
 
         heads = _margin_heads(model)
         run_callbacks = [ScheduleLogger(heads)] + optimization.schedule_callbacks(config["schedule"]) + epoch_lines
+        run_callbacks.append(callbacks_lib.WarnOnSkippedNormMean())  # non-finite batches left out of E{‖x‖}
         if attached:
             run_callbacks.append(callbacks_lib.HypersphericalEnergy(
                 layer_names=sorted(attached), frequency=train_cfg["energy_every_epochs"]))

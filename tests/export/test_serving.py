@@ -211,3 +211,70 @@ def test_trainer_exports_a_workdir(tmp_path):
         [sys.executable, "-m", "trainers.export", f"--workdir={tmp_path}", f"--export_base={base}"], cwd=ROOT,
         capture_output=True, text=True, timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
     assert missing.returncode != 0 and "config.json" in missing.stderr
+
+
+# -- the functional margin pattern of docs/losses.md (labels as a second, list input) -------------------------
+
+
+def _docs_pattern_1():
+    """docs/losses.md, Pattern 1, as written there (training data: 8 random images)."""
+    images = keras.Input((28, 28, 1), name="images")
+    labels = keras.Input((), dtype="int32", name="labels")
+    h = keras.layers.Conv2D(32, 3, activation="relu")(images)
+    h = keras.layers.GlobalAveragePooling2D()(h)
+    features = keras.layers.Dense(64)(h)           # SphereFace App. A.1: no ReLU before the head
+    head = layers.MarginHead(10, loss_type="asoftmax", margin=4, annealing="sphereface")
+
+    train_model = keras.Model([images, labels], head(features, labels=labels))
+    inference_model = keras.Model(images, head(features))   # same weights, plain logits
+
+    rng = np.random.default_rng(3)
+    x_train = rng.normal(size=(8, 28, 28, 1)).astype(np.float32)
+    y_train = rng.integers(0, 10, size=(8,)).astype(np.int32)
+    train_model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    train_model.fit([x_train, y_train], y_train, epochs=1, batch_size=8, verbose=0)
+    return train_model, inference_model, keras.Model(images, features), head
+
+
+@pytest.mark.parametrize("exported_model", ["train_model", "inference_model"])
+def test_docs_functional_margin_pattern_exports_with_embeddings(tmp_path, exported_model):
+    train_model, inference_model, features_model, head = _docs_pattern_1()
+    model = train_model if exported_model == "train_model" else inference_model
+    result = export.export_model(model, str(tmp_path), "faces", normalization="centered_128",
+                                 warmup_batch_sizes=(1,))
+    assert sorted(result.signatures) == ["embeddings", "serving_default"]
+    loaded = tf.saved_model.load(result.path)
+    pixels = np.random.default_rng(4).integers(0, 256, (5, 28, 28, 1)).astype(np.uint8)
+    normalised = (pixels.astype(np.float32) - 127.5) / 128.0  # 'centered_128', written out
+
+    served = loaded.signatures["serving_default"](images=tf.constant(pixels))
+    # The Keras models' own outputs: the training model with (ignored) labels, the inference model.
+    expected = train_model.predict([normalised, np.zeros(5, np.int32)], verbose=0)
+    np.testing.assert_allclose(inference_model.predict(normalised, verbose=0), expected, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(served["logits"].numpy(), expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(served["classes"].numpy(), np.argmax(expected, axis=1))
+
+    emb = loaded.signatures["embeddings"](images=tf.constant(pixels))
+    features = features_model.predict(normalised, verbose=0).astype(np.float64)
+    unit = features / np.sqrt((features**2).sum(axis=1, keepdims=True))
+    kernel = head.kernel.numpy().astype(np.float64)
+    np.testing.assert_allclose(emb["embeddings"].numpy(), unit, atol=1e-5)
+    np.testing.assert_allclose(emb["cosine"].numpy(), unit @ (kernel / np.linalg.norm(kernel, axis=0)), atol=1e-5)
+    np.testing.assert_allclose(emb["logits"].numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_wrong_input_structure_is_named_without_contradiction(tmp_path):
+    images, extra = keras.Input(SHAPE, name="images"), keras.Input(SHAPE, name="extra")
+    labels = keras.Input((), dtype="int32", name="labels")
+    features = keras.layers.Dense(4)(keras.layers.Flatten()(keras.layers.Add()([images, extra])))
+    three_inputs = keras.Model([images, extra, labels], layers.MarginHead(3)(features, labels=labels))
+    with pytest.raises(ValueError) as error:
+        export.export_model(three_inputs, str(tmp_path), "m")
+    message = str(error.value)
+    assert "Received inputs ['images', 'extra', 'labels']" in message
+    assert "'labels' feeds the MarginHead's labels, which leaves 2 other inputs" in message
+
+    a, b = keras.Input(SHAPE, name="a"), keras.Input(SHAPE, name="b")
+    with pytest.raises(ValueError, match=r"Received inputs \['a', 'b'\] of .*: none of them feeds the labels"):
+        export.export_model(keras.Model([a, b], keras.layers.Add()([a, b])), str(tmp_path), "m")
+    assert os.listdir(tmp_path) == []

@@ -76,7 +76,8 @@ def test_copies_kernels_biases_and_batchnorm(match):
     missing_t = {(e.source_layer, e.variable) for e in report.by_status("missing_in_target")}
     assert missing_t == {("c2", "bias"), ("fc", "bias")}
     missing_s = {(e.target_layer, e.variable) for e in report.by_status("missing_in_source")}
-    assert missing_s == {("fc", "rho"), ("fc", "norm_mean_biased"), ("fc", "norm_mean_weight")}
+    assert missing_s == {("fc", "rho"), ("fc", "norm_mean_biased"), ("fc", "norm_mean_weight"),
+                         ("fc", "norm_mean_skipped")}
     np.testing.assert_array_equal(by_layer(target, "fc", "rho"), rho_before)
     assert not report.by_status("shape_mismatch")
     assert not report.by_status("unmatched_source_layer") and not report.by_status("unmatched_target_layer")
