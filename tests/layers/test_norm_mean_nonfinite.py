@@ -78,14 +78,7 @@ def _batches(shape, nan_batch, rng, num_batches=4):
     return x
 
 
-# Ungrouped operators still take TensorFlow ops on their hot path (`sphere_tf.ops.fused`, being ported
-# to keras.ops); grouped ones run on every backend, so they carry these tests on JAX meanwhile.
-_TF_HOT_PATH = pytest.mark.skipif(keras.config.backend() != "tensorflow",
-                                  reason="ungrouped operators' hot path uses TensorFlow ops (sphere_tf.ops.fused)")
-
-
-@pytest.mark.parametrize("case", [pytest.param("tanh_conv", marks=_TF_HOT_PATH), "ball_conv_grouped",
-                                  pytest.param("tanh_dense", marks=_TF_HOT_PATH)])
+@pytest.mark.parametrize("case", ["tanh_conv", "ball_conv_grouped", "tanh_dense"])
 def test_nan_sample_is_left_out_of_the_moving_average(case, rng):
     _, shape, np_means = CASES[case]
     model = _model(case)
