@@ -88,11 +88,12 @@ def classifier_config(config, model, seed):
     }
 
 
+@classifier.config_errors
 def validate(config):
     """Checks the whole config before any data is read; returns plain dicts with the defaults filled in.
 
     Raises:
-        ValueError: an unknown key or a bad value, naming the dotted key.
+        classifier.ConfigError (a ValueError): an unknown key or a bad value, naming the dotted key.
     """
     config = classifier.merge_config(DEFAULTS, classifier.plain_config(config), open_sections=_OPEN_SECTIONS,
                                     replaced_sections=_REPLACED_SECTIONS)
@@ -233,12 +234,13 @@ def run_experiment(config, workdir):
         dict, the contents of `results.json`.
 
     Raises:
-        ValueError: a bad config (before any data is read).
+        classifier.ConfigError (a ValueError): a bad config (before any data is read).
+        DataNotFoundError: the data set's files are missing (before anything is written).
         checkpoint.ConfigMismatchError: `workdir` holds another config's run.
     """
     started = time.time()
     config = validate(config)
-    checkpoint_lib.record_config(workdir, config)
+    checkpoint_lib.check_workdir_config(workdir, config)
     verbose, callbacks = progress.resolve_fit_verbosity(config["train"]["verbose"], sys.stdout)
     attacks = list(evaluation.TABLE_ATTACKS) + list(config["attack"]["extra"])
     budget = {k: config["attack"][k] for k in ("epsilon", "step", "iterations")}
@@ -253,6 +255,7 @@ def run_experiment(config, workdir):
         base_cfg = classifier.validate(classifier_config(config, "baseline", seed))
         _, test_ds, info = data_lib.get_datasets(base_cfg["data"]["name"], batch_size=batch, seed=seed,
                                                  **classifier.data_kwargs(base_cfg["data"]))
+        checkpoint_lib.record_config(workdir, config)  # after the data are found: missing archives leave no workdir
         images, labels = _test_arrays(test_ds)
         sizes = {"train_size": info["train_size"], "test_size": int(len(labels))}
         space = pixels_lib.pixel_space(base_cfg["data"]["normalization"], info["input_shape"][-1],

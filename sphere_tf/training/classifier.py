@@ -8,6 +8,7 @@ before any data is read, naming the dotted key and the valid choices.
 """
 
 import copy
+import functools
 import inspect
 import json
 import os
@@ -75,6 +76,26 @@ _OPEN_SECTIONS = ("model", "optimizer")
 _EMPTY_IS_NONE = ("manual_dir", "data_dir", "eval_augmentation", "val_labels_file")
 
 
+class ConfigError(ValueError):
+    """A bad config: an unknown key or a bad value, named in the message (which is complete: the trainers
+    print it alone, without a traceback)."""
+
+
+def config_errors(check):
+    """Decorates a config check so that each `ValueError` it raises becomes a `ConfigError` (same message)."""
+
+    @functools.wraps(check)
+    def checked(*args, **kwargs):
+        try:
+            return check(*args, **kwargs)
+        except ConfigError:
+            raise
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
+
+    return checked
+
+
 def plain_config(value):
     """ConfigDict / FrozenConfigDict / nested tuples -> plain dicts and lists."""
     if hasattr(value, "to_dict"):
@@ -104,7 +125,8 @@ def merge_config(defaults, config, open_sections=_OPEN_SECTIONS, replaced_sectio
     for key, value in config.items():
         dotted = f"{prefix}{key}"
         if key not in defaults:
-            raise ValueError(f"Unknown config key {dotted!r}; expected one of {sorted(defaults)}.")
+            raise ValueError(f"Unknown config key {dotted!r}; expected one of {sorted(defaults)}."
+                             + validation.did_you_mean(key, defaults))
         if isinstance(defaults[key], dict):
             if not isinstance(value, dict):
                 raise validation.invalid_argument(dotted, "a dict", value)
@@ -128,7 +150,8 @@ def _check_model(model_cfg):
         valid = sorted(k for k in parameters if k not in ("input_shape", "num_classes"))
         for key in model_cfg:
             if key not in parameters or key in ("input_shape", "num_classes"):
-                raise ValueError(f"Unknown config key 'model.{key}' for model {name!r}; expected one of {valid}.")
+                raise ValueError(f"Unknown config key 'model.{key}' for model {name!r}; expected one of {valid}."
+                                 + validation.did_you_mean(key, valid))
     for key in ("operator", "shortcut_operator", "fc_operator", "stem_operator"):
         if model_cfg.get(key) is not None:
             models_lib.operators.validate_operator(model_cfg[key], f"model.{key}")
@@ -156,11 +179,12 @@ def _is_margin_head(model_cfg):
     return isinstance(head, dict) and head.get("layer") == "margin"
 
 
+@config_errors
 def validate(config):
     """Checks the whole config before any data is read; returns it as plain dicts with defaults filled in.
 
     Raises:
-        ValueError: an unknown key or a bad value, naming the dotted key (and
+        ConfigError (a ValueError): an unknown key or a bad value, naming the dotted key (and
             the valid choices for registry names: data sets, augmentations,
             normalisations, models, operators, heads, regularizers,
             optimizers, schedules, strategies, precisions).
@@ -338,6 +362,7 @@ def summary_lines(config, info, results, seconds, workdir):
     ]
 
 
+@config_errors
 def make_run_strategy(config):
     """The `tf.distribute` strategy of `config['strategy']` (checked first).
 
@@ -380,7 +405,8 @@ def train_and_evaluate(config, workdir, strategy=None):
         dict, the contents of `results.json`.
 
     Raises:
-        ValueError: a bad config (before any data is read).
+        ConfigError (a ValueError): a bad config (before any data is read).
+        DataNotFoundError: the data set's files are missing (before anything is written).
         checkpoint.ConfigMismatchError: `workdir` holds another config's run.
     """
     started = time.time()
@@ -393,11 +419,6 @@ def train_and_evaluate(config, workdir, strategy=None):
     verbose, epoch_lines = progress.resolve_fit_verbosity(train_cfg["verbose"], sys.stdout)
     state_dir = os.path.join(workdir, "checkpoints", "train")
     checkpoint_lib.check_workdir_config(workdir, config)
-    if chief:
-        checkpoint_lib.record_config(state_dir, config)
-        checkpoint_lib.record_config(workdir, config)
-    # Where this process writes logs and files: `workdir` on the chief, `workdir/workertemp_<task>` elsewhere.
-    local_dir = distribute.checkpoint_directory(workdir, strategy)
     results_path = os.path.join(workdir, "results.json")
     keras.utils.set_random_seed(config["seed"])
 
@@ -408,7 +429,13 @@ def train_and_evaluate(config, workdir, strategy=None):
         return data_lib.get_datasets(data_cfg["name"], batch_size=train_cfg["batch_size"], seed=config["seed"],
                                      initial_step=initial_step, **kwargs)
 
+    # The data before anything is written: missing archives leave no workdir behind.
     train_ds, test_ds, info = load(0)
+    if chief:
+        checkpoint_lib.record_config(state_dir, config)
+        checkpoint_lib.record_config(workdir, config)
+    # Where this process writes logs and files: `workdir` on the chief, `workdir/workertemp_<task>` elsewhere.
+    local_dir = distribute.checkpoint_directory(workdir, strategy)
     steps_per_epoch, epochs = run_length(train_cfg, info["steps_per_epoch"])
     total_steps = steps_per_epoch * epochs
     if os.path.exists(results_path) and checkpoint_lib.latest_step(state_dir) == total_steps:
@@ -495,5 +522,5 @@ def train_and_evaluate(config, workdir, strategy=None):
     return results
 
 
-__all__ = ["DEFAULTS", "ScheduleLogger", "data_kwargs", "make_run_strategy", "merge_config", "plain_config", "run_length", "summary_lines", "train_and_evaluate",
+__all__ = ["DEFAULTS", "ConfigError", "ScheduleLogger", "config_errors", "data_kwargs", "make_run_strategy", "merge_config", "plain_config", "run_length", "summary_lines", "train_and_evaluate",
            "validate"]
