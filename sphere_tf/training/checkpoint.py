@@ -60,7 +60,7 @@ DEFAULT_MAX_TO_KEEP = 2
 CONFIG_FILE = "config.json"
 HISTORY_FILE = "history.json"
 # Keys that change what a run prints or where it reads the same files from, not what it computes.
-RESUME_INSENSITIVE_KEYS = ("train.verbose", "data.data_dir", "data.manual_dir")
+RESUME_INSENSITIVE_KEYS = ("train.verbose", "data.data_dir", "data.manual_dir", "evaluation.precise_bn_batches")
 
 
 class ConfigMismatchError(ValueError):

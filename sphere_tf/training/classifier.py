@@ -34,6 +34,7 @@ from sphere_tf.training import checkpoint as checkpoint_lib
 from sphere_tf.training import distribute
 from sphere_tf.training import model as sphere_model_lib
 from sphere_tf.training import optimization
+from sphere_tf.training import precise_bn
 from sphere_tf.training import pretrain
 from sphere_tf.training import progress
 from sphere_tf.training import regularization
@@ -67,6 +68,7 @@ DEFAULTS = {
         "batch_size": 128, "epochs": 1, "steps": 0, "steps_per_epoch": 0, "checkpoint_every_steps": 0,
         "verbose": "auto", "energy_every_epochs": 1,
     },
+    "evaluation": {"precise_bn_batches": "auto"},
     "mixed_precision": "float32",
     "strategy": "auto",
     "export": True,
@@ -145,6 +147,8 @@ def _check_model(model_cfg):
     model_cfg = dict(model_cfg)
     name = model_cfg.pop("name", None)
     fn = models_lib.get_model_fn(name)
+    if model_cfg.get("bn_momentum") is not None:  # create_model's own argument
+        validation.real(model_cfg.pop("bn_momentum"), "model.bn_momentum", low=0.0, high=1.0, high_open=True)
     parameters = inspect.signature(fn).parameters
     if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
         valid = sorted(k for k in parameters if k not in ("input_shape", "num_classes"))
@@ -248,6 +252,9 @@ def validate(config):
     rate = optimization.build_learning_rate(config["optimizer"].get("learning_rate"), config["schedule"], total)
     optimization.build_optimizer(config["optimizer"], rate)
     optimization.schedule_callbacks(config["schedule"])
+    batches = config["evaluation"]["precise_bn_batches"]
+    if batches != "auto":
+        validation.integer(batches, "evaluation.precise_bn_batches", minimum=0)
     validation.one_of(config["mixed_precision"], "mixed_precision", MIXED_PRECISION)
     validation.one_of(config["strategy"], "strategy", distribute.STRATEGIES)
     _probe_model(config)
@@ -339,6 +346,32 @@ def _margin_heads(model):
     from sphere_tf import layers  # noqa: PLC0415 (the package imports training)
 
     return [layer for layer in model.layers if isinstance(layer, layers.MarginHead)]
+
+
+def _recompute_batch_statistics(model, evaluation_cfg, batches, steps, batches_per_pass):
+    """Precise BN before evaluation as `evaluation.precise_bn_batches` says; returns what `results.json` records
+    as `bn_statistics`: 'precise (N batches)', 'moving_average' or 'none' (no BN or E{‖x‖} average).
+
+    'auto' recomputes over min(200, one pass) training batches when a moving average is young
+    (`precise_bn.young_averages`), and keeps well-converged averages; 0 never recomputes (warning when young).
+    """
+    if not precise_bn.tracked_layers(model):
+        return "none"
+    young = precise_bn.young_averages(model, steps)
+    wanted = evaluation_cfg["precise_bn_batches"]
+    if wanted == "auto":
+        wanted = min(precise_bn.DEFAULT_BATCHES, batches_per_pass) if young else 0
+    if not wanted:
+        if young:
+            name, momentum, needed = young[0]
+            logging.warning(
+                "%d moving averages are young after %d steps (e.g. %r: momentum %g wants >= %d): test accuracy "
+                "may be far below the weights'. Set evaluation.precise_bn_batches (or model.bn_momentum).",
+                len(young), steps, name, momentum, needed)
+        return "moving_average"
+    used = precise_bn.recompute_statistics(model, batches, wanted)
+    print(f"Precise BN: recomputed the BN / E{{‖x‖}} statistics over {used} training batches.")
+    return f"precise ({used} batches)"
 
 
 def summary_lines(config, info, results, seconds, workdir):
@@ -486,6 +519,11 @@ def train_and_evaluate(config, workdir, strategy=None):
         )
         if fitted["initial_step"]:
             print(f"Resumed from step {fitted['initial_step']} of {total_steps} ({state_dir}).")
+        bn_statistics = _recompute_batch_statistics(model, config["evaluation"], stream(0), total_steps,
+                                                    info["steps_per_epoch"])
+        if bn_statistics.startswith("precise") and chief:
+            # The saved model is the evaluated and exported one.
+            model.save(os.path.join(local_dir, "checkpoints", "model.keras"))
         with distribute.distributed_fit(model):  # evaluate needs the multi-worker workarounds of fit
             test_loss, test_accuracy = model.evaluate(pack(test_ds), verbose=0)
         print(f"Test accuracy: {100 * test_accuracy:.2f}% (loss {test_loss:.4f}, {info['test_size']} images)")
@@ -508,6 +546,7 @@ def train_and_evaluate(config, workdir, strategy=None):
         "epochs": epochs,
         "steps_per_epoch": steps_per_epoch,
         "regularized_layers": attached,
+        "bn_statistics": bn_statistics,
         "history": fitted["history"],
         "export_dir": export_dir,
     }
