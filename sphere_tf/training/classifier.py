@@ -512,13 +512,14 @@ def train_and_evaluate(config, workdir, strategy=None):
             keras.callbacks.ModelCheckpoint(os.path.join(local_dir, "checkpoints", "model.keras")),
             keras.callbacks.TensorBoard(os.path.join(local_dir, "tensorboard")),
         ]
+        resume_step = checkpoint_lib.latest_step(state_dir)
+        if resume_step:  # said before training, not after
+            print(f"Resumed from step {resume_step} of {total_steps} ({state_dir}).")
         fitted = checkpoint_lib.fit_resumable(
             model, stream, epochs=epochs, directory=state_dir, steps_per_epoch=steps_per_epoch,
             every_steps=train_cfg["checkpoint_every_steps"] or checkpoint_lib.DEFAULT_EVERY_STEPS,
             callbacks=run_callbacks, verbose=verbose,
         )
-        if fitted["initial_step"]:
-            print(f"Resumed from step {fitted['initial_step']} of {total_steps} ({state_dir}).")
         bn_statistics = _recompute_batch_statistics(model, config["evaluation"], stream(0), total_steps,
                                                     info["steps_per_epoch"])
         if bn_statistics.startswith("precise") and chief:
