@@ -251,6 +251,9 @@ def test_two_step_run(name, mnist_dir, tmp_path):
     assert int(model.optimizer.iterations) == 2
     assert _scalars(workdir, "epoch_learning_rate")
     heads = [layer for layer in model.layers if isinstance(layer, MarginHead)]
+    # A margin head's training logits carry the margin: their accuracy is named for it.
+    assert ("margin_accuracy" if heads else "accuracy") in results["history"]
+    assert ("accuracy" if heads else "margin_accuracy") not in results["history"]
     if heads:
         assert _scalars(workdir, f"epoch_lambda/{heads[0].name}") == pytest.approx(
             [float(keras.ops.convert_to_numpy(heads[0].current_lambda()))])
