@@ -260,8 +260,7 @@ def _tflite_ready_saved_model(fn, spec, work, signature=serving.SERVING_SIGNATUR
     module.serve = serve_fn
     folder = os.path.join(work, "rewritten")
     # The frozen graph keeps the layers' custom-gradient markers; inference needs no gradient.
-    tf.saved_model.save(module, folder, signatures={signature: serve_fn.get_concrete_function()},
-                        options=tf.saved_model.SaveOptions(experimental_custom_gradients=False))
+    serving.save_frozen(module, folder, {signature: serve_fn.get_concrete_function()})
     return folder
 
 
