@@ -30,7 +30,7 @@ def split_overrides(argv):
     """`argv` without its `--config.KEY=VALUE` / `--config.KEY VALUE` items, and those as (dotted key, text).
 
     A bare `--config.KEY` (no value, next item a flag or absent) means True, as
-    absl's boolean flags do.
+    absl's boolean flags do; a negative number is a value, not a flag.
     """
     rest, overrides = [], []
     items = iter(enumerate(argv))
@@ -40,7 +40,7 @@ def split_overrides(argv):
             continue
         key, equals, value = item[len(PREFIX):].partition("=")
         if not equals:
-            if i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            if i + 1 < len(argv) and (not argv[i + 1].startswith("-") or _is_number(argv[i + 1])):
                 value = next(items)[1]
             else:
                 value = "True"
@@ -48,6 +48,14 @@ def split_overrides(argv):
             raise ConfigFlagError(f"Empty config key in {item!r}; expected --config.<section>.<key>=VALUE.")
         overrides.append((key, value))
     return rest, overrides
+
+
+def _is_number(text):
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def load_config_file(spec):
