@@ -7,6 +7,8 @@ a taken name raises (big_vision's registry) rather than silently replacing an
 entry (timm's).
 """
 
+from sphere_tf import validation
+
 
 def register(registry, name, value, kind):
     """Adds `value` under `name`; returns it.
@@ -31,5 +33,6 @@ def lookup(registry, name, kind):
     except TypeError:  # unhashable
         known = False
     if not known:
-        raise ValueError(f"Unknown {kind} {name!r}; expected one of {sorted(registry)}.")
+        raise ValueError(f"Unknown {kind} {name!r}; expected one of {sorted(registry)}."
+                         + validation.did_you_mean(name, registry))
     return registry[name]

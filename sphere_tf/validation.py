@@ -7,6 +7,7 @@ number, so configs stay JSON-serialisable. NumPy scalars are accepted wherever
 Python numbers are, as in Keras; `bool` is never taken for a number.
 """
 
+import difflib
 import math
 import numbers
 
@@ -113,6 +114,14 @@ def int_pair(value, name):
     return tuple(int(v) for v in pair)
 
 
+def did_you_mean(value, choices):
+    """" Did you mean 'x'?" for the choice closest to the string `value` (difflib's ratio >= 0.6), else ""."""
+    if not isinstance(value, str):
+        return ""
+    close = difflib.get_close_matches(value, [c for c in choices if isinstance(c, str)], n=1)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
 def one_of(value, name, choices):
     """`value` itself if it is one of `choices` (names, None, ...)."""
     try:
@@ -121,7 +130,9 @@ def one_of(value, name, choices):
         ok = False
     if not ok:
         shown = sorted(choices, key=str) if isinstance(choices, (set, frozenset)) else tuple(choices)
-        raise invalid_argument(name, f"one of {shown}", value)
+        error = invalid_argument(name, f"one of {shown}", value)
+        hint = did_you_mean(value, shown)
+        raise ValueError(f"{error}.{hint}") if hint else error
     return value
 
 

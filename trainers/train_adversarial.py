@@ -12,6 +12,9 @@ black-box (from a separately trained baseline) with FGSM and BIM, and writes
 from the trained models' checkpoints in `<workdir>/checkpoints/`.
 """
 
+import sys
+
+from trainers import _config_flags
 from trainers import _quiet_logs
 
 if __name__ == "__main__":
@@ -19,12 +22,11 @@ if __name__ == "__main__":
 
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
 
-from sphere_tf.adversarial import experiment  # noqa: E402
-from sphere_tf.training import runtime  # noqa: E402
-
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Experiment configuration.", lock_config=True)
+# sphere_tf (hence TensorFlow) and the config file are loaded in `main`, after flag parsing: `--help` is fast.
+_CONFIG = flags.DEFINE_string(
+    "config", None, "Experiment configuration: a config file, FILE[:ARG] (`get_config(ARG)`); override any key "
+    "of the schema (docs/adversarial.md) with --config.<section>.<key>=VALUE.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Folder for checkpoints, results.json, tables.md and the plot.")
 _CPU_ALLOCATOR = flags.DEFINE_enum(
     "cpu_allocator", "bfc", ["bfc", "default"],
@@ -34,13 +36,26 @@ _CPU_ALLOCATOR = flags.DEFINE_enum(
 flags.mark_flags_as_required(["config", "workdir"])
 
 
-def main(argv):
+def main(argv, overrides=()):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    if _CPU_ALLOCATOR.value == "bfc":
-        runtime.use_bfc_cpu_allocator()  # before any tensor exists
-    experiment.run_experiment(_CONFIG.value, _WORKDIR.value)
+    from sphere_tf.adversarial import experiment  # noqa: PLC0415
+    from sphere_tf.data import errors as data_errors  # noqa: PLC0415
+    from sphere_tf.training import checkpoint  # noqa: PLC0415
+    from sphere_tf.training import classifier  # noqa: PLC0415
+    from sphere_tf.training import runtime  # noqa: PLC0415
+
+    try:
+        config = _config_flags.load_config_file(_CONFIG.value)
+        _config_flags.apply_overrides(config, overrides, experiment.DEFAULTS)
+        if _CPU_ALLOCATOR.value == "bfc":
+            runtime.use_bfc_cpu_allocator()  # before any tensor exists
+        experiment.run_experiment(config, _WORKDIR.value)
+    except (_config_flags.ConfigFlagError, classifier.ConfigError, checkpoint.ConfigMismatchError,
+            data_errors.DataNotFoundError) as error:
+        _config_flags.exit_with(error)
 
 
 if __name__ == "__main__":
-    app.run(main)
+    _ARGV, _OVERRIDES = _config_flags.split_overrides(sys.argv)
+    app.run(lambda argv: main(argv, _OVERRIDES), argv=_ARGV)

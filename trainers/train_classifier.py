@@ -3,9 +3,11 @@ r"""Trains an image classifier from a config file; exports a SavedModel.
   python -m trainers.train_classifier --config configs/dcnet/fashion_mnist_tanh_cosine.py \
       --workdir runs/fashion_mnist [--strategy mirrored] [--config.data.manual_dir=DIR]
 
-Every config holds every key of the runner's schema (docs/runner.md), so any
-`--config.<section>.<key>=...` override works, e.g. `--config.data.data_dir=`
-for a tensorflow-datasets folder.
+`--config.<section>.<key>=VALUE` sets any key of the runner's schema
+(docs/runner.md), whether the config file holds it or not (`--config.model.relu=False`,
+`--config.model.head.layer=margin`, `--config.data.data_dir=` for a
+tensorflow-datasets folder); a mistake there, a bad config or missing data is
+reported on one line (with the valid choices) and leaves no workdir behind.
 
 The resolved config is written to `<workdir>/config.json` (a workdir holding a
 different config is refused, naming the differing keys); an interrupted run
@@ -18,7 +20,9 @@ progress bar; otherwise (a CI log, `> file`) one line per epoch.
 """
 
 import json
+import sys
 
+from trainers import _config_flags
 from trainers import _quiet_logs
 
 if __name__ == "__main__":
@@ -27,12 +31,11 @@ if __name__ == "__main__":
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 from absl import logging  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
 
-from sphere_tf.training import classifier  # noqa: E402
-from sphere_tf.training import runtime  # noqa: E402
-
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Training configuration.", lock_config=True)
+# sphere_tf (hence TensorFlow) and the config file are loaded in `main`, after flag parsing: `--help` is fast.
+_CONFIG = flags.DEFINE_string(
+    "config", None, "Training configuration: a config file, FILE[:ARG] (`get_config(ARG)`); override any key of "
+    "the schema (docs/runner.md) with --config.<section>.<key>=VALUE.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Folder for checkpoints, logs and the export.")
 _CPU_ALLOCATOR = flags.DEFINE_enum(
     "cpu_allocator", "bfc", ["bfc", "default"],
@@ -46,22 +49,32 @@ _STRATEGY = flags.DEFINE_enum(
 flags.mark_flags_as_required(["config", "workdir"])
 
 
-def main(argv):
+def main(argv, overrides=()):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    config = _CONFIG.value
-    if _STRATEGY.value is not None:
-        with config.unlocked():
-            config.strategy = _STRATEGY.value
-    # The strategy first (MultiWorkerMirroredStrategy configures collective ops at startup), then the
-    # allocator, before any tensor exists.
-    strategy = classifier.make_run_strategy(config)
-    if _CPU_ALLOCATOR.value == "bfc":
-        runtime.use_bfc_cpu_allocator()
-    logging.info("Config:\n%s", config)
-    results = classifier.train_and_evaluate(config, _WORKDIR.value, strategy=strategy)
+    from sphere_tf.data import errors as data_errors  # noqa: PLC0415
+    from sphere_tf.training import checkpoint  # noqa: PLC0415
+    from sphere_tf.training import classifier  # noqa: PLC0415
+    from sphere_tf.training import runtime  # noqa: PLC0415
+
+    try:
+        config = _config_flags.load_config_file(_CONFIG.value)
+        _config_flags.apply_overrides(config, overrides, classifier.DEFAULTS)
+        if _STRATEGY.value is not None:
+            config["strategy"] = _STRATEGY.value
+        # The strategy first (MultiWorkerMirroredStrategy configures collective ops at startup), then the
+        # allocator, before any tensor exists.
+        strategy = classifier.make_run_strategy(config)
+        if _CPU_ALLOCATOR.value == "bfc":
+            runtime.use_bfc_cpu_allocator()
+        logging.info("Config:\n%s", json.dumps(config, indent=2))
+        results = classifier.train_and_evaluate(config, _WORKDIR.value, strategy=strategy)
+    except (_config_flags.ConfigFlagError, classifier.ConfigError, checkpoint.ConfigMismatchError,
+            data_errors.DataNotFoundError) as error:
+        _config_flags.exit_with(error)
     logging.info("Results: %s", json.dumps({k: v for k, v in results.items() if k != "history"}))
 
 
 if __name__ == "__main__":
-    app.run(main)
+    _ARGV, _OVERRIDES = _config_flags.split_overrides(sys.argv)
+    app.run(lambda argv: main(argv, _OVERRIDES), argv=_ARGV)

@@ -22,8 +22,14 @@ average of E‖x‖, as at test time).
 `make_attack` compiles the whole attack — the N-step BIM loop included,
 unrolled into one graph — into a single `tf.function` with a batch-size-free
 input signature, so it is traced once per (model, attack) and never again per
-batch or iteration.
+batch or iteration. TensorFlow's retracing detector counts traces per Python code
+object, across the `tf.function`s made from one closure, so an experiment that
+attacks 8 models reads as "8 retracings" of `make_attack.<locals>.run` although
+each function is traced once; `per_model_tracing()` drops that one warning.
 """
+
+import contextlib
+import logging
 
 import numpy as np
 import tensorflow as tf
@@ -123,7 +129,8 @@ def make_attack(model, attack, space, epsilon=PAPER_EPSILON, step=PAPER_STEP, it
 
     The function is a `tf.function` with input signature `(None, H, W, C)` float32
     and `(None,)` int32, so every batch (any size) reuses the one trace;
-    `fn.experimental_get_tracing_count()` stays 1.
+    `fn.experimental_get_tracing_count()` stays 1 (TensorFlow still warns of
+    "retracing" after several models: see `per_model_tracing`).
 
     Args:
         model: a built Keras model mapping images to logits.
@@ -154,6 +161,33 @@ def make_attack(model, attack, space, epsilon=PAPER_EPSILON, step=PAPER_STEP, it
         return pgd(model_fn, images, labels, space, epsilon, step, iterations)
 
     return tf.function(run, input_signature=signature)
+
+
+# The functions made once per model (attacks, predictions, Keras's fit/evaluate steps of a new model): one
+# trace each, which TensorFlow's detector, counting per code object, reports as retracing across models.
+PER_MODEL_FUNCTIONS = ("make_attack.<locals>.run", "make_fgsm_sweep.<locals>.sweep", "make_predict.<locals>.predict",
+                       "TensorFlowTrainer._make_function")
+
+
+class _PerModelTracingFilter(logging.Filter):
+    def filter(self, record):
+        message = record.getMessage()
+        return not ("triggered tf.function retracing" in message
+                    and any(name in message for name in PER_MODEL_FUNCTIONS))
+
+
+@contextlib.contextmanager
+def per_model_tracing():
+    """Within it, TensorFlow's "N out of the last M calls to <f> triggered tf.function retracing" warning is
+    dropped for the `PER_MODEL_FUNCTIONS` (each traced once per model; see the module docstring). Every
+    other warning, and that one for any other function, passes."""
+    logger = logging.getLogger("tensorflow")
+    quiet = _PerModelTracingFilter()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
 
 
 def make_fgsm_sweep(model, space):
@@ -189,5 +223,6 @@ def make_predict(model):
     return predict
 
 
-__all__ = ["ATTACKS", "PAPER_EPSILON", "PAPER_ITERATIONS", "PAPER_STEP", "bim", "fgsm", "inference_fn",
+__all__ = ["ATTACKS", "PAPER_EPSILON", "PAPER_ITERATIONS", "PAPER_STEP", "PER_MODEL_FUNCTIONS", "bim", "fgsm",
+           "inference_fn", "per_model_tracing",
            "make_attack", "make_fgsm_sweep", "make_predict", "pgd"]

@@ -89,11 +89,12 @@ def classifier_config(config, model, seed):
     }
 
 
+@classifier.config_errors
 def validate(config):
     """Checks the whole config before any data is read; returns plain dicts with the defaults filled in.
 
     Raises:
-        ValueError: an unknown key or a bad value, naming the dotted key.
+        classifier.ConfigError (a ValueError): an unknown key or a bad value, naming the dotted key.
     """
     config = classifier.merge_config(DEFAULTS, classifier.plain_config(config), open_sections=_OPEN_SECTIONS,
                                     replaced_sections=_REPLACED_SECTIONS)
@@ -166,8 +167,20 @@ def _test_arrays(test_ds):
     return np.concatenate(images), np.concatenate(labels).astype(np.int32)
 
 
-def _train(cfg, training, config, space, directory, verbose, callbacks):
-    """Builds and trains one model as `cfg` (a validated classifier config) says; returns the plain model."""
+def _progress_line(label, done, total):
+    """A model's turn, `label` = (prefix, name): 'P training N', 'P resuming N at step k of M' or 'P loading N'
+    (its checkpoint is finished: nothing is trained)."""
+    prefix, name = label
+    if done >= total:
+        return f"{prefix} loading {name} (trained, {total} steps)"
+    if done:
+        return f"{prefix} resuming {name} at step {done} of {total}"
+    return f"{prefix} training {name}"
+
+
+def _train(cfg, training, config, space, directory, verbose, callbacks, label=("", "the model")):
+    """Builds and trains one model as `cfg` (a validated classifier config) says (printing its
+    `_progress_line` first); returns the plain model."""
     data_cfg, train_cfg = cfg["data"], cfg["train"]
     kwargs = classifier.data_kwargs(data_cfg)
 
@@ -178,6 +191,7 @@ def _train(cfg, training, config, space, directory, verbose, callbacks):
     train_ds, _, info = load(0)
     steps_per_epoch, epochs = classifier.run_length(train_cfg, info["steps_per_epoch"])
     total = steps_per_epoch * epochs
+    print(_progress_line(label, checkpoint_lib.latest_step(directory), total))
     keras.utils.set_random_seed(cfg["seed"])
     model_cfg = dict(cfg["model"])
     model = models_lib.create_model(model_cfg.pop("name"), input_shape=info["input_shape"],
@@ -212,6 +226,7 @@ def _mean_std(per_seed):
     return means, stds
 
 
+@attacks_lib.per_model_tracing()  # one trace per model and attack, not "retracing" (see attacks.py)
 def run_experiment(config, workdir):
     """Runs DCNet's white-box / black-box adversarial experiment; writes and returns `results.json`.
 
@@ -234,12 +249,13 @@ def run_experiment(config, workdir):
         dict, the contents of `results.json`.
 
     Raises:
-        ValueError: a bad config (before any data is read).
+        classifier.ConfigError (a ValueError): a bad config (before any data is read).
+        DataNotFoundError: the data set's files are missing (before anything is written).
         checkpoint.ConfigMismatchError: `workdir` holds another config's run.
     """
     started = time.time()
     config = validate(config)
-    checkpoint_lib.record_config(workdir, config)
+    checkpoint_lib.check_workdir_config(workdir, config)
     verbose, callbacks = progress.resolve_fit_verbosity(config["train"]["verbose"], sys.stdout)
     attacks = list(evaluation.TABLE_ATTACKS) + list(config["attack"]["extra"])
     budget = {k: config["attack"][k] for k in ("epsilon", "step", "iterations")}
@@ -254,6 +270,7 @@ def run_experiment(config, workdir):
         base_cfg = classifier.validate(classifier_config(config, "baseline", seed))
         _, test_ds, info = data_lib.get_datasets(base_cfg["data"]["name"], batch_size=batch, seed=seed,
                                                  **classifier.data_kwargs(base_cfg["data"]))
+        checkpoint_lib.record_config(workdir, config)  # after the data are found: missing archives leave no workdir
         images, labels = _test_arrays(test_ds)
         sizes = {"train_size": info["train_size"], "test_size": int(len(labels))}
         space = pixels_lib.pixel_space(base_cfg["data"]["normalization"], info["input_shape"][-1],
@@ -269,17 +286,17 @@ def run_experiment(config, workdir):
             else:
                 source_seed = seed + config["black_box"]["source_seed_offset"]
                 cfg = classifier.validate(classifier_config(config, "baseline", source_seed))
-                print(f"[seed {seed}] training the black-box source baseline ({kind}, seed {source_seed})")
                 sources[kind] = _train(cfg, kind, config, space,
                                        os.path.join(checkpoints, f"source_{kind}_seed{source_seed}"), verbose,
-                                       callbacks)
+                                       callbacks, (f"[seed {seed}]", f"the black-box source baseline ({kind}, "
+                                                                     f"seed {source_seed})"))
         for training in config["trainings"]:
             targets = {}
             for model_name in config["models"]:
                 cfg = classifier.validate(classifier_config(config, model_name, seed))
-                print(f"[seed {seed}] training {model_name} ({training})")
                 model = _train(cfg, training, config, space,
-                               os.path.join(checkpoints, f"{training}_{model_name}_seed{seed}"), verbose, callbacks)
+                               os.path.join(checkpoints, f"{training}_{model_name}_seed{seed}"), verbose, callbacks,
+                               (f"[seed {seed}]", f"{model_name} ({training})"))
                 targets[model_name] = model
                 accs = evaluation.white_box(model, images, labels, space, attacks=attacks, batch_size=batch, **budget)
                 for attack, acc in accs.items():

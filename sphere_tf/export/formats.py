@@ -36,10 +36,13 @@ impossible (naming the ops that have no builtin) or when the converted model's
 outputs differ from the SavedModel's; nothing is left at `path` on failure.
 """
 
+import contextlib
+import logging
 import os
 import re
 import tempfile
 import uuid
+import warnings
 
 import numpy as np
 import tensorflow as tf
@@ -61,6 +64,26 @@ class FormatError(serving.ExportError):
 
 
 # -- arguments and references -----------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _quiet_converters():
+    """Silences the converters' chatter about conversions that succeed: TensorFlow's deprecation notices of the
+    TF1 APIs tf2onnx calls, tf2onnx's warnings with tracebacks when one of its optional graph optimizers
+    (`optimize_transpose`) gives up and is skipped, and `tf.lite.Interpreter`'s deprecation warning. tf2onnx's
+    errors still print, conversion failures still raise, and every converted model is verified against the
+    SavedModel, so a bad conversion is not hidden."""
+    from tensorflow.python.util import deprecation  # noqa: PLC0415 (silence() is not in tf's public API)
+
+    tf2onnx_logger = logging.getLogger("tf2onnx")
+    level = tf2onnx_logger.level
+    tf2onnx_logger.setLevel(logging.ERROR)
+    try:
+        with deprecation.silence(), warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=r"\s*Warning: tf\.lite\.Interpreter is deprecated")
+            yield
+    finally:
+        tf2onnx_logger.setLevel(level)
 
 
 def _check_saved_model_dir(saved_model_dir):
@@ -260,14 +283,14 @@ def _tflite_ready_saved_model(fn, spec, work, signature=serving.SERVING_SIGNATUR
     module.serve = serve_fn
     folder = os.path.join(work, "rewritten")
     # The frozen graph keeps the layers' custom-gradient markers; inference needs no gradient.
-    tf.saved_model.save(module, folder, signatures={signature: serve_fn.get_concrete_function()},
-                        options=tf.saved_model.SaveOptions(experimental_custom_gradients=False))
+    serving.save_frozen(module, folder, {signature: serve_fn.get_concrete_function()})
     return folder
 
 
 _NOT_BUILTIN = re.compile(r"'tf\.([A-Za-z0-9_]+)' op is neither a custom op nor a flex op")
 
 
+@_quiet_converters()
 def tflite_ops(model_path):
     """The sorted op names (e.g. 'CONV_2D', 'ATAN2') of a `.tflite` file, from `tf.lite.Interpreter`.
 
@@ -281,6 +304,7 @@ def tflite_ops(model_path):
     return sorted({op["op_name"] for op in interpreter._get_ops_details()})  # pylint: disable=protected-access
 
 
+@_quiet_converters()
 def _run_tflite(model_path, images, signature=serving.SERVING_SIGNATURE):
     try:
         interpreter = tf.lite.Interpreter(model_path=model_path)
@@ -291,6 +315,7 @@ def _run_tflite(model_path, images, signature=serving.SERVING_SIGNATURE):
                           f"{images.shape}: {error}") from error
 
 
+@_quiet_converters()
 def export_tflite(saved_model_dir, path, signature=serving.SERVING_SIGNATURE, verify_inputs=None, atol=1e-4,
                   overwrite=False):
     """Converts a SavedModel signature to a TFLite file of builtin ops and verifies it.
@@ -388,6 +413,7 @@ def _run_onnx(model_path, images):
                           f"{images.shape}: {type(error).__name__}: {error}") from error
 
 
+@_quiet_converters()
 def export_onnx(saved_model_dir, path, signature=serving.SERVING_SIGNATURE, opset=DEFAULT_ONNX_OPSET,
                 verify_inputs=None, atol=1e-4, overwrite=False):
     """Converts a SavedModel signature to ONNX with `tf2onnx` and verifies it with `onnxruntime`.

@@ -367,6 +367,33 @@ def _frozen(concrete):
     return tf.function(serve, input_signature=[spec], autograph=False)
 
 
+def save_frozen(module, folder, signatures):
+    """`tf.saved_model.save` of a frozen (variable-free, inference-only) module, without custom-gradient markers.
+
+    The frozen graph keeps the `_gradient_op_type` attribute that `tf.custom_gradient`
+    puts on the layers' ops, whose gradient functions cannot be saved; every
+    `tf.saved_model.load` then warned "Importing a function ... with ops with unsaved
+    custom gradients". The attribute is removed from the written graph: the serving
+    functions take raw pixels and are never differentiated.
+    """
+    from tensorflow.core.protobuf import saved_model_pb2  # noqa: PLC0415
+
+    tf.saved_model.save(module, folder, signatures=signatures,
+                        options=tf.saved_model.SaveOptions(experimental_custom_gradients=False))
+    path = os.path.join(folder, "saved_model.pb")
+    saved = saved_model_pb2.SavedModel()
+    with open(path, "rb") as f:
+        saved.ParseFromString(f.read())
+    for meta_graph in saved.meta_graphs:
+        nodes = [meta_graph.graph_def.node] + [f.node_def for f in meta_graph.graph_def.library.function]
+        for node_defs in nodes:
+            for node in node_defs:
+                if "_gradient_op_type" in node.attr:
+                    del node.attr["_gradient_op_type"]
+    with open(path, "wb") as f:
+        f.write(saved.SerializeToString())
+
+
 class _FrozenModule(tf.Module):
     """Holds the frozen serving functions (no variables)."""
 
@@ -752,8 +779,7 @@ def export_model(
     try:
         if freeze:
             frozen = _FrozenModule({n: _frozen(f.get_concrete_function()) for n, f in functions.items()})
-            tf.saved_model.save(frozen, tmp_dir, signatures=frozen.serving_signatures,
-                                options=tf.saved_model.SaveOptions(experimental_custom_gradients=False))
+            save_frozen(frozen, tmp_dir, frozen.serving_signatures)
         else:
             tf.saved_model.save(module, tmp_dir,
                                 signatures={n: f.get_concrete_function() for n, f in functions.items()})

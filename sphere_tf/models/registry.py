@@ -1,6 +1,9 @@
 """Model registry: names to builder functions (timm's `register_model`, raising on duplicates)."""
 
+import keras
+
 from sphere_tf import registry
+from sphere_tf import validation
 
 MODELS = {}
 
@@ -19,6 +22,24 @@ def get_model_fn(name):
     return registry.lookup(MODELS, name, "model")
 
 
-def create_model(name, **kwargs):
-    """Builds the registered model `name` with `kwargs`."""
-    return get_model_fn(name)(**kwargs)
+def create_model(name, bn_momentum=None, **kwargs):
+    """Builds the registered model `name` with `kwargs`.
+
+    Args:
+        name: str, a registered model.
+        bn_momentum: float in [0, 1) or None, the momentum of every `BatchNormalization` layer's moving
+            averages (None: Keras's 0.99, a memory of ~100 steps); a smaller one (0.9) lets short runs'
+            averages converge, see also `sphere_tf.training.precise_bn`.
+        **kwargs: the model function's arguments.
+    """
+    fn = get_model_fn(name)
+    if bn_momentum is not None:
+        validation.real(bn_momentum, "bn_momentum", low=0.0, high=1.0, high_open=True)
+    model = fn(**kwargs)
+    if bn_momentum is not None:
+        # Read at each training call and saved by get_config, so setting it after construction is the same as
+        # passing it to every BatchNormalization of every builder.
+        for layer in model._flatten_layers(include_self=False, recursive=True):
+            if isinstance(layer, keras.layers.BatchNormalization):
+                layer.momentum = float(bn_momentum)
+    return model

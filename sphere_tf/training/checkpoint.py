@@ -60,8 +60,11 @@ DEFAULT_EVERY_STEPS = 100
 DEFAULT_MAX_TO_KEEP = 2
 CONFIG_FILE = "config.json"
 HISTORY_FILE = "history.json"
+# The batch-averaged metrics of the epoch in progress at the latest save, so that a resumed epoch reports them
+# over all its steps, not only the ones after the resume.
+PARTIAL_FILE = "partial_epoch.json"
 # Keys that change what a run prints or where it reads the same files from, not what it computes.
-RESUME_INSENSITIVE_KEYS = ("train.verbose", "data.data_dir", "data.manual_dir")
+RESUME_INSENSITIVE_KEYS = ("train.verbose", "data.data_dir", "data.manual_dir", "evaluation.precise_bn_batches")
 
 
 class ConfigMismatchError(ValueError):
@@ -122,6 +125,11 @@ class StepCheckpoint(keras.callbacks.Callback):
         self._chief = True
         self._strategy = None
         self._saved_step = None
+        # The epoch in progress: its Keras index, the running means of this `fit`'s batch logs and, after a
+        # resume inside it, the means and batch count of its steps before the interruption (PARTIAL_FILE).
+        self._epoch = None
+        self._batch_logs = {}
+        self._carried = None
 
     def set_model(self, model):
         if self._manager is not None and model is self.model:
@@ -196,6 +204,7 @@ class StepCheckpoint(keras.callbacks.Callback):
                 f"variables): {error}"
             ) from error
         self._saved_step = self.step
+        self._carried = self._read_partial(self._saved_step)
         return self.step
 
     def keep_epochs(self, count):
@@ -207,6 +216,10 @@ class StepCheckpoint(keras.callbacks.Callback):
         self._require_model()
         prefix = self._manager.save(checkpoint_number=self._step)
         self._saved_step = self.step
+        if self._chief and self._epoch is not None:
+            batches, means = self._epoch_means(self._batch_logs)
+            _write_json_atomically(os.path.join(self.directory, PARTIAL_FILE),
+                                   {"step": self._saved_step, "epoch": self._epoch, "batches": batches, "means": means})
         if not self._chief:
             distribute.remove_worker_directory(self.directory, self._strategy)
             return os.path.join(self.directory, os.path.basename(prefix))
@@ -214,9 +227,28 @@ class StepCheckpoint(keras.callbacks.Callback):
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch_start = self.step
+        if self._carried is not None and self._carried["epoch"] != epoch:
+            self._carried = None  # saved at the end of an epoch: nothing of this one came before
+        self._epoch = epoch
+        self._batch_logs = {}
+
+    def _epoch_means(self, logs):
+        """`(batches, means)` of the epoch so far: this `fit`'s running means (`logs`, over its batches since
+        the epoch began) merged, weighted by batches, with the means carried over an interruption."""
+        batches = self.step - self._epoch_start
+        means = {key: float(value) for key, value in logs.items() if _is_number(value)}
+        carried = self._carried
+        if carried is None:
+            return batches, means
+        total = batches + carried["batches"]
+        for key, before in carried["means"].items():
+            if key in means:
+                means[key] = (before * carried["batches"] + means[key] * batches) / max(total, 1)
+        return total, means
 
     def on_train_batch_end(self, batch, logs=None):
         # `batch` is the last batch of the execution (several with steps_per_execution > 1).
+        self._batch_logs = dict(logs or {})
         previous = self.step
         current = self._epoch_start + batch + 1
         self._step.assign(current)
@@ -224,7 +256,14 @@ class StepCheckpoint(keras.callbacks.Callback):
             self.save()
 
     def on_epoch_end(self, epoch, logs=None):
-        for key, value in (logs or {}).items():
+        logs = dict(logs or {})
+        if self._carried is not None:
+            # A resumed epoch: its batch-averaged metrics cover the steps before the interruption too.
+            _, merged = self._epoch_means({key: logs[key] for key in self._batch_logs if key in logs})
+            logs.update(merged)
+            self._carried = None
+        self._epoch = None
+        for key, value in logs.items():
             self._history.setdefault(key, []).append(float(value))
         if not self._chief:
             return
@@ -235,6 +274,15 @@ class StepCheckpoint(keras.callbacks.Callback):
         # Decided on the step alone, the same on every worker (all of them take part in a save).
         if self._saved_step != self.step:
             self.save()
+
+    def _read_partial(self, step):
+        path = os.path.join(self.directory, PARTIAL_FILE)
+        if not os.path.exists(path):
+            return None
+        with open(path) as f:
+            partial = json.load(f)
+        # Written after its checkpoint: a kill between the two leaves an older one, which is not used.
+        return partial if partial.get("step") == step and partial.get("batches") else None
 
     def _read_history(self):
         path = os.path.join(self.directory, HISTORY_FILE)
@@ -251,6 +299,14 @@ class StepCheckpoint(keras.callbacks.Callback):
     @classmethod
     def from_config(cls, config):
         return cls(**config)
+
+
+def _is_number(value):
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def _checkpoint_step(prefix):
@@ -325,8 +381,9 @@ def fit_resumable(model, train_data, epochs, directory, steps_per_epoch=None, ev
 
     Returns:
         dict with `history` (metric -> per-epoch values over all runs; the
-        epoch in which a run resumed averages its metrics over the steps after
-        the resume), `initial_step` (restored) and `step` (final global step).
+        epoch in which a run resumed averages its batch metrics over all its
+        steps, before and after the resume, weighted by batches), `initial_step`
+        (restored) and `step` (final global step).
     """
     epochs = validation.positive_int(epochs, "epochs")
     if isinstance(train_data, tf.data.Dataset):

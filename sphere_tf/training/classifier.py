@@ -8,6 +8,7 @@ before any data is read, naming the dotted key and the valid choices.
 """
 
 import copy
+import functools
 import inspect
 import json
 import os
@@ -34,6 +35,7 @@ from sphere_tf.training import checkpoint as checkpoint_lib
 from sphere_tf.training import distribute
 from sphere_tf.training import model as sphere_model_lib
 from sphere_tf.training import optimization
+from sphere_tf.training import precise_bn
 from sphere_tf.training import pretrain
 from sphere_tf.training import progress
 from sphere_tf.training import regularization
@@ -67,6 +69,7 @@ DEFAULTS = {
         "batch_size": 128, "epochs": 1, "steps": 0, "steps_per_epoch": 0, "checkpoint_every_steps": 0,
         "verbose": "auto", "energy_every_epochs": 1,
     },
+    "evaluation": {"precise_bn_batches": "auto"},
     "mixed_precision": "float32",
     "strategy": "auto",
     "export": True,
@@ -74,6 +77,26 @@ DEFAULTS = {
 # Sections with free-form keys: the model function's and the optimizer class's keyword arguments.
 _OPEN_SECTIONS = ("model", "optimizer")
 _EMPTY_IS_NONE = ("manual_dir", "data_dir", "eval_augmentation", "val_labels_file")
+
+
+class ConfigError(ValueError):
+    """A bad config: an unknown key or a bad value, named in the message (which is complete: the trainers
+    print it alone, without a traceback)."""
+
+
+def config_errors(check):
+    """Decorates a config check so that each `ValueError` it raises becomes a `ConfigError` (same message)."""
+
+    @functools.wraps(check)
+    def checked(*args, **kwargs):
+        try:
+            return check(*args, **kwargs)
+        except ConfigError:
+            raise
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
+
+    return checked
 
 
 def plain_config(value):
@@ -105,7 +128,8 @@ def merge_config(defaults, config, open_sections=_OPEN_SECTIONS, replaced_sectio
     for key, value in config.items():
         dotted = f"{prefix}{key}"
         if key not in defaults:
-            raise ValueError(f"Unknown config key {dotted!r}; expected one of {sorted(defaults)}.")
+            raise ValueError(f"Unknown config key {dotted!r}; expected one of {sorted(defaults)}."
+                             + validation.did_you_mean(key, defaults))
         if isinstance(defaults[key], dict):
             if not isinstance(value, dict):
                 raise validation.invalid_argument(dotted, "a dict", value)
@@ -124,12 +148,15 @@ def _check_model(model_cfg):
     model_cfg = dict(model_cfg)
     name = model_cfg.pop("name", None)
     fn = models_lib.get_model_fn(name)
+    if model_cfg.get("bn_momentum") is not None:  # create_model's own argument
+        validation.real(model_cfg.pop("bn_momentum"), "model.bn_momentum", low=0.0, high=1.0, high_open=True)
     parameters = inspect.signature(fn).parameters
     if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
         valid = sorted(k for k in parameters if k not in ("input_shape", "num_classes"))
         for key in model_cfg:
             if key not in parameters or key in ("input_shape", "num_classes"):
-                raise ValueError(f"Unknown config key 'model.{key}' for model {name!r}; expected one of {valid}.")
+                raise ValueError(f"Unknown config key 'model.{key}' for model {name!r}; expected one of {valid}."
+                                 + validation.did_you_mean(key, valid))
     for key in ("operator", "shortcut_operator", "fc_operator", "stem_operator"):
         if model_cfg.get(key) is not None:
             models_lib.operators.validate_operator(model_cfg[key], f"model.{key}")
@@ -157,11 +184,20 @@ def _is_margin_head(model_cfg):
     return isinstance(head, dict) and head.get("layer") == "margin"
 
 
+def _training_accuracy(model_cfg):
+    """The training accuracy metric, named for what it measures: in training a margin head's logits carry the
+    margin on the target class (ArcFace's cos(θ + m)), so their argmax is `margin_accuracy`, below the plain
+    logits' accuracy that the test evaluation (inference: no margin) reports."""
+    name = "margin_accuracy" if _is_margin_head(model_cfg) else "accuracy"
+    return keras.metrics.SparseCategoricalAccuracy(name=name)
+
+
+@config_errors
 def validate(config):
     """Checks the whole config before any data is read; returns it as plain dicts with defaults filled in.
 
     Raises:
-        ValueError: an unknown key or a bad value, naming the dotted key (and
+        ConfigError (a ValueError): an unknown key or a bad value, naming the dotted key (and
             the valid choices for registry names: data sets, augmentations,
             normalisations, models, operators, heads, regularizers,
             optimizers, schedules, strategies, precisions).
@@ -225,6 +261,9 @@ def validate(config):
     rate = optimization.build_learning_rate(config["optimizer"].get("learning_rate"), config["schedule"], total)
     optimization.build_optimizer(config["optimizer"], rate)
     optimization.schedule_callbacks(config["schedule"])
+    batches = config["evaluation"]["precise_bn_batches"]
+    if batches != "auto":
+        validation.integer(batches, "evaluation.precise_bn_batches", minimum=0)
     validation.one_of(config["mixed_precision"], "mixed_precision", MIXED_PRECISION)
     validation.one_of(config["strategy"], "strategy", distribute.STRATEGIES)
     _probe_model(config)
@@ -318,6 +357,32 @@ def _margin_heads(model):
     return [layer for layer in model.layers if isinstance(layer, layers.MarginHead)]
 
 
+def _recompute_batch_statistics(model, evaluation_cfg, batches, steps, batches_per_pass):
+    """Precise BN before evaluation as `evaluation.precise_bn_batches` says; returns what `results.json` records
+    as `bn_statistics`: 'precise (N batches)', 'moving_average' or 'none' (no BN or E{‖x‖} average).
+
+    'auto' recomputes over min(200, one pass) training batches when a moving average is young
+    (`precise_bn.young_averages`), and keeps well-converged averages; 0 never recomputes (warning when young).
+    """
+    if not precise_bn.tracked_layers(model):
+        return "none"
+    young = precise_bn.young_averages(model, steps)
+    wanted = evaluation_cfg["precise_bn_batches"]
+    if wanted == "auto":
+        wanted = min(precise_bn.DEFAULT_BATCHES, batches_per_pass) if young else 0
+    if not wanted:
+        if young:
+            name, momentum, needed = young[0]
+            logging.warning(
+                "%d moving averages are young after %d steps (e.g. %r: momentum %g wants >= %d): test accuracy "
+                "may be far below the weights'. Set evaluation.precise_bn_batches (or model.bn_momentum).",
+                len(young), steps, name, momentum, needed)
+        return "moving_average"
+    used = precise_bn.recompute_statistics(model, batches, wanted)
+    print(f"Precise BN: recomputed the BN / E{{‖x‖}} statistics over {used} training batches.")
+    return f"precise ({used} batches)"
+
+
 def summary_lines(config, info, results, seconds, workdir):
     """The one-screen summary printed at the end of a run."""
     model_cfg = config["model"]
@@ -339,6 +404,7 @@ def summary_lines(config, info, results, seconds, workdir):
     ]
 
 
+@config_errors
 def make_run_strategy(config):
     """The `tf.distribute` strategy of `config['strategy']` (checked first).
 
@@ -381,7 +447,8 @@ def train_and_evaluate(config, workdir, strategy=None):
         dict, the contents of `results.json`.
 
     Raises:
-        ValueError: a bad config (before any data is read).
+        ConfigError (a ValueError): a bad config (before any data is read).
+        DataNotFoundError: the data set's files are missing (before anything is written).
         checkpoint.ConfigMismatchError: `workdir` holds another config's run.
     """
     started = time.time()
@@ -394,11 +461,6 @@ def train_and_evaluate(config, workdir, strategy=None):
     verbose, epoch_lines = progress.resolve_fit_verbosity(train_cfg["verbose"], sys.stdout)
     state_dir = os.path.join(workdir, "checkpoints", "train")
     checkpoint_lib.check_workdir_config(workdir, config)
-    if chief:
-        checkpoint_lib.record_config(state_dir, config)
-        checkpoint_lib.record_config(workdir, config)
-    # Where this process writes logs and files: `workdir` on the chief, `workdir/workertemp_<task>` elsewhere.
-    local_dir = distribute.checkpoint_directory(workdir, strategy)
     results_path = os.path.join(workdir, "results.json")
     keras.utils.set_random_seed(config["seed"])
 
@@ -409,7 +471,13 @@ def train_and_evaluate(config, workdir, strategy=None):
         return data_lib.get_datasets(data_cfg["name"], batch_size=train_cfg["batch_size"], seed=config["seed"],
                                      initial_step=initial_step, **kwargs)
 
+    # The data before anything is written: missing archives leave no workdir behind.
     train_ds, test_ds, info = load(0)
+    if chief:
+        checkpoint_lib.record_config(state_dir, config)
+        checkpoint_lib.record_config(workdir, config)
+    # Where this process writes logs and files: `workdir` on the chief, `workdir/workertemp_<task>` elsewhere.
+    local_dir = distribute.checkpoint_directory(workdir, strategy)
     steps_per_epoch, epochs = run_length(train_cfg, info["steps_per_epoch"])
     total_steps = steps_per_epoch * epochs
     if os.path.exists(results_path) and checkpoint_lib.latest_step(state_dir) == total_steps:
@@ -428,7 +496,7 @@ def train_and_evaluate(config, workdir, strategy=None):
             model.compile(
                 optimizer=_build_optimizer(config, total_steps),
                 loss=losses_lib.SparseCrossentropy(label_smoothing=config["loss"]["label_smoothing"]),
-                metrics=["accuracy"],
+                metrics=[_training_accuracy(config["model"])],
             )
             model.optimizer.build(model.trainable_variables)  # its slots live on the strategy's devices
         model.summary(print_fn=logging.info)
@@ -454,13 +522,19 @@ def train_and_evaluate(config, workdir, strategy=None):
             keras.callbacks.ModelCheckpoint(os.path.join(local_dir, "checkpoints", "model.keras")),
             keras.callbacks.TensorBoard(os.path.join(local_dir, "tensorboard")),
         ]
+        resume_step = checkpoint_lib.latest_step(state_dir)
+        if resume_step:  # said before training, not after
+            print(f"Resumed from step {resume_step} of {total_steps} ({state_dir}).")
         fitted = checkpoint_lib.fit_resumable(
             model, stream, epochs=epochs, directory=state_dir, steps_per_epoch=steps_per_epoch,
             every_steps=train_cfg["checkpoint_every_steps"] or checkpoint_lib.DEFAULT_EVERY_STEPS,
             callbacks=run_callbacks, verbose=verbose,
         )
-        if fitted["initial_step"]:
-            print(f"Resumed from step {fitted['initial_step']} of {total_steps} ({state_dir}).")
+        bn_statistics = _recompute_batch_statistics(model, config["evaluation"], stream(0), total_steps,
+                                                    info["steps_per_epoch"])
+        if bn_statistics.startswith("precise") and chief:
+            # The saved model is the evaluated and exported one.
+            model.save(os.path.join(local_dir, "checkpoints", "model.keras"))
         with distribute.distributed_fit(model):  # evaluate needs the multi-worker workarounds of fit
             test_loss, test_accuracy = model.evaluate(pack(test_ds), verbose=0)
         print(f"Test accuracy: {100 * test_accuracy:.2f}% (loss {test_loss:.4f}, {info['test_size']} images)")
@@ -483,6 +557,7 @@ def train_and_evaluate(config, workdir, strategy=None):
         "epochs": epochs,
         "steps_per_epoch": steps_per_epoch,
         "regularized_layers": attached,
+        "bn_statistics": bn_statistics,
         "history": fitted["history"],
         "export_dir": export_dir,
     }
@@ -496,5 +571,5 @@ def train_and_evaluate(config, workdir, strategy=None):
     return results
 
 
-__all__ = ["DEFAULTS", "ScheduleLogger", "data_kwargs", "make_run_strategy", "merge_config", "plain_config", "run_length", "summary_lines", "train_and_evaluate",
+__all__ = ["DEFAULTS", "ConfigError", "ScheduleLogger", "config_errors", "data_kwargs", "make_run_strategy", "merge_config", "plain_config", "run_length", "summary_lines", "train_and_evaluate",
            "validate"]

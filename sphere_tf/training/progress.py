@@ -41,6 +41,11 @@ QUIET = -1
 # An absl / glog C++ line: severity letter, MMDD, time, thread id, file:line].
 _CPP_INFO_LINE = r"^I\d{4} \d\d:\d\d:\d+\.\d+ +\d+ [^ \]]+:\d+\] "  # seconds may be a Unix time
 _PRE_INIT_NOTICE = r"^WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
+# Lines of a conversion that succeeded (written by C++, past TF_CPP_MIN_LOG_LEVEL): the TFLite converter's
+# notices of options it ignores, and the TFLite interpreter's XNNPACK notice, printed at every model load.
+_CONVERTER_NOTICES = (r"^W\d{4} \d\d:\d\d:\d+\.\d+ +\d+ tf_tfl_flatbuffer_helpers\.cc:\d+\] Ignored "
+                      r"(output_format|drop_control_dependency)\.$"
+                      r"|^INFO: Created TensorFlow Lite XNNPACK delegate for CPU\.$")
 
 # The stderr filter, run as `python -c`: drops the lines matching the pattern in argv[1], passes the
 # rest through unchanged and at once; it ends when every writer has closed the pipe, so it outlives a
@@ -97,7 +102,8 @@ def quiet_tensorflow_logs(verbosity=None, filter_stderr=True):
     `filter_stderr` and `verbosity < 0`, routes this process's file descriptor 2 through a
     filter process that drops C++ INFO lines (`I0000 ... file.cc:N] ...`) and absl's
     "All log messages before absl::InitializeLog()" notice, which TensorFlow prints
-    whatever `TF_CPP_MIN_LOG_LEVEL` says. Warnings, errors, tracebacks and everything else
+    whatever `TF_CPP_MIN_LOG_LEVEL` says, and the TFLite converter's and interpreter's
+    notices of a successful conversion (`_CONVERTER_NOTICES`). Warnings, errors, tracebacks and everything else
     written to stderr pass through unchanged. A second call changes the levels; the filter is
     installed once. The filter is for entry points (a trainer's `main` module): it rewires the
     whole process's stderr, so library code and in-process tests pass `filter_stderr=False`.
@@ -141,7 +147,7 @@ def _install_stderr_filter():
     if _filter_process is not None and _filter_process.poll() is None:
         return
     sys.stderr.flush()
-    pattern = f"{_CPP_INFO_LINE}|{_PRE_INIT_NOTICE}"
+    pattern = f"{_CPP_INFO_LINE}|{_PRE_INIT_NOTICE}|{_CONVERTER_NOTICES}"
     original = os.dup(2)
     _filter_process = subprocess.Popen(
         [sys.executable, "-c", _FILTER_PROGRAM, pattern], stdin=subprocess.PIPE, stdout=original,

@@ -145,3 +145,43 @@ def test_bad_arguments_are_named():
                                  convs_per_stage=1, dense_units=4, head={"layer": "margin", "loss_type": "asoftmax", "margin": 2})
     with pytest.raises(ValueError, match="labels"):
         inference_fn(margin)
+
+
+def test_one_trace_per_model_is_not_reported_as_retracing():
+    """TensorFlow counts traces per code object across the closures of `make_attack`: six models read as
+    retracing; `per_model_tracing` drops exactly that warning while each function stays at one trace."""
+    import logging
+
+    from sphere_tf.adversarial import attacks
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("tensorflow")
+    logger.addHandler(handler)
+    x, y = _pixels(2, shape=(6, 6, 1)), np.array([0, 1], np.int32)
+
+    def attack_models(count, seed):
+        functions = [make_attack(_tanh_cnn(seed + i), "fgsm", SPACE) for i in range(count)]
+        for function in functions:
+            function(x, y)
+        return functions
+
+    def retracing():
+        return [r for r in records if "retracing" in r.getMessage()]
+
+    # TensorFlow warns at most twice per code object and process: forget its counts before each phase.
+    from tensorflow.python.eager.polymorphic_function import polymorphic_function
+
+    detectors = polymorphic_function._frequent_tracing_detector_manager._detectors
+    try:
+        detectors.clear()
+        functions = attack_models(6, 10)
+        assert retracing() and all(f.experimental_get_tracing_count() == 1 for f in functions)
+        records.clear()
+        detectors.clear()
+        with attacks.per_model_tracing():
+            attack_models(6, 20)
+        assert retracing() == []
+    finally:
+        logger.removeHandler(handler)

@@ -51,3 +51,13 @@ def test_quick_variant_writes_results_tables_and_plot(tmp_path):
     assert "| FGSM-adv | BIM |" in tables and "(7.96)" in tables  # Table 7's paper number beside ours
     assert "| FGSM-adv | BIM |" in done.stdout  # printed at the end
     assert (workdir / "accuracy_vs_epsilon.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "[seed 0] training tanhconv (fgsm)" in done.stdout
+    # One trace per model and attack is not reported as TensorFlow "retracing"; no warning is printed twice.
+    assert "retracing" not in done.stderr, done.stderr[-3000:]
+    warnings = [line.split("] ", 1)[-1] for line in done.stderr.splitlines() if line.startswith("W")]
+    assert len(warnings) == len(set(warnings)), done.stderr[-3000:]
+    # The same command again only loads the finished checkpoints and says so.
+    again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert " training " not in again.stdout and "[seed 0] loading tanhconv (fgsm) (trained, 2 steps)" in again.stdout
+    assert json.loads((workdir / "results.json").read_text())["white_box"] == results["white_box"]

@@ -257,3 +257,28 @@ def test_trainer_formats_flag(tmp_path, capsys):
     np.testing.assert_allclose(runner(images=pixels)["logits"], model(pixels.astype(np.float32)).numpy(),
                                rtol=0, atol=1e-5)  # normalization 'none': the Keras model sees the raw pixels
     assert "ATAN2" in export.tflite_ops(str(path))
+
+
+def test_cli_export_to_onnx_and_tflite_is_quiet(tmp_path):
+    """A successful `--formats=onnx,tflite` export prints its summary only: no converter deprecation notices,
+    tf2onnx optimizer tracebacks or TFLite interpreter notices on stderr."""
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    workdir = tmp_path / "run"
+    (workdir / "checkpoints").mkdir(parents=True)
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(4, 3, padding="same"),
+                              keras.layers.BatchNormalization(),
+                              layers.DecoupledConv2D(4, 3, magnitude="tanh", angular="cosine"),
+                              keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(3)])
+    model.save(str(workdir / "checkpoints" / "model.keras"))
+    (workdir / "config.json").write_text(json.dumps({"model": {"name": "small"}, "data": {"normalization": "none"}}))
+    base = tmp_path / "models"
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainers.export", f"--workdir={workdir}", f"--export_base={base}",
+         "--formats=onnx,tflite"], cwd=root, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (base / "small" / "1.onnx").exists() and (base / "small" / "1.tflite").exists()
+    assert proc.stderr.strip() == "", proc.stderr[-3000:]

@@ -112,6 +112,14 @@ def test_graph_is_stock_tensorflow_without_variable_updates(exported):
         assert not op_types & {"AssignVariableOp", "AssignAddVariableOp", "OPTConv2D"}
 
 
+def test_loading_does_not_warn_about_custom_gradients(exported, caplog):
+    """The layers' `tf.custom_gradient` markers are not left in the frozen serving graph."""
+    _, _, result = exported
+    with caplog.at_level("WARNING"):
+        loaded = tf.saved_model.load(result.path)
+    assert loaded.signatures and "custom gradients" not in caplog.text
+
+
 def test_warmup_records_parse_back(exported):
     _, _, result = exported
     records = list(tf.data.TFRecordDataset(os.path.join(result.path, "assets.extra", "tf_serving_warmup_requests")))

@@ -78,7 +78,7 @@ classifier.train_and_evaluate(config, workdir)
 """
 
 
-def test_kill_mid_epoch_then_resume_matches_uninterrupted_run(idx_dir, tmp_path):
+def test_kill_mid_epoch_then_resume_matches_uninterrupted_run(idx_dir, tmp_path, monkeypatch, capsys):
     config = tiny_config(idx_dir)
     killed = str(tmp_path / "killed")
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO)
@@ -88,7 +88,12 @@ def test_kill_mid_epoch_then_resume_matches_uninterrupted_run(idx_dir, tmp_path)
     assert checkpoint.latest_step(os.path.join(killed, "checkpoints", "train")) == 8
     assert not os.path.exists(os.path.join(killed, "results.json"))
 
+    said_before_training = []
+    fit_resumable = checkpoint.fit_resumable
+    monkeypatch.setattr(checkpoint, "fit_resumable", lambda *args, **kwargs: (
+        said_before_training.append(capsys.readouterr().out), fit_resumable(*args, **kwargs))[1])
     resumed = classifier.train_and_evaluate(config, killed)  # the same command again
+    assert said_before_training and "Resumed from step 8 of 12" in said_before_training[0]
     straight = str(tmp_path / "straight")
     uninterrupted = classifier.train_and_evaluate(config, straight)
 
@@ -104,6 +109,9 @@ def test_kill_mid_epoch_then_resume_matches_uninterrupted_run(idx_dir, tmp_path)
     assert resumed["test_loss"] == uninterrupted["test_loss"]
     assert len(resumed["history"]["loss"]) == len(uninterrupted["history"]["loss"]) == 2
     assert resumed["history"]["loss"][0] == uninterrupted["history"]["loss"][0]  # epoch 1 came from the killed run
+    # Epoch 2's batch averages cover its steps 7-8 (killed run) and 9-12 (resumed), as the uninterrupted run's.
+    for key in ("loss", "accuracy"):
+        assert resumed["history"][key][1] == pytest.approx(uninterrupted["history"][key][1], rel=1e-6, abs=1e-7)
 
 
 def test_backup_and_restore_replays_the_first_shuffle_order(idx_dir):

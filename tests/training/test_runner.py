@@ -251,6 +251,9 @@ def test_two_step_run(name, mnist_dir, tmp_path):
     assert int(model.optimizer.iterations) == 2
     assert _scalars(workdir, "epoch_learning_rate")
     heads = [layer for layer in model.layers if isinstance(layer, MarginHead)]
+    # A margin head's training logits carry the margin: their accuracy is named for it.
+    assert ("margin_accuracy" if heads else "accuracy") in results["history"]
+    assert ("accuracy" if heads else "margin_accuracy") not in results["history"]
     if heads:
         assert _scalars(workdir, f"epoch_lambda/{heads[0].name}") == pytest.approx(
             [float(keras.ops.convert_to_numpy(heads[0].current_lambda()))])
@@ -331,3 +334,23 @@ def test_initialise_from_a_pretrained_run(mnist_dir, tmp_path):
     for name in ("conv1_1", "fc", "logits"):
         np.testing.assert_allclose(keras.ops.convert_to_numpy(target.get_layer(name).kernel),
                                    keras.ops.convert_to_numpy(source.get_layer(name).kernel), rtol=1e-6)
+
+
+def test_precise_bn_statistics_are_recorded(mnist_dir, tmp_path, caplog):
+    """Two steps leave BN's averages young: 'auto' recomputes them over one pass (16 images / 4 = 4 batches),
+    the saved model holds them, and `model.bn_momentum` reaches every BN layer; 0 keeps them, with a warning."""
+    config = tiny_config(mnist_dir, model={"bn_momentum": 0.9})
+    results = classifier.train_and_evaluate(config, str(tmp_path / "auto"))
+    assert results["bn_statistics"] == "precise (4 batches)"
+    accuracy, model = _recomputed_accuracy(str(tmp_path / "auto"), config)
+    assert results["test_accuracy"] == pytest.approx(accuracy, abs=1e-4)
+    bns = [layer for layer in model.layers if isinstance(layer, keras.layers.BatchNormalization)]
+    assert bns and all(layer.momentum == 0.9 for layer in bns)
+
+    config = tiny_config(mnist_dir, evaluation={"precise_bn_batches": 0})
+    with caplog.at_level("WARNING"):
+        results = classifier.train_and_evaluate(config, str(tmp_path / "off"))
+    assert results["bn_statistics"] == "moving_average"
+    assert "moving averages are young after 2 steps" in caplog.text
+    with pytest.raises(ValueError, match="evaluation.precise_bn_batches"):
+        classifier.validate(tiny_config(mnist_dir, evaluation={"precise_bn_batches": "all"}))
