@@ -8,7 +8,6 @@ callable `penalty(kernel, labels)` that plugs into
 """
 
 import keras
-import tensorflow as tf  # tf.random.stateless_uniform: keras.random has no stateless op
 from keras import ops
 
 from sphere_tf import energy
@@ -125,6 +124,7 @@ class MHE(keras.regularizers.Regularizer):
         self.seed = int(seed)
         self.epsilon = epsilon
         self._counter = random_state.StepCounter(step) if num_samples is not None else None
+        self._draws = random_state.SeededDraws() if num_samples is not None else None
 
     def energy(self, x):
         """The unweighted energy term (float32) for kernel `x`."""
@@ -137,7 +137,7 @@ class MHE(keras.regularizers.Regularizer):
             step = self._counter.step_for(x)
             key = random_state.variable_key(x) or f"dim{w2d.shape[0]}x{n}"
             seed = ops.stack([ops.cast(random_state.stable_key(key) ^ self.seed, "int64"), ops.cast(step, "int64")])
-            scores = tf.random.stateless_uniform((n,), seed=seed)
+            scores = self._draws.uniform((n,), seed)
             subset = ops.argsort(scores)[: self.num_samples]
             w2d = ops.take(w2d, subset, axis=1)
         return energy.hyperspherical_energy(

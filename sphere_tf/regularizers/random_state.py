@@ -1,7 +1,8 @@
 """Random state of the regularizers that draw random numbers (MHE subsets, RP-CoMHE).
 
 `stable_key` and `variable_key` name a regularized variable reproducibly (they
-seed its stateless draws); `StepCounter` counts train steps.
+seed its stateless draws); `StepCounter` counts train steps; `SeededDraws` draws
+`keras.random` numbers that are a pure function of a seed *tensor*.
 
 Keras calls a weight regularizer once per regularized variable whenever the
 model's losses are collected (every train step), passing the variable itself.
@@ -22,7 +23,6 @@ import zlib
 
 import keras
 import numpy as np
-import tensorflow as tf  # tf.init_scope: no keras.ops equivalent
 from keras import ops
 
 
@@ -53,15 +53,14 @@ class StepCounter:
     def __init__(self, initial_step=0):
         self._initial_step = int(initial_step)
         self._leader = None
-        # Created eagerly (init_scope lifts it out of any tf.function being traced).
-        with tf.init_scope():
-            self._variable = keras.Variable(
-                self._initial_step,
-                dtype="int64",
-                trainable=False,
-                aggregation="only_first_replica",
-                name="regularizer_step",
-            )
+        # Created with the regularizer (eagerly), never inside a traced step.
+        self._variable = keras.Variable(
+            self._initial_step,
+            dtype="int64",
+            trainable=False,
+            aggregation="only_first_replica",
+            name="regularizer_step",
+        )
 
     @property
     def variable(self):
@@ -85,3 +84,32 @@ class StepCounter:
             return int(np.asarray(ops.convert_to_numpy(self._variable.value)))
         except Exception:  # inside a trace: fall back to the constructor value
             return self._initial_step
+
+
+class SeededDraws:
+    """`keras.random` draws that are a pure function of an integer seed tensor `(2,)`.
+
+    `keras.random` takes an int or a `keras.random.SeedGenerator` as `seed`, not a
+    tensor computed inside a step (seed ⊕ key, step). A private generator whose
+    state is set to that tensor right before each draw gives the backend's
+    stateless draw for it (`SeedGenerator.next()` returns the state it holds; on
+    TensorFlow that is `tf.random.stateless_uniform(shape, seed)`). The generator is
+    created with its owner, outside any traced step; its state is rewritten before
+    every draw, so nothing depends on its value between steps.
+    """
+
+    def __init__(self):
+        self._generator = keras.random.SeedGenerator(0)
+
+    def _seed(self, seed):
+        state = self._generator.state
+        self._generator.state.assign(ops.cast(ops.convert_to_tensor(seed), state.dtype))
+        return self._generator
+
+    def uniform(self, shape, seed):
+        """float32 U[0, 1) samples of `shape` for `seed` (int tensor `(2,)`)."""
+        return keras.random.uniform(shape, dtype="float32", seed=self._seed(seed))
+
+    def normal(self, shape, seed):
+        """float32 N(0, 1) samples of `shape` for `seed` (int tensor `(2,)`)."""
+        return keras.random.normal(shape, dtype="float32", seed=self._seed(seed))
