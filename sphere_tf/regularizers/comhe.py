@@ -3,7 +3,7 @@
 One regularizer class, four projections:
 
 * 'random' (RP-CoMHE, Eq 6.4/6.5): C Gaussian matrices P_c ∈ R^{k×d}, N(0, 1),
-  re-drawn every `resample_every` steps (and cached in between), the energies of
+  re-drawn every `resample_every` steps, the energies of
   the projected neurons averaged (or maximised) over c. Draws are *stateless*
   (`standard_normal`, seed = (seed ⊕ key, step // resample_every)), so a draw
   is recomputed rather than cached when `resample_every` > 1:
@@ -43,7 +43,9 @@ be created on the first call of a TensorFlow step as well as eagerly
 (`checkpoint_state(kernels)` creates it before training). They are not model
 weights; `get_config()` writes their current values (`step`,
 `projection_state`), so a model saved to `.keras` resumes the random stream and
-the learned projections.
+the learned projections. On JAX the model must carry them through its pure train
+step: `sphere_tf.regularizers.track_state(model)` before `fit` (see
+`random_state`).
 """
 
 import math
@@ -142,19 +144,20 @@ class _Projection:
     def advance(self):
         pass
 
-    def __call__(self, x):
+    def __call__(self, x, variable=None):
+        """Energy of kernel `x`; `variable` is the Keras variable `x` is (or is the value of), if known."""
         w2d = energy.neuron_matrix(x)
         d, n = w2d.shape
         if d <= self.reg.projection_dim:  # nothing to compress: plain (half-space) MHE
             return self.reg._energy(w2d)
-        return self.projected(x, w2d)
+        return self.projected(variable, w2d)
 
-    def projected(self, x, w2d):
+    def projected(self, variable, w2d):
         raise NotImplementedError
 
-    def key(self, x, d, n):
-        """The state key of kernel `x`: its variable path, else its shape."""
-        return random_state.variable_key(x) or f"dim{d}x{n}"
+    def key(self, variable, d, n):
+        """The state key of kernel `variable`: its variable path, else its shape."""
+        return random_state.variable_key(variable) or f"dim{d}x{n}"
 
 
 class RandomProjection(_Projection):
@@ -172,13 +175,13 @@ class RandomProjection(_Projection):
     def advance(self):
         self.counter.advance()
 
-    def key(self, x, d, n):
-        return f"dim{d}" if self.reg.share_projections else super().key(x, d, n)
+    def key(self, variable, d, n):
+        return f"dim{d}" if self.reg.share_projections else super().key(variable, d, n)
 
-    def projected(self, x, w2d):
+    def projected(self, variable, w2d):
         d, n = w2d.shape
-        step = self.counter.step_for(x)
-        return self.reg._projected_energy(w2d, self.projections_at(self.key(x, d, n), d, step),
+        step = self.counter.step_for(variable)
+        return self.reg._projected_energy(w2d, self.projections_at(self.key(variable, d, n), d, step),
                                           self.reg.num_projections)
 
     def projections_at(self, key, d, step):
@@ -233,10 +236,10 @@ class _LearnedProjection(_Projection):
                 return ops.convert_to_tensor(value)
         return self.variables[key]
 
-    def projected(self, x, w2d):
+    def projected(self, variable, w2d):
         reg = self.reg
         d, n = w2d.shape
-        var = self.variable_for(self.key(x, d, n), d)
+        var = self.variable_for(self.key(variable, d, n), d)
         p = ops.convert_to_tensor(var)
         can_assign = isinstance(var, keras.Variable)
         w_hat = energy.normalized_neurons(w2d, reg.epsilon)
@@ -292,7 +295,8 @@ class AdversarialProjection(_LearnedProjection):
 class GroupProjection(_Projection):
     """G-CoMHE [T-6.9]: energies of groups of `group_size` consecutive input channels, averaged."""
 
-    def __call__(self, x):
+    def __call__(self, x, variable=None):
+        del variable
         reg = self.reg
         w = ops.cast(x, "float32")
         if len(w.shape) < 2:
@@ -418,6 +422,7 @@ class CoMHE(keras.regularizers.Regularizer):
         self._initial_step = validation.integer(step, "step", minimum=0)
         self._initial_state = dict(projection_state or {})
         self._algorithm = PROJECTIONS[projection](self)
+        self._kernels = random_state.KernelRegistry()
 
     # -- shared by the projections ------------------------------------------------
 
@@ -484,6 +489,18 @@ class CoMHE(keras.regularizers.Regularizer):
         """Dict key -> the learnable projection variable (AP/Adv), for inspection."""
         return self._algorithm.learned_variables()
 
+    def layer_state(self, kernel):
+        """The variables the layer owning `kernel` must carry (`random_state.track_state`).
+
+        The step counter ('random', shared by every kernel of this instance) or
+        the learned P of `kernel` ('angle_preserving', 'adversarial'); `kernel`
+        is registered so that its value is recognised inside a JAX train step.
+        """
+        self._kernels.add(kernel)
+        if self._algorithm.step_variable is not None:
+            self._algorithm.counter.claim(kernel)
+        return list(self.checkpoint_state([kernel]).values())
+
     def checkpoint_state(self, kernels=()):
         """The variables a training checkpoint must hold to resume this regularizer exactly.
 
@@ -515,7 +532,7 @@ class CoMHE(keras.regularizers.Regularizer):
 
     def energy(self, x):
         """The unweighted CoMHE term (float32) for kernel `x`."""
-        return self._algorithm(x)
+        return self._algorithm(x, self._kernels.resolve(x, "CoMHE"))
 
     def __call__(self, x):
         return self.factor * self.energy(x)

@@ -17,8 +17,19 @@ State lives in a `keras.Variable` (int64, non-trainable, aggregation
 model inside `strategy.scope()`). The value is also written to the regularizer's
 config, so a model saved to `.keras` resumes the random stream where it stopped.
 Plain tensors (no `.path`) never advance the counter; call `advance()` instead.
+
+Under JAX, Keras's train step is a pure function: it calls each regularizer with
+the kernel's current *value* (a tracer, no `.path`) and carries over only the
+variables the model tracks, so state held by the regularizer alone would neither
+know its kernel nor survive the step. `track_state(model)` therefore makes every
+such variable part of the layer it regularizes, the way a dropout layer carries
+its `SeedGenerator` (in `layer.variables` / `non_trainable_variables`, not in
+`layer.weights`, so `.keras` weight files are unchanged), and registers the
+kernel with its regularizer (`KernelRegistry`), which then recognises the
+kernel's value inside the step.
 """
 
+import warnings
 import zlib
 
 import keras
@@ -65,6 +76,11 @@ class StepCounter:
     @property
     def variable(self):
         return self._variable
+
+    def claim(self, x):
+        """Makes variable `x` the leader unless one is set (`track_state` order: the model's weight order)."""
+        if self._leader is None:
+            self._leader = variable_key(x)
 
     def step_for(self, x):
         """Current step; advances first when `x` is the leader variable."""
@@ -113,3 +129,118 @@ class SeededDraws:
     def normal(self, shape, seed):
         """float32 N(0, 1) samples of `shape` for `seed` (int tensor `(2,)`)."""
         return keras.random.normal(shape, dtype="float32", seed=self._seed(seed))
+
+
+class KernelRegistry:
+    """The kernel variables a regularizer instance is attached to (`track_state`).
+
+    Keras passes a regularizer the variable itself (TensorFlow, PyTorch, eager
+    calls) or, inside JAX's stateless train step, the variable's current value;
+    `resolve` maps either back to the variable, so the value gets the same key and
+    step as the variable would.
+    """
+
+    def __init__(self):
+        self._variables = []
+        self._warned = False
+
+    def add(self, variable):
+        if not any(v is variable for v in self._variables):
+            self._variables.append(variable)
+
+    def resolve(self, x, owner="regularizer"):
+        """The `keras.Variable` `x` is, or whose value `x` is in the current step; None if unknown."""
+        if isinstance(x, keras.Variable):
+            return x
+        for variable in self._variables:
+            # Inside Keras's stateless scope a variable's `.value` is the very array
+            # the scope maps it to, which is what the regularizer was given.
+            if variable.value is x:
+                return variable
+        if not self._warned and keras.backend.backend() == "jax":
+            import jax
+
+            if isinstance(x, jax.core.Tracer):
+                self._warned = True
+                warnings.warn(
+                    f"{owner}: a kernel this stateful regularizer is not tracked for reached it inside a "
+                    "compiled JAX step, so its step counter / projection cannot advance there. Call "
+                    "`sphere_tf.regularizers.track_state(model)` once the model is built and before `fit` "
+                    "(SphereModel does it in `fit`).",
+                    stacklevel=3,
+                )
+        return None
+
+
+class LayerState(keras.random.SeedGenerator):
+    """A regularizer variable carried by a layer, as `keras.layers.Dropout` carries its seed.
+
+    A `SeedGenerator` is the one kind of layer state Keras puts in
+    `layer.variables` (so JAX's train step threads it and writes back its
+    updates) but not in `layer.weights` (so `.keras` weight files, written from
+    `weights`, keep their layout and old files still load). It holds a variable
+    of any shape and dtype here and draws no seeds.
+    """
+
+    def __init__(self, variable):
+        # Not SeedGenerator.__init__: that would create a seed variable of its own.
+        self.name = variable.name
+        self.backend = None
+        self._initial_seed = None
+        self.state = variable
+
+    def next(self, ordered=True):
+        raise TypeError(f"LayerState {self.name!r} holds regularizer state; it is not a seed generator.")
+
+    def get_config(self):
+        return {"name": self.name}
+
+
+def track(layer, variables):
+    """Adds each of `variables` to `layer.variables` (once) as a `LayerState`."""
+    held = {id(getattr(sg, "state", None)) for sg in layer._seed_generators}
+    new = [v for v in variables if id(v) not in held]
+    if not new:
+        return
+    # Keras locks a built layer's tracker; it unlocks it the same way to untrack
+    # a variable (`Layer._untrack_variable`). Nothing is set as an attribute, so
+    # the layer's saved state is untouched.
+    tracker = layer._tracker
+    locked = tracker.locked
+    tracker.unlock()
+    try:
+        for variable in new:
+            tracker.add_to_store("seed_generators", LayerState(variable))
+    finally:
+        if locked:
+            tracker.lock()
+
+
+def track_state(model):
+    """Makes the state of `model`'s stateful regularizers part of the layers they regularize.
+
+    Every trainable weight whose regularizer (or a term of a summed one,
+    `.parts`) has a `layer_state(kernel)` method (`MHE` with `num_samples`,
+    `CoMHE` random / angle-preserving / adversarial) gets that state tracked by
+    the innermost layer owning the weight. Needed on JAX before `fit`
+    (see the module docstring); harmless and idempotent elsewhere.
+
+    Args:
+        model: a built `keras.Model` or layer.
+
+    Returns:
+        `model`.
+    """
+    from sphere_tf.layers import walk  # sphere_tf.layers imports the regularizers
+
+    owners = {}
+    for layer in walk.iter_layers(model):  # parents first: the innermost owner wins
+        for variable in layer.trainable_weights:
+            owners[id(variable)] = layer
+    for variable in model.trainable_weights:  # Keras's order of regularizer calls
+        regularizer = getattr(variable, "regularizer", None)
+        for part in getattr(regularizer, "parts", None) or [regularizer]:
+            method = getattr(part, "layer_state", None)
+            if callable(method):
+                track(owners.get(id(variable), model), method(variable))
+    return model
