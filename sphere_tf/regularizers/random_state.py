@@ -233,10 +233,12 @@ def track_state(model):
     """
     from sphere_tf.layers import walk  # sphere_tf.layers imports the regularizers
 
-    owners = {}
-    for layer in walk.iter_layers(model):  # parents first: the innermost owner wins
-        for variable in layer.trainable_weights:
-            owners[id(variable)] = layer
+    owners = {}  # the innermost layer holding each weight: of those holding it, the one holding fewest
+    for layer in walk.iter_layers(model):
+        weights = layer.trainable_weights
+        for variable in weights:
+            if id(variable) not in owners or len(weights) < len(owners[id(variable)].trainable_weights):
+                owners[id(variable)] = layer
     for variable in model.trainable_weights:  # Keras's order of regularizer calls
         regularizer = getattr(variable, "regularizer", None)
         for part in getattr(regularizer, "parts", None) or [regularizer]:
