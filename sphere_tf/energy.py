@@ -18,7 +18,7 @@ form C = WᵀW / (‖w‖ᵀ‖w‖) with ``‖w‖ = sqrt(Σ w² + 1e-4)`` (wy1
 squared chord distance ``2 − 2C`` (``β_i² + β_j² − 2β_iβ_j C`` when weighted).
 
 Numerics:
-* The diagonal is removed with `tf.where`-style selection on the *inputs* of the
+* The diagonal is removed with `where` selection on the *inputs* of the
   log, never by multiplying infinities with a 0 mask (inf·0 = NaN gradients).
 * The squared distance is floored at `distance_epsilon` (1e-6) before the log, so
   duplicate neurons give a large but finite energy and a zero (not NaN) gradient.
@@ -52,7 +52,7 @@ Energy" (NeurIPS 2018), code wy1iu/MHE.
 import functools
 import math
 
-import tensorflow as tf  # tf.linalg.matmul(transpose_a=...): keras.ops.matmul has no transpose flags
+import keras
 from keras import ops
 
 from sphere_tf import registry
@@ -132,22 +132,24 @@ def gram(w, scale=1.0):
     """G = scale·WᵀW for `w` of shape `(..., d, N)` (leading axes batch), with a one-matmul gradient.
 
     ```
-    forward   G = (scale·W)ᵀW                  (transpose_a: no copy of W)
+    forward   G = (scale·W)ᵀW
     backward  ∂L/∂W = (scale·W)·(Ḡ + Ḡᵀ),   Ḡ = ∂L/∂G
     ```
 
     The backward formula is exact for any upstream Ḡ (dG = s(dWᵀW + WᵀdW) gives
-    ∂L/∂W = s(WḠᵀ + WḠ)); TF's generic MatMul gradient evaluates those two
+    ∂L/∂W = s(WḠᵀ + WḠ)); the generic product gradient evaluates those two
     (d, N)×(N, N) products separately and adds them, here the small N×N Ḡ is
     symmetrised first and one product remains. Same values up to float32
     rounding. `scale` (a Python float; 2 gives the exact 2·C the direct energy
     sum consumes) multiplies the (d, N) operand, not the (N, N) result. The
-    gradient is written in differentiable TF ops, so nested tapes (the unrolled
-    AP/Adv-CoMHE steps) differentiate through it as through the plain product.
+    gradient is written in differentiable `keras.ops`, so nested gradients (the
+    unrolled AP/Adv-CoMHE steps) differentiate through it as through the plain
+    product. The products are einsums, which contract over d without a
+    transposed copy of W.
 
-    Batched inputs (RP-CoMHE's (C, k, N) projected neurons) use `tf.einsum`,
-    measured against one batched matmul and a loop of C plain products in
-    docs/regularizers.md (performance notes).
+    Note: on the torch backend `keras.ops.custom_gradient` is a
+    `torch.autograd.Function` whose backward cannot be differentiated again, so
+    there the plain product (and autograd's two-product gradient) is used.
 
     Args:
         w: float tensor `(..., d, N)`.
@@ -156,34 +158,30 @@ def gram(w, scale=1.0):
     Returns:
         `(..., N, N)` tensor, `scale·WᵀW`.
     """
-    if len(w.shape) == 2:
-        # tf.linalg.matmul: keras.ops.matmul has no transpose flags, and
-        # ops.transpose of the (d, N) kernel would be a full copy.
-        def product(a, b):  # aᵀb
-            return tf.linalg.matmul(a, b, transpose_a=True)
+    batch = "..." if len(w.shape) > 2 else ""
 
-        def grad_product(a, b):  # a·b
-            return tf.linalg.matmul(a, b)
+    def product(a, b):  # a_cᵀ b_c for every batch entry c
+        return ops.einsum(f"{batch}kn,{batch}km->{batch}nm", a, b)
 
-    else:
-        batch = "c" if len(w.shape) == 3 else "..."
+    def scaled(w):
+        return w if scale == 1.0 else float(scale) * w
 
-        def product(a, b):  # a_cᵀ b_c for every batch entry c
-            return tf.einsum(f"{batch}kn,{batch}km->{batch}nm", a, b)
+    if keras.backend.backend() == "torch":
+        return product(scaled(w), w)
 
-        def grad_product(a, b):  # a_c · b_c
-            return tf.einsum(f"{batch}kn,{batch}nm->{batch}km", a, b)
-
-    # tf.custom_gradient: keras.ops has no custom gradients.
-    @tf.custom_gradient
+    @ops.custom_gradient
     def scaled_gram(w):
-        scaled = w if scale == 1.0 else float(scale) * w
-        value = product(scaled, w)
+        scaled_w = scaled(w)
 
-        def grad(upstream):
-            return grad_product(scaled, upstream + tf.linalg.matrix_transpose(upstream))
+        # Keras's calling convention for every backend: the upstream gradient comes
+        # positionally (TF, JAX) or as the `upstream` keyword.
+        def grad(*args, upstream=None):
+            if upstream is None:
+                (upstream,) = args
+            symmetric = upstream + ops.swapaxes(upstream, -1, -2)
+            return ops.einsum(f"{batch}kn,{batch}nm->{batch}km", scaled_w, symmetric)
 
-        return value, grad
+        return product(scaled_w, w), grad
 
     return scaled_gram(w)
 

@@ -14,22 +14,22 @@ v_i ← v_i / ‖v_i‖                   unit-norm neurons                     
 E_s is `sphere_tf.energy.hyperspherical_energy` (MHE, or its half-space variant
 on {±û_i}); each neuron keeps its norm through the energy descent.
 
-`refined_initializer` wraps that into a Keras initializer computed once, eagerly,
-when the layer is built (also when it is built inside a traced function).
+`refined_initializer` wraps that into a Keras initializer computed once, when
+the layer is built, from a NumPy copy of the base draw (so a build inside a traced
+function gets a constant).
 
 `MeanShifted` adds a constant to another initializer's draw: the thesis's Table 7.2
 raises the initial energy of V by shifting the mean of its He-normal draw.
 """
 
-import concurrent.futures
-
 import keras
-import tensorflow as tf
+import numpy as np
 from keras import ops
 
 from sphere_tf import energy as energy_lib
 from sphere_tf import validation
 from sphere_tf.ops import angles
+from sphere_tf.ops import autodiff
 
 ENERGY_INITS = ("mhe", "half_space_mhe")
 
@@ -51,15 +51,17 @@ def minimize_energy(directions, steps, lr, power, half_space):
         float32 tensor ``(d, n)`` of unit columns.
     """
 
-    @tf.function(autograph=False)  # tf: compile the step once; the Python loop only dispatches.
-    def step(u):
-        with tf.GradientTape() as tape:
-            tape.watch(u)
-            e = energy_lib.hyperspherical_energy(u, power=power, half_space=half_space, epsilon=0.0)
-        # Exact unit norm after each step (no epsilon: the columns are never zero here).
-        return angles.normalize(u - lr * tape.gradient(e, u), axis=0, epsilon=0.0)[0]
 
-    u = tf.convert_to_tensor(directions, tf.float32)
+    def energy(u):
+        return energy_lib.hyperspherical_energy(u, power=power, half_space=half_space, epsilon=0.0)
+
+    @autodiff.compiled  # one trace; the Python loop below only dispatches
+    def step(u):
+        _, grad = autodiff.value_and_grad(energy, u)
+        # Exact unit norm after each step (no epsilon: the columns are never zero here).
+        return ops.stop_gradient(angles.normalize(u - lr * grad, axis=0, epsilon=0.0)[0])
+
+    u = ops.convert_to_tensor(directions, "float32")
     for _ in range(steps):
         u = step(u)
     return u
@@ -100,18 +102,10 @@ def refined_initializer(base, kernel_shape, **refine_kwargs):
         callable ``(shape, dtype=None) -> tensor``.
     """
 
-    def compute():
-        v = ops.reshape(ops.cast(base(kernel_shape, "float32"), "float32"), (-1, kernel_shape[-1]))
-        return refine_neurons(v, **refine_kwargs).reshape(kernel_shape)
-
-    if tf.executing_eagerly():
-        value = compute()
-    else:
-        # tf: the layer is being built inside a trace. `tf.init_scope` would pause the
-        # gradient tape the energy descent needs, so run it eagerly in a worker thread
-        # (eager by default, with its own tape stack).
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            value = pool.submit(compute).result()
+    # The base draw as NumPy first: the refinement then starts from a constant even
+    # when the layer is built inside a traced function.
+    v = np.asarray(ops.convert_to_numpy(base(kernel_shape, "float32")), np.float32)
+    value = refine_neurons(v.reshape(-1, kernel_shape[-1]), **refine_kwargs).reshape(kernel_shape)
 
     def initializer(shape, dtype=None):
         return ops.cast(value, dtype or "float32")

@@ -5,12 +5,15 @@ import math
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 from hypothesis import given
 from hypothesis import strategies as st
 
 from sphere_tf import energy
 from sphere_tf import testing
+from sphere_tf.ops import autodiff
+
+from tests.gradient_helpers import to_numpy
+from tests.gradient_helpers import value_and_grads
 
 
 def np_energy(w, power, distance="euclidean", half_space=False, beta=None, log_form="thesis", eps=1e-4,
@@ -112,19 +115,17 @@ def test_orthonormal_set_closed_forms():
 def _descend(n, power, half_space=False, beta=None, steps=300, seed=0, lr=0.05, sgd=False):
     """Adam (or plain SGD) on the raw 3-D points; the energy is scale-invariant in each point (ε = 0)."""
     rng = np.random.default_rng(seed)
-    points = tf.Variable(rng.standard_normal((3, n)).astype(np.float32))
-    start = points.numpy().copy()
+    points = keras.Variable(rng.standard_normal((3, n)).astype(np.float32))
+    start = to_numpy(points).copy()
     opt = keras.optimizers.SGD(lr) if sgd else keras.optimizers.Adam(lr)
 
-    @tf.function
-    def step():
-        with tf.GradientTape() as tape:
-            loss = energy.hyperspherical_energy(points, power=power, half_space=half_space, beta=beta, epsilon=0.0)
-        opt.apply_gradients([(tape.gradient(loss, points), points)])
+    def loss(p):
+        return energy.hyperspherical_energy(p, power=power, half_space=half_space, beta=beta, epsilon=0.0)
 
+    gradient = autodiff.compiled(lambda p: autodiff.value_and_grad(loss, p)[1])
     for _ in range(steps):
-        step()
-    return start, points.numpy()
+        opt.apply_gradients([(gradient(points.value), points)])
+    return start, to_numpy(points)
 
 
 @pytest.mark.parametrize("n,minimum", [(2, 0.5), (3, 1.732051), (4, 3.674234), (6, 9.985281)])
@@ -154,7 +155,7 @@ def test_half_space_spreads_over_hemisphere_without_antipodes():
 def test_weighted_mhe_moves_high_beta_neuron_less():
     beta = np.ones(10, np.float32)
     beta[0] = 10.0
-    start, end = _descend(10, power=2, beta=tf.constant(beta), steps=30, lr=0.02, seed=3, sgd=True)
+    start, end = _descend(10, power=2, beta=keras.ops.convert_to_tensor(beta), steps=30, lr=0.02, seed=3, sgd=True)
     u0 = start / np.linalg.norm(start, axis=0)
     u1 = end / np.linalg.norm(end, axis=0)
     moved = np.arccos(np.clip(np.sum(u0 * u1, axis=0), -1, 1))
@@ -162,11 +163,8 @@ def test_weighted_mhe_moves_high_beta_neuron_less():
 
 
 def _finite_value_and_grad(w, **kwargs):
-    w = tf.Variable(w)
-    with tf.GradientTape() as tape:
-        value = energy.hyperspherical_energy(w, **kwargs)
-    grad = tape.gradient(value, w)
-    return np.isfinite(float(value)) and bool(np.all(np.isfinite(grad.numpy())))
+    value, (grad,) = value_and_grads(lambda v: energy.hyperspherical_energy(v, **kwargs), w)
+    return np.isfinite(float(value)) and bool(np.all(np.isfinite(grad)))
 
 
 @given(
@@ -216,9 +214,10 @@ def test_large_power_duplicates_saturate_finitely():
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_low_precision_inputs_compute_in_float32(rng, dtype):
     w = rng.standard_normal((3, 3, 4, 8)).astype(np.float32)
-    got = energy.hyperspherical_energy(tf.cast(w, dtype), power=2, half_space=True)
-    assert got.dtype == tf.float32
-    want = np_energy(tf.cast(tf.cast(w, dtype), tf.float32).numpy(), 2, half_space=True)
+    low = keras.ops.cast(w, dtype)
+    got = energy.hyperspherical_energy(low, power=2, half_space=True)
+    assert keras.backend.standardize_dtype(got.dtype) == "float32"
+    want = np_energy(to_numpy(keras.ops.cast(low, "float32")), 2, half_space=True)
     np.testing.assert_allclose(float(got), want, rtol=1e-5)
 
 
@@ -293,16 +292,13 @@ def _np_energy_eps(w, power, half_space, distance_epsilon, beta=None, eps=1e-4):
 
 
 def _value_and_grad(w, force_log_space, **kwargs):
-    w = tf.Variable(w)
     saved = energy._DIRECT_LIMIT
     energy._DIRECT_LIMIT = -1.0 if force_log_space else saved  # -1: every count is over the limit
     try:
-        with tf.GradientTape() as tape:
-            value = energy.hyperspherical_energy(w, **kwargs)
-        grad = tape.gradient(value, w)
+        value, (grad,) = value_and_grads(lambda v: energy.hyperspherical_energy(v, **kwargs), w)
     finally:
         energy._DIRECT_LIMIT = saved
-    return float(value), grad.numpy()
+    return float(value), grad
 
 
 def _degenerate_kernel(kind):
@@ -381,18 +377,15 @@ def test_gram_value_and_gradient_match_closed_form(rng, shape, scale):
     """Any upstream gradient (here a non-symmetric A) gives ∂Σ(A⊙sWᵀW)/∂W = sW(A + Aᵀ)."""
     w = rng.standard_normal(shape)
     a = rng.standard_normal(shape[:-2] + (shape[-1], shape[-1]))
-    wt = tf.Variable(w.astype(np.float32))
-    with tf.GradientTape() as tape:
-        g = energy.gram(wt, scale=scale)
-        loss = tf.reduce_sum(g * a.astype(np.float32))
-    grad = tape.gradient(loss, wt).numpy()
+    w32 = w.astype(np.float32)
+    _, (grad,) = value_and_grads(lambda v: keras.ops.sum(energy.gram(v, scale=scale) * a.astype(np.float32)), w32)
     w_t = np.swapaxes(w, -1, -2)
-    np.testing.assert_allclose(g.numpy(), scale * (w_t @ w), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(to_numpy(energy.gram(w32, scale=scale)), scale * (w_t @ w), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(grad, scale * (w @ (a + np.swapaxes(a, -1, -2))), rtol=1e-5, atol=1e-5)
 
 
 def test_gram_second_order_through_nested_tapes(rng):
-    """Nested tapes differentiate the custom gradient: for L = Σ A⊙(G⊙G), g = W(Ḡ + Ḡᵀ) with Ḡ = 2A⊙G
+    """Nested gradients differentiate the custom gradient: for L = Σ A⊙(G⊙G), g = W(Ḡ + Ḡᵀ) with Ḡ = 2A⊙G
     depends on W through Ḡ too; ∂‖g‖²/∂W is checked against float64 finite differences of the closed form."""
     d, n = 4, 3
     w = rng.standard_normal((d, n))
@@ -402,23 +395,21 @@ def test_gram_second_order_through_nested_tapes(rng):
         g_bar = 2.0 * a * (w.T @ w)
         return w @ (g_bar + g_bar.T)
 
-    wt = tf.Variable(w.astype(np.float32))
-    for fn in (lambda f: f, tf.function):
+    wt = keras.ops.convert_to_tensor(w.astype(np.float32))
 
-        @fn
-        def outer_grad():
-            with tf.GradientTape() as outer:
-                with tf.GradientTape() as inner:
-                    g = energy.gram(wt)
-                    loss = tf.reduce_sum(a.astype(np.float32) * g * g)
-                inner_grad = inner.gradient(loss, wt)
-                second = tf.reduce_sum(tf.square(inner_grad))
-            return inner_grad, outer.gradient(second, wt)
+    def inner_grad(v):
+        g_loss = lambda u: keras.ops.sum(a.astype(np.float32) * energy.gram(u) * energy.gram(u))  # noqa: E731
+        return autodiff.value_and_grad(g_loss, v)[1]
 
-        inner_grad, got = outer_grad()
-        np.testing.assert_allclose(inner_grad.numpy(), np_inner_grad(w), rtol=1e-4, atol=1e-5)
+    def outer_grad(v):
+        second = lambda u: keras.ops.sum(keras.ops.square(inner_grad(u)))  # noqa: E731
+        return inner_grad(v), autodiff.value_and_grad(second, v)[1]
+
+    for fn in (lambda f: f, autodiff.compiled):
+        inner, got = fn(outer_grad)(wt)
+        np.testing.assert_allclose(to_numpy(inner), np_inner_grad(w), rtol=1e-4, atol=1e-5)
         want = testing.numeric_gradient(lambda v: np.sum(np_inner_grad(v) ** 2), w)
-        np.testing.assert_allclose(got.numpy(), want, rtol=1e-3, atol=1e-3 * np.max(np.abs(want)))
+        np.testing.assert_allclose(to_numpy(got), want, rtol=1e-3, atol=1e-3 * np.max(np.abs(want)))
 
 
 def test_energy_gradient_of_upper_triangle_sum_matches_finite_differences(rng):
@@ -432,12 +423,12 @@ def test_energy_gradient_of_upper_triangle_sum_matches_finite_differences(rng):
         c = (u.T @ u)[iu]
         return float(np.sum(1.0 / (2.5 - 2.0 * c) ** 2))
 
-    wt = tf.Variable(w.astype(np.float32))
-    upper = tf.constant(np.triu(np.ones((5, 5)), k=1).astype(np.float32))
-    with tf.GradientTape() as tape:
-        c = energy.cosine_gram(wt)
-        value = tf.reduce_sum(upper / tf.square(2.5 - 2.0 * c))
-    grad = tape.gradient(value, wt).numpy()
+    upper = np.triu(np.ones((5, 5)), k=1).astype(np.float32)
+
+    def value_fn(v):
+        return keras.ops.sum(upper / keras.ops.square(2.5 - 2.0 * energy.cosine_gram(v)))
+
+    value, (grad,) = value_and_grads(value_fn, w.astype(np.float32))
     np.testing.assert_allclose(float(value), np_value(w), rtol=1e-5)
     want = testing.numeric_gradient(np_value, w)
     np.testing.assert_allclose(grad, want, rtol=1e-3, atol=1e-4 * np.max(np.abs(want)))
@@ -445,16 +436,19 @@ def test_energy_gradient_of_upper_triangle_sum_matches_finite_differences(rng):
 
 @pytest.mark.parametrize("power, half_space", [(2, False), (2, True), (1, True), (0, False), (3, True)])
 def test_energy_value_and_gradient_unchanged_by_custom_gram(rng, monkeypatch, power, half_space):
-    """Same values and gradients (float32 rounding) as with TF's generic two-matmul MatMul gradient."""
-    w = tf.Variable(rng.standard_normal((20, 9)).astype(np.float32))
+    """Same values and gradients (float32 rounding) as with the backend's generic two-product matmul gradient."""
+    w = rng.standard_normal((20, 9)).astype(np.float32)
 
     def value_and_grad():
-        with tf.GradientTape() as tape:
-            value = energy.hyperspherical_energy(w, power=power, half_space=half_space)
-        return value.numpy(), tape.gradient(value, w).numpy()
+        value, (grad,) = value_and_grads(
+            lambda v: energy.hyperspherical_energy(v, power=power, half_space=half_space), w
+        )
+        return value, grad
 
     value, grad = value_and_grad()
-    monkeypatch.setattr(energy, "gram", lambda x, scale=1.0: tf.linalg.matmul(scale * x, x, transpose_a=True))
+    monkeypatch.setattr(
+        energy, "gram", lambda x, scale=1.0: keras.ops.matmul(keras.ops.swapaxes(scale * x, -1, -2), x)
+    )
     ref_value, ref_grad = value_and_grad()
     np.testing.assert_allclose(value, ref_value, rtol=1e-6)
     np.testing.assert_allclose(grad, ref_grad, rtol=1e-5, atol=1e-6 * np.max(np.abs(ref_grad)))
@@ -463,9 +457,7 @@ def test_energy_value_and_gradient_unchanged_by_custom_gram(rng, monkeypatch, po
 def test_gram_of_higher_rank_batches(rng):
     w = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
     a = rng.standard_normal((2, 3, 5, 5)).astype(np.float32)
-    wt = tf.Variable(w)
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_sum(energy.gram(wt) * a)
+    _, (grad,) = value_and_grads(lambda v: keras.ops.sum(energy.gram(v) * a), w)
     w64, a64 = w.astype(np.float64), a.astype(np.float64)
     want = w64 @ (a64 + np.swapaxes(a64, -1, -2))
-    np.testing.assert_allclose(tape.gradient(loss, wt).numpy(), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(grad, want, rtol=1e-5, atol=1e-5)

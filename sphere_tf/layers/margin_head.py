@@ -33,13 +33,12 @@ deepinsight/insightface `CombinedMarginLoss`.
 import math
 
 import keras
-import tensorflow as tf
 from keras import ops
 
 from sphere_tf import validation
 from sphere_tf.ops import angles
 from sphere_tf.ops import margin as margin_lib
-from sphere_tf.backends.tensorflow import xla_context
+from sphere_tf.ops import runtime_checks
 
 DEFAULT_MARGINS = {
     "lsoftmax": 4,  # thesis Table 2.2 / MNIST prototxt (CIFAR prototxts use 2)
@@ -107,23 +106,24 @@ def _check_labels(labels, features_shape, num_classes):
 def _checked_labels(labels, num_classes):
     """`labels` as int32 `(batch,)`, with a run-time check that every id is in [0, num_classes).
 
-    An id out of range raises `ValueError` eagerly and `InvalidArgumentError` in a
-    `tf.function`, both naming the range. XLA compiles `Assert` to nothing, so
-    under `jit_compile=True` the check cannot stop the step; there the logits of
-    such a sample are NaN (its loss and the step's gradients become NaN) instead
-    of coming from a silently clamped gather.
+    An id out of range raises `ValueError` eagerly (every backend), fails the step
+    with the same message under JAX `jit` (a host callback) and raises
+    `InvalidArgumentError` in a TensorFlow graph (`sphere_tf.ops.runtime_checks`).
+    TensorFlow's XLA (`jit_compile=True`) compiles asserts to nothing; there the
+    logits of such a sample are NaN (its loss and the step's gradients become NaN)
+    instead of coming from a silently clamped gather.
     """
-    labels = tf.reshape(tf.cast(labels, "int32"), (-1,))
-    valid = tf.logical_and(labels >= 0, labels < num_classes)
+    labels = ops.reshape(ops.cast(labels, "int32"), (-1,))
+    valid = ops.logical_and(labels >= 0, labels < num_classes)
     message = f"MarginHead: every label must be a class id in [0, {num_classes}) (num_classes={num_classes})"
-    if tf.executing_eagerly():
-        if not bool(tf.reduce_all(valid)):
-            bad = sorted(set(labels.numpy()[~valid.numpy()].tolist()))
-            raise ValueError(f"{message}. Received: labels out of range {bad}")
-    elif not xla_context.in_xla_context():
-        check = tf.debugging.Assert(tf.reduce_all(valid), [message + "; received labels", labels], summarize=16)
-        with tf.control_dependencies([check]):  # before any gather reads a label
-            labels = tf.identity(labels)
+
+    def describe(values):
+        if values is None:
+            return message + "; received labels"
+        bad = sorted(set(values[(values < 0) | (values >= num_classes)].tolist()))
+        return f"{message}. Received: labels out of range {bad}"
+
+    labels = runtime_checks.assert_all(valid, describe, labels)  # before any gather reads a label
     return labels, valid
 
 
@@ -220,9 +220,10 @@ class MarginHead(keras.layers.Layer):
             `(batch, 1)`.
         ValueError: eagerly, a label outside [0, num_classes) (naming the range).
         tf.errors.InvalidArgumentError: the same in a `tf.function` (e.g.
-            `model.fit`). Under XLA (`jit_compile=True`) run-time asserts compile
-            to nothing; there the logits of such a sample are NaN instead (so
-            the loss is NaN rather than silently wrong).
+            `model.fit` on TensorFlow); on JAX a compiled step fails with the
+            same message. Under TensorFlow's XLA (`jit_compile=True`) run-time
+            asserts compile to nothing; there the logits of such a sample are
+            NaN instead (so the loss is NaN rather than silently wrong).
 
     Reference:
         W. Liu, Deep Representation Learning on Hypersphere, PhD thesis 2020,

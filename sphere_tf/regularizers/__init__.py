@@ -11,6 +11,7 @@ from sphere_tf.regularizers.comhe import CoMHE
 from sphere_tf.regularizers.mhe import MHE
 from sphere_tf.regularizers.mhe import DataDependentMHE
 from sphere_tf.regularizers.orthogonality import Orthogonality
+from sphere_tf.regularizers.random_state import track_state
 
 REGULARIZERS = {
     "mhe": MHE,

@@ -3,9 +3,10 @@
 One regularizer class, four projections:
 
 * 'random' (RP-CoMHE, Eq 6.4/6.5): C Gaussian matrices P_c ∈ R^{k×d}, N(0, 1),
-  re-drawn every `resample_every` steps (and cached in between), the energies of
+  re-drawn every `resample_every` steps, the energies of
   the projected neurons averaged (or maximised) over c. Draws are *stateless*
-  (`standard_normal`, seed = (seed ⊕ key, step // resample_every)):
+  (`standard_normal`, seed = (seed ⊕ key, step // resample_every)), so a draw
+  is recomputed rather than cached when `resample_every` > 1:
   with `share_projections=True` the key is the neuron dimension, so layers of
   equal dimension get the very same P in a step (thesis default; the upstream
   code gets the same sharing from equal op seeds). The step comes from a
@@ -15,7 +16,7 @@ One regularizer class, four projections:
   model optimizer never sees it. Each call: the angle loss
   ``L_P = ‖cos(PŴ) − cos(Ŵ)‖_F`` (upstream: cosine Gram matrices, non-squared
   Frobenius norm), one unrolled step ``P' = P − η ∂L_P/∂P`` through a nested
-  `tf.GradientTape` (second-order terms reach W), the energy of ``P'Ŵ``; then P
+  gradient (`sphere_tf.ops.autodiff`; second-order terms reach W), the energy of ``P'Ŵ``; then P
   takes `projection_steps` plain-SGD steps of its own on
   ``L_P + decay·‖P‖²/2`` and is assigned in place. `unroll=False` gives the
   alternating variant (energy at the current P, no second-order term).
@@ -33,26 +34,30 @@ back to plain (half-space) MHE when the neuron dimension is not larger than the
 projection dimension (rmlin/CoMHE `architecture.py` does this for the
 27-dimensional first conv). The output layer should get `MHE(role='output')` (upstream: weight 10).
 
-State and Keras plumbing: the step counter (a `keras.Variable`) and the
-learnable P (a `tf.Variable`, since Keras refuses to create its own variables
-inside the stateless scope of some internal passes) are created eagerly
-(`tf.init_scope`), non-trainable, with aggregation 'only_first_replica', so the regularizer works inside `fit` and under
-tf.distribute (build the model inside `strategy.scope()`). They are not model
+State and Keras plumbing: the step counter and the learnable P are
+`keras.Variable`s, non-trainable, with aggregation 'only_first_replica', so the
+regularizer works inside `fit` and under tf.distribute (build the model inside
+`strategy.scope()`). The counter is created with the regularizer; P's initial
+value is a NumPy draw (a pure function of `seed` and the kernel's key), so it can
+be created on the first call of a TensorFlow step as well as eagerly
+(`checkpoint_state(kernels)` creates it before training). They are not model
 weights; `get_config()` writes their current values (`step`,
 `projection_state`), so a model saved to `.keras` resumes the random stream and
-the learned projections.
+the learned projections. On JAX the model must carry them through its pure train
+step: `sphere_tf.regularizers.track_state(model)` before `fit` (see
+`random_state`).
 """
 
 import math
 
 import keras
-import tensorflow as tf  # stateless RNG, nested GradientTape, init_scope: no keras.ops equivalents
+import numpy as np
 from keras import ops
 
 from sphere_tf import energy
 from sphere_tf import validation
 from sphere_tf.ops import angles
-from sphere_tf.backends.tensorflow.xla_context import in_xla_context
+from sphere_tf.ops import autodiff
 from sphere_tf.regularizers import random_state
 from sphere_tf.regularizers.mhe import check_energy_regularizer_args
 
@@ -66,20 +71,28 @@ DEFAULT_PROJECTION_DECAY = 1e-3 * 5e-4
 _FROBENIUS_EPSILON = 1e-12
 
 
-def standard_normal(shape, seed):
-    """i.i.d. N(0, 1) float32 samples of `shape`, a pure function of `seed` (int64 `(2,)`).
+def standard_normal(shape, seed, draws=None):
+    """i.i.d. N(0, 1) float32 samples of `shape`, a pure function of `seed` (int `(2,)`).
 
-    Box–Muller transform of stateless Philox uniforms u₁, u₂ ∈ [0, 1):
+    Box–Muller transform of stateless uniforms u₁, u₂ ∈ [0, 1):
     ``z = sqrt(−2 log(1 − u₁)) · (cos 2πu₂, sin 2πu₂)``, both independent N(0, 1)
-    (1 − u₁ ∈ (0, 1], so the log is finite; tails reach ±5.6σ, as in TF's own
-    sampler, which uses the same transform with the same 23-bit uniforms).
-    Note: `tf.random.stateless_normal` does the transform one element at a
-    time; these four vectorised elementwise passes are faster on CPU, where the
-    draw is a large part of RP-CoMHE's cost (docs/regularizers.md).
+    (1 − u₁ ∈ (0, 1], so the log is finite). On TensorFlow the uniforms are
+    `tf.random.stateless_uniform` (Philox), as in TF's own normal sampler, which does
+    the transform one element at a time; these vectorised elementwise passes are
+    faster on CPU, where the draw is a large part of RP-CoMHE's cost
+    (docs/regularizers.md).
+
+    Args:
+        shape: tuple of ints.
+        seed: int tensor `(2,)`.
+        draws: a `random_state.SeededDraws` (created outside any traced step);
+            None makes one, for eager use.
     """
+    draws = draws or random_state.SeededDraws()
     total = math.prod(shape)
     half = (total + 1) // 2
-    u1, u2 = tf.unstack(tf.random.stateless_uniform((2, half), seed=seed, dtype=tf.float32))
+    uniforms = draws.uniform((2, half), seed)
+    u1, u2 = uniforms[0], uniforms[1]
     radius = ops.sqrt(-2.0 * ops.log1p(-u1))
     angle = (2.0 * math.pi) * u2
     z = ops.concatenate([radius * ops.cos(angle), radius * ops.sin(angle)])
@@ -88,27 +101,17 @@ def standard_normal(shape, seed):
     return ops.reshape(z, shape)
 
 
-def _pair_energies(doubled_cos, power, half_space, log_form):
-    return energy.energy_from_cosines(doubled_cos=doubled_cos, power=power, half_space=half_space, log_form=log_form)
+def initial_projection(key, seed, k, d):
+    """The initial learnable P `(k, d)` of kernel `key`: N(0, 1), a NumPy draw seeded by (seed ⊕ key).
 
-
-_pair_energies_xla = tf.function(_pair_energies, jit_compile=True, autograph=False)
-
-
-def _non_model_variable(make_value, name):
-    """A non-trainable float32/int64 `tf.Variable` of `make_value()`, created eagerly (`tf.init_scope`).
-
-    Aggregation 'only_first_replica' (well defined under tf.distribute). A
-    tf.Variable, not keras.Variable: Keras forbids creating the latter inside
-    the stateless scope some of its internal passes use.
+    NumPy, not `keras.random`: the value is a constant whether P is created eagerly
+    or on the first trace of a TensorFlow step, and the same on every backend.
     """
-    with tf.init_scope():
-        return tf.Variable(
-            make_value(), trainable=False, aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA, name=name
-        )
+    rng = np.random.default_rng([random_state.stable_key(key) ^ seed, 0])
+    return rng.standard_normal((k, d)).astype(np.float32)
 
 
-def draw_projections(reg, key, d, step):
+def draw_projections(reg, key, d, step, draws=None):
     """RP-CoMHE's C projections of regularizer `reg` at `step`, stored transposed side by side: `(d, C·k)`.
 
     Column c·k + r is row r of P_c. A pure function of `reg.seed`, `key` and the
@@ -116,7 +119,7 @@ def draw_projections(reg, key, d, step):
     """
     block = ops.cast(step, "int64") // reg.resample_every
     seed = ops.stack([ops.cast(random_state.stable_key(key) ^ reg.seed, "int64"), block])
-    return standard_normal((d, reg.num_projections * reg.projection_dim), seed)
+    return standard_normal((d, reg.num_projections * reg.projection_dim), seed, draws)
 
 
 class _Projection:
@@ -141,19 +144,20 @@ class _Projection:
     def advance(self):
         pass
 
-    def __call__(self, x):
+    def __call__(self, x, variable=None):
+        """Energy of kernel `x`; `variable` is the Keras variable `x` is (or is the value of), if known."""
         w2d = energy.neuron_matrix(x)
         d, n = w2d.shape
         if d <= self.reg.projection_dim:  # nothing to compress: plain (half-space) MHE
             return self.reg._energy(w2d)
-        return self.projected(x, w2d)
+        return self.projected(variable, w2d)
 
-    def projected(self, x, w2d):
+    def projected(self, variable, w2d):
         raise NotImplementedError
 
-    def key(self, x, d, n):
-        """The state key of kernel `x`: its variable path, else its shape."""
-        return random_state.variable_key(x) or f"dim{d}x{n}"
+    def key(self, variable, d, n):
+        """The state key of kernel `variable`: its variable path, else its shape."""
+        return random_state.variable_key(variable) or f"dim{d}x{n}"
 
 
 class RandomProjection(_Projection):
@@ -163,7 +167,7 @@ class RandomProjection(_Projection):
         super().__init__(reg)
         self.counter = random_state.StepCounter(reg._initial_step)
         self.step_variable = self.counter.variable
-        self._cache = {}
+        self.draws = random_state.SeededDraws()
 
     def step_value(self):
         return self.counter.numpy_value()
@@ -171,45 +175,23 @@ class RandomProjection(_Projection):
     def advance(self):
         self.counter.advance()
 
-    def key(self, x, d, n):
-        return f"dim{d}" if self.reg.share_projections else super().key(x, d, n)
+    def key(self, variable, d, n):
+        return f"dim{d}" if self.reg.share_projections else super().key(variable, d, n)
 
-    def projected(self, x, w2d):
+    def projected(self, variable, w2d):
         d, n = w2d.shape
-        step = self.counter.step_for(x)
-        return self.reg._projected_energy(w2d, self.projections_at(self.key(x, d, n), d, step),
+        step = self.counter.step_for(variable)
+        return self.reg._projected_energy(w2d, self.projections_at(self.key(variable, d, n), d, step),
                                           self.reg.num_projections)
 
     def projections_at(self, key, d, step):
-        """`draw_projections(reg, key, d, step)`, drawn only when `step // resample_every` changes.
+        """`draw_projections(reg, key, d, step)`, the same draw for every step of a block.
 
-        With `resample_every` > 1 the draw of a block is kept in a non-model
-        variable and reused until the block ends (the same numbers as a fresh draw:
-        the draw is a pure function of seed, key and block, so the cache needs no
-        saving and a reloaded model redraws the same P). Every step draws anew
-        when `resample_every` is 1 (the default, as upstream).
+        The draw is a pure function of seed, key and ``step // resample_every``,
+        so with `resample_every` > 1 it is simply redrawn (no cache variable to
+        keep in step with the counter, nothing to save).
         """
-        reg = self.reg
-        if reg.resample_every == 1:
-            return draw_projections(reg, key, d, step)
-        if key not in self._cache:
-            # Block −1 = empty.
-            self._cache[key] = (
-                _non_model_variable(lambda: tf.constant(-1, tf.int64), "comhe_block"),
-                _non_model_variable(lambda: tf.zeros((d, reg.num_projections * reg.projection_dim), tf.float32),
-                                    "comhe_projection_cache"),
-            )
-        block_var, p_var = self._cache[key]
-        block = ops.cast(step, "int64") // reg.resample_every
-        # Only the draw sits in the branch: assigning a tf.distribute variable inside
-        # control flow would need a cross-replica sync there, which TF does not allow.
-        p = ops.cond(
-            ops.equal(block, ops.convert_to_tensor(block_var)),
-            lambda: ops.convert_to_tensor(p_var),
-            lambda: draw_projections(reg, key, d, step),
-        )
-        with tf.control_dependencies([p_var.assign(p), block_var.assign(block)]):
-            return tf.identity(p)
+        return draw_projections(self.reg, key, d, step, self.draws)
 
 
 class _LearnedProjection(_Projection):
@@ -238,28 +220,34 @@ class _LearnedProjection(_Projection):
             reg = self.reg
             init = self.initial_state.get(key)
 
-            def make_value():
-                if init is None:
-                    return tf.random.stateless_normal(
-                        (reg.projection_dim, d), seed=[random_state.stable_key(key) ^ reg.seed, 0]
-                    )
-                return tf.convert_to_tensor(init, tf.float32)
-
-            self.variables[key] = _non_model_variable(make_value, "comhe_projection")
+            if init is None:
+                value = initial_projection(key, reg.seed, reg.projection_dim, d)
+            else:
+                value = np.asarray(init, np.float32)
+            try:
+                self.variables[key] = keras.Variable(
+                    value, trainable=False, aggregation="only_first_replica", name="comhe_projection"
+                )
+            except ValueError:
+                # Keras forbids new variables inside a stateless scope (its symbolic
+                # passes, JAX's stateless train step): evaluate at the initial P
+                # there; the variable is made on the next ordinary call or by
+                # `checkpoint_state(kernels)`.
+                return ops.convert_to_tensor(value)
         return self.variables[key]
 
-    def projected(self, x, w2d):
+    def projected(self, variable, w2d):
         reg = self.reg
         d, n = w2d.shape
-        var = self.variable_for(self.key(x, d, n), d)
-        p = tf.convert_to_tensor(var)
+        var = self.variable_for(self.key(variable, d, n), d)
+        p = ops.convert_to_tensor(var)
+        can_assign = isinstance(var, keras.Variable)
         w_hat = energy.normalized_neurons(w2d, reg.epsilon)
         cos_w = energy.cosine_gram(w2d, reg.epsilon)
         if reg.unroll:
-            with tf.GradientTape() as inner:
-                inner.watch(p)
-                inner_loss = self.objective(p, w_hat, cos_w)
-            p_used = p + self.sign * reg.inner_lr * inner.gradient(inner_loss, p)
+            # The gradient stays a function of W (second-order terms reach the kernel).
+            _, inner_grad = autodiff.value_and_grad(lambda q: self.objective(q, w_hat, cos_w), p)
+            p_used = p + self.sign * reg.inner_lr * inner_grad
         else:
             p_used = ops.stop_gradient(p)
         value = reg._energy(ops.matmul(p_used, w_hat))
@@ -267,13 +255,16 @@ class _LearnedProjection(_Projection):
         if reg.projection_steps:
             new_p = ops.stop_gradient(p)
             w_frozen, cos_frozen = ops.stop_gradient(w_hat), ops.stop_gradient(cos_w)
+
+            def own_loss(q):
+                loss = -self.sign * self.objective(q, w_frozen, cos_frozen)
+                return loss + 0.5 * reg.projection_decay * ops.sum(ops.square(q))
+
             for _ in range(reg.projection_steps):
-                with tf.GradientTape() as own:
-                    own.watch(new_p)
-                    own_loss = -self.sign * self.objective(new_p, w_frozen, cos_frozen)
-                    own_loss = own_loss + 0.5 * reg.projection_decay * ops.sum(ops.square(new_p))
-                new_p = new_p - reg.projection_lr * own.gradient(own_loss, new_p)
-            var.assign(ops.stop_gradient(new_p))
+                _, own_grad = autodiff.value_and_grad(own_loss, new_p)
+                new_p = ops.stop_gradient(new_p - reg.projection_lr * own_grad)
+            if can_assign:
+                var.assign(ops.stop_gradient(new_p))
         return value
 
 
@@ -304,7 +295,8 @@ class AdversarialProjection(_LearnedProjection):
 class GroupProjection(_Projection):
     """G-CoMHE [T-6.9]: energies of groups of `group_size` consecutive input channels, averaged."""
 
-    def __call__(self, x):
+    def __call__(self, x, variable=None):
+        del variable
         reg = self.reg
         w = ops.cast(x, "float32")
         if len(w.shape) < 2:
@@ -430,6 +422,7 @@ class CoMHE(keras.regularizers.Regularizer):
         self._initial_step = validation.integer(step, "step", minimum=0)
         self._initial_state = dict(projection_state or {})
         self._algorithm = PROJECTIONS[projection](self)
+        self._kernels = random_state.KernelRegistry()
 
     # -- shared by the projections ------------------------------------------------
 
@@ -473,9 +466,9 @@ class CoMHE(keras.regularizers.Regularizer):
         k = stacked.shape[-1] // c
         # All C projections at once: (C·k, d) x (d, N) -> (C, k, N), the column
         # normalisation on the small (C, k, N) tensor, one batched Gram (C, N, N).
-        # tf.linalg.matmul: keras.ops.matmul has no transpose flags; with P stored
-        # (d, C·k) neither this product nor its gradient P·g needs a transpose copy.
-        projected = ops.reshape(tf.linalg.matmul(stacked, w2d, transpose_a=True), (c, k, n))
+        # An einsum contracting over d: with P stored (d, C·k) neither this product
+        # nor its gradient P·g needs a transposed copy.
+        projected = ops.reshape(ops.einsum("dk,dn->kn", stacked, w2d), (c, k, n))
         unit, _ = angles.normalize(projected, axis=-2, epsilon=self.epsilon)
         if n < 2 and not self.half_space:
             return ops.zeros((), "float32")
@@ -485,15 +478,28 @@ class CoMHE(keras.regularizers.Regularizer):
         # one backward (symmetrised upstream gradient) instead of TF's two.
         doubled_cos = energy.gram(unit, scale=2.0)
         # The C·N² pair terms are ~10 elementwise passes over (C, N, N) small tensors
-        # plus their gradients; one XLA cluster fuses them into a few loops
-        # (docs/regularizers.md), unless the caller is already compiled by XLA.
-        reduce = _pair_energies if in_xla_context() else _pair_energies_xla
-        energies = reduce(doubled_cos, self.power, self.half_space, self.log_form)
+        # plus their gradients, which the compiled train step (Keras `jit_compile`)
+        # fuses into a few loops (docs/regularizers.md).
+        energies = energy.energy_from_cosines(
+            doubled_cos=doubled_cos, power=self.power, half_space=self.half_space, log_form=self.log_form
+        )
         return ops.max(energies) if self.aggregation == "max" else ops.mean(energies)
 
     def projection_variables(self):
         """Dict key -> the learnable projection variable (AP/Adv), for inspection."""
         return self._algorithm.learned_variables()
+
+    def layer_state(self, kernel):
+        """The variables the layer owning `kernel` must carry (`random_state.track_state`).
+
+        The step counter ('random', shared by every kernel of this instance) or
+        the learned P of `kernel` ('angle_preserving', 'adversarial'); `kernel`
+        is registered so that its value is recognised inside a JAX train step.
+        """
+        self._kernels.add(kernel)
+        if self._algorithm.step_variable is not None:
+            self._algorithm.counter.claim(kernel)
+        return list(self.checkpoint_state([kernel]).values())
 
     def checkpoint_state(self, kernels=()):
         """The variables a training checkpoint must hold to resume this regularizer exactly.
@@ -508,7 +514,7 @@ class CoMHE(keras.regularizers.Regularizer):
             kernels: the kernel variables this regularizer is attached to.
 
         Returns:
-            dict name -> `tf.Variable` / `keras.Variable`.
+            dict name -> `keras.Variable`.
         """
         algorithm = self._algorithm
         state = {}
@@ -526,7 +532,7 @@ class CoMHE(keras.regularizers.Regularizer):
 
     def energy(self, x):
         """The unweighted CoMHE term (float32) for kernel `x`."""
-        return self._algorithm(x)
+        return self._algorithm(x, self._kernels.resolve(x, "CoMHE"))
 
     def __call__(self, x):
         return self.factor * self.energy(x)
@@ -543,7 +549,7 @@ class CoMHE(keras.regularizers.Regularizer):
         state = dict(self._initial_state)
         for key, var in self.projection_variables().items():
             try:
-                state[key] = var.numpy().tolist()
+                state[key] = ops.convert_to_numpy(var.value).tolist()
             except Exception:  # called inside a trace: keep the last known values
                 pass
         return {

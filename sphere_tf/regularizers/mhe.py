@@ -8,7 +8,6 @@ callable `penalty(kernel, labels)` that plugs into
 """
 
 import keras
-import tensorflow as tf  # tf.random.stateless_uniform: keras.random has no stateless op
 from keras import ops
 
 from sphere_tf import energy
@@ -125,6 +124,8 @@ class MHE(keras.regularizers.Regularizer):
         self.seed = int(seed)
         self.epsilon = epsilon
         self._counter = random_state.StepCounter(step) if num_samples is not None else None
+        self._draws = random_state.SeededDraws() if num_samples is not None else None
+        self._kernels = random_state.KernelRegistry()
 
     def energy(self, x):
         """The unweighted energy term (float32) for kernel `x`."""
@@ -134,10 +135,11 @@ class MHE(keras.regularizers.Regularizer):
         if beta is not None and len(beta) != n:
             raise ValueError(f"`beta` has {len(beta)} entries but the kernel has {n} neurons.")
         if self.num_samples is not None and n > self.num_samples:
-            step = self._counter.step_for(x)
-            key = random_state.variable_key(x) or f"dim{w2d.shape[0]}x{n}"
+            variable = self._kernels.resolve(x, "MHE")
+            step = self._counter.step_for(variable)
+            key = random_state.variable_key(variable) or f"dim{w2d.shape[0]}x{n}"
             seed = ops.stack([ops.cast(random_state.stable_key(key) ^ self.seed, "int64"), ops.cast(step, "int64")])
-            scores = tf.random.stateless_uniform((n,), seed=seed)
+            scores = self._draws.uniform((n,), seed)
             subset = ops.argsort(scores)[: self.num_samples]
             w2d = ops.take(w2d, subset, axis=1)
         return energy.hyperspherical_energy(
@@ -152,6 +154,19 @@ class MHE(keras.regularizers.Regularizer):
 
     def __call__(self, x):
         return self.factor * self.energy(x)
+
+    def layer_state(self, kernel):
+        """The variables the layer owning `kernel` must carry (`random_state.track_state`).
+
+        The step counter with `num_samples` (shared by every kernel of this
+        instance), nothing otherwise; `kernel` is registered so that its value
+        is recognised inside a JAX train step.
+        """
+        if self._counter is None:
+            return []
+        self._kernels.add(kernel)
+        self._counter.claim(kernel)
+        return [self._counter.variable]
 
     def checkpoint_state(self, kernels=()):
         """The variables a training checkpoint must hold to resume this regularizer exactly.

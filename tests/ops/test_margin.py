@@ -2,15 +2,17 @@
 
 import math
 
+import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 from hypothesis import given
 from hypothesis import strategies as st
 from keras import ops
 
 from sphere_tf import testing
 from sphere_tf.ops import margin
+
+from tests.gradient_helpers import value_and_grads
 
 MARGINS = (1, 2, 3, 4)
 # safe_acos clips c to ±(1 − 1e-6): θ >= arccos(1 − 1e-6) ≈ 1.4e-3, so θ-based forms are
@@ -194,13 +196,8 @@ def test_psi_below_cos_theta(m):
 
 @pytest.mark.parametrize("m", MARGINS)
 def test_psi_gradient_finite_everywhere(m):
-    c = tf.constant(
-        np.concatenate([[-1.0, 1.0, 0.0], np.cos(np.arange(m + 1) * math.pi / m)]).astype(np.float32)
-    )
-    with tf.GradientTape() as tape:
-        tape.watch(c)
-        y = margin.psi(c, m)
-    grad = tape.gradient(y, c).numpy()
+    c = np.concatenate([[-1.0, 1.0, 0.0], np.cos(np.arange(m + 1) * math.pi / m)]).astype(np.float32)
+    _, (grad,) = value_and_grads(lambda v: keras.ops.sum(margin.psi(v, m)), c)  # elementwise: Σ's gradient
     assert np.all(np.isfinite(grad))
     # dψ/dc = (−1)^k m U_{m−1}(c) >= 0 and at most m² in magnitude.
     assert np.all(grad >= -1e-5) and np.all(grad <= m * m + 1e-4)
@@ -267,14 +264,12 @@ def test_additive_target_matches_reference(rng, m1, m2, m3):
 @pytest.mark.parametrize("m1,m2,m3", [(1.0, 0.5, 0.0), (1.5, 0.2, 0.1), (1.0, 0.0, 0.35)])
 def test_additive_target_continuous_decreasing_and_finite_gradient(m1, m2, m3):
     theta = np.linspace(CLIP_THETA, math.pi - CLIP_THETA, 2001)
-    c = tf.constant(np.cos(theta).astype(np.float32))
-    with tf.GradientTape() as tape:
-        tape.watch(c)
-        y = margin.additive_target(c, m1, m2, m3)
-    values = y.numpy().astype(np.float64)
+    c = np.cos(theta).astype(np.float32)
+    values = _np(margin.additive_target(c, m1, m2, m3)).astype(np.float64)
+    _, (grad,) = value_and_grads(lambda v: keras.ops.sum(margin.additive_target(v, m1, m2, m3)), c)
     assert np.all(np.diff(values) <= 1e-6)
     assert np.max(np.abs(np.diff(values))) < 0.01
-    assert np.all(np.isfinite(tape.gradient(y, c).numpy()))
+    assert np.all(np.isfinite(grad))
     assert np.all(values <= np.cos(theta) + 1e-5)
 
 
@@ -371,11 +366,11 @@ def test_margin_logits_gradient_matches_finite_differences_of_reference(rng, los
     y = rng.integers(0, 4, size=5)
     r = rng.normal(size=(5, 4))
     kwargs = dict(loss_type=loss_type, margin=m, angular=angular, k=0.3, scale=s, lam=0.5)
-    xt, wt = tf.constant(x, tf.float32), tf.constant(w, tf.float32)
-    with tf.GradientTape() as tape:
-        tape.watch([xt, wt])
-        total = tf.reduce_sum(margin.margin_logits(xt, wt, y, **kwargs) * r)
-    gx, gw = (g.numpy() for g in tape.gradient(total, [xt, wt]))
+    r32 = r.astype(np.float32)
+    _, (gx, gw) = value_and_grads(
+        lambda a, b: keras.ops.sum(margin.margin_logits(a, b, y, **kwargs) * r32), x.astype(np.float32),
+        w.astype(np.float32)
+    )
 
     def ref(xv, wv):
         return np.sum(np_margin_logits(xv, wv, y, loss_type, m, angular, 0.3, s, None, 0.5) * r)

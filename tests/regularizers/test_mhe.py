@@ -6,11 +6,12 @@ import math
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from sphere_tf import layers as sphere_layers
 from sphere_tf import regularizers
 from sphere_tf import testing
+
+from tests.gradient_helpers import value_and_grads
 
 
 def np_mhe(w, power, half_space=False, log_form="code", eps=1e-4, columns=None):
@@ -178,13 +179,10 @@ def test_gradient_finite_for_degenerate_kernels():
     w[..., 1] = 1.0
     w[..., 2] = 1.0  # duplicate
     w[..., 3] = -1.0  # antipodal
-    var = tf.Variable(w)
     for reg in (regularizers.MHE(power=0), regularizers.MHE(power=2, half_space=True),
                 regularizers.MHE(distance="normalized_angular", power=2), regularizers.MHE(power=12)):
-        with tf.GradientTape() as tape:
-            value = reg(var)
-        grad = tape.gradient(value, var)
-        assert np.isfinite(float(value)) and np.all(np.isfinite(grad.numpy()))
+        value, (grad,) = value_and_grads(reg, w)
+        assert np.isfinite(float(value)) and np.all(np.isfinite(grad))
         if reg.distance == "euclidean" and reg.power in (0, 2):
             # The duplicate pair sits at z² = 2ε/(18 + ε) ≈ 1.1e-5, where float32 2 − 2C keeps ~2 digits.
             want = np_mhe(w, reg.power, reg.half_space)
@@ -233,10 +231,7 @@ UPSTREAM_S0 = [("0", dict(power=0, distance="euclidean")), ("a0", dict(power=0, 
 
 def _assert_equals_upstream(reg, w, flag, model, scale):
     """`reg(w)` and its gradient equal `scale` times the upstream term and its finite-difference gradient."""
-    var = tf.Variable(w.astype(np.float32))
-    with tf.GradientTape() as tape:
-        value = reg(var)
-    grad = tape.gradient(value, var).numpy()
+    value, (grad,) = value_and_grads(reg, w.astype(np.float32))
     np.testing.assert_allclose(float(value), scale * np_upstream_thomson(w, flag, model), rtol=2e-5)
     want = scale * testing.numeric_gradient(lambda v: np_upstream_thomson(v, flag, model), w)
     np.testing.assert_allclose(grad, want, rtol=2e-3, atol=1e-4 * np.max(np.abs(want)))

@@ -1,0 +1,90 @@
+"""`value_and_grad(fn, x)`: a gradient outside a Keras train step, on every Keras backend.
+
+Keras 3 has no backend-neutral gradient op (its train steps use `tf.GradientTape`,
+`jax.value_and_grad` or `torch.autograd` directly). A few sphere_tf computations
+need one inside a loss or an initialiser: the unrolled projection step of AP- and
+Adv-CoMHE (thesis [T-6.7]/[T-6.8], ``P' = P ∓ η ∂J/∂P``) and the energy descent of
+`sphere_tf.initializers`. This module is the one place that dispatches on
+`keras.backend.backend()`; each branch imports its framework lazily, so importing
+sphere_tf needs none of them.
+
+The gradient is itself differentiable: an outer gradient (the train step's, or a
+second `value_and_grad`) sees its dependence on whatever `fn` closes over, which is
+how the unrolled CoMHE step lets second-order terms reach the layer's kernel.
+"""
+
+import keras
+
+
+def value_and_grad(fn, x):
+    """`(fn(x), ∂fn/∂x)` for a scalar-valued `fn` of one float tensor `x`.
+
+    Args:
+        fn: callable mapping a tensor of `x`'s shape to a scalar tensor (written in
+            `keras.ops`; it may close over other tensors, which the returned gradient
+            keeps depending on).
+        x: float tensor (or `keras.Variable`, read once) at which to differentiate.
+
+    Returns:
+        `(value, grad)`: the scalar `fn(x)` and a tensor of `x`'s shape.
+
+    Raises:
+        ValueError: for a Keras backend other than tensorflow, jax or torch.
+    """
+    if isinstance(x, keras.Variable):
+        x = x.value
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        x = tf.convert_to_tensor(x)
+        # A nested tape: an enclosing tape records the gradient computation itself.
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            value = fn(x)
+        return value, tape.gradient(value, x, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    if backend == "jax":
+        import jax
+
+        # jax.value_and_grad composes with an enclosing jax.grad (reverse over reverse).
+        return jax.value_and_grad(fn)(x)
+    if backend == "torch":
+        import torch
+
+        outer_grad = torch.is_grad_enabled()
+        x = torch.as_tensor(x)
+        if not x.requires_grad:
+            x = x.detach().requires_grad_(True)
+        with torch.enable_grad():  # Keras evaluates under no_grad; the inner gradient still needs a graph
+            value = fn(x)
+            # create_graph only when an outer gradient is being recorded (keeps the graph otherwise free).
+            (grad,) = torch.autograd.grad(value, x, create_graph=outer_grad, allow_unused=True)
+        if grad is None:
+            grad = torch.zeros_like(x)
+        if not outer_grad:
+            value, grad = value.detach(), grad.detach()
+        return value, grad
+    raise ValueError(
+        f"sphere_tf.ops.autodiff.value_and_grad supports the tensorflow, jax and torch Keras backends. "
+        f"Received: KERAS_BACKEND={backend!r}"
+    )
+
+
+def compiled(fn):
+    """`fn` compiled once by the backend's tracer, for a loop of small steps outside a train step.
+
+    `tf.function` on TensorFlow, `jax.jit` on JAX; PyTorch runs `fn` as is (eager
+    dispatch is cheap there, and `torch.compile` would cost more than it saves for
+    the few thousand steps of an initialiser). `fn` must be a pure function of
+    tensors.
+    """
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return tf.function(fn, autograph=False)
+    if backend == "jax":
+        import jax
+
+        return jax.jit(fn)
+    return fn
