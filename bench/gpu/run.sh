@@ -27,7 +27,8 @@ if [ "${SMALL:-0}" = 1 ]; then
   TORCH_BENCH=(--batch_sizes=8 --image_size=16 --widths=8,8,8 --steps=2 --rounds=2 --warmup=1)
   PARITY_K="matches_numpy and not unknown_spatial and (tanh or sphere)"
 else
-  BENCH=(--batch_sizes=128,512 --forward_batch_sizes=512 --steps=20 --rounds=5)
+  BENCH=(--batch_sizes=128,512 --forward_batch_sizes=512 --steps=20 --rounds=5
+         --cases=conv2d,sphere_cosine,sphere_cosine:reference,sphere_linear,tanh_cosine)
   TORCH_BENCH=(--batch_sizes=128 --dtypes=float32 --steps=10 --rounds=3)
   PARITY_K="matches_numpy or gradients or finite"
 fi
