@@ -1,25 +1,41 @@
-"""The JAX plug-in: the patch energy as an XLA reduce-window instead of a one-channel convolution.
+"""The JAX plug-in: the patch energy as an XLA reduce-window, and TanhConv + cosine with a hand-written VJP.
 
-The reference computes Σ_patch x² as the per-pixel channel energy convolved with a
-`(kh, kw, 1, 1)` ones kernel. On a GPU that convolution is a cuDNN call with one
-input and one output channel (poor occupancy, its own kernel launch forward and
-two backward), where `lax.reduce_window` with `add` is a windowed sum that XLA
-fuses with the channel reduction before it and lowers to one loop; its gradient
-(a padded reduce-window of the upstream) fuses likewise. Same values as the
-reference to float32 rounding (padded zeros counted as in the main convolution);
-everything else runs on the reference. Importing this module registers the
-accelerator for the JAX backend.
+* **Patch energy.** The reference computes Σ_patch x² as the per-pixel channel
+  energy convolved with a `(kh, kw, 1, 1)` ones kernel. On a GPU that convolution
+  is a cuDNN call with one input and one output channel (poor occupancy, its own
+  kernel launch forward and two backward), where `lax.reduce_window` with `add`
+  is a windowed sum that XLA fuses with the channel reduction before it; its
+  gradient (a padded reduce-window of the upstream) fuses likewise.
+* **TanhConv + cosine** (the DCNet default), ``f = dot · tanh(‖x‖·a_j) · v`` with
+  the per-filter inverse radius a_j = 1/(ρ_j E‖x‖) and the one-channel v = α/‖x‖
+  [D-6, D-12]. Autodiff keeps the full-size tanh as a residual (one more full-size
+  write forward and reads backward); `jax.custom_vjp` keeps only `dot` and
+  recomputes tanh from the one-channel ‖x‖ and the `(units,)` radius, as the
+  TensorFlow plug-in's kernels do:
+
+  ```
+  ∂L/∂dot = G·t·v     ∂L/∂v = Σ_j G·dot·t     ∂L/∂‖x‖ = v·Σ_j r·a_j     ∂L/∂a_j = Σ_pos r·v·‖x‖
+  ```
+
+  with t = tanh(‖x‖·a_j) and r = G·dot·(1 − t²).
+
+Same values as the reference to float32 rounding (tests/backends/jax); every other
+case answers `NotImplemented` and runs on the reference. Importing this module
+registers the accelerator for the JAX backend.
 """
 
+import jax
 from jax import lax
+from jax import numpy as jnp
 from keras import ops
 
 from sphere_tf.ops import acceleration
 from sphere_tf.ops import conv_geometry
+from sphere_tf.ops import magnitude as magnitude_lib
 
 
 class JaxAccelerator(acceleration.Accelerator):
-    """Patch energy by `lax.reduce_window`; the rest is the reference."""
+    """Patch energy by `lax.reduce_window`, the TanhConv + cosine tail by `tanh_cosine`; the rest is the reference."""
 
     name = "jax"
 
@@ -29,6 +45,19 @@ class JaxAccelerator(acceleration.Accelerator):
 
     def patch_squared_norm(self, inputs, kernel_size, strides, padding, dilation_rate, path):
         return patch_squared_norm(inputs, kernel_size, strides, padding, dilation_rate)
+
+    def response_from_dot(self, dot, x_norm, inv_norm, w_norm, *, magnitude, angular, alpha, beta, radius, k,
+                          weighted, weight_radius, path):
+        tanh_cosine_case = (
+            magnitude.fn is magnitude_lib.tanh and angular == "cosine" and weighted is None
+            and x_norm is not None and radius is not None and len(getattr(radius, "shape", ())) <= 1
+            and len(x_norm.shape) == len(dot.shape) and x_norm.shape[-1] == 1
+        )
+        if path.inference or not tanh_cosine_case:
+            return NotImplemented
+        inv_radius = jnp.broadcast_to(1.0 / jnp.asarray(radius, jnp.float32), (dot.shape[-1],))
+        factor = inv_norm if isinstance(alpha, (int, float)) and alpha == 1 else alpha * inv_norm
+        return tanh_cosine(dot, x_norm, factor, inv_radius)
 
 
 ACCELERATOR = JaxAccelerator()
@@ -57,5 +86,36 @@ def patch_squared_norm(inputs, kernel_size, strides=1, padding="valid", dilation
         padding=pads, window_dilation=(1, *dilation_rate, 1),
     )
 
+
+@jax.custom_vjp
+def tanh_cosine(dot, x_norm, factor, inv_radius):
+    """``dot · tanh(‖x‖·a) · v`` (TanhConv + cosine), keeping only `dot` for the backward pass.
+
+    Args:
+        dot: float32 `(..., units)`, x·ŵ.
+        x_norm, factor: float32 `(..., 1)`, ‖x‖ and v = α/‖x‖.
+        inv_radius: float32 `(units,)`, a = 1/(ρ·E‖x‖).
+    """
+    return dot * (jnp.tanh(x_norm * inv_radius) * factor)
+
+
+def _tanh_cosine_forward(dot, x_norm, factor, inv_radius):
+    return tanh_cosine(dot, x_norm, factor, inv_radius), (dot, x_norm, factor, inv_radius)
+
+
+def _tanh_cosine_backward(residuals, upstream):
+    dot, x_norm, factor, inv_radius = residuals
+    t = jnp.tanh(x_norm * inv_radius)
+    q = upstream * dot
+    r = q * (1.0 - t * t)
+    reduce_axes = tuple(range(dot.ndim - 1))
+    d_dot = upstream * (t * factor)
+    d_factor = jnp.sum(q * t, axis=-1, keepdims=True)
+    d_x_norm = factor * jnp.sum(r * inv_radius, axis=-1, keepdims=True)
+    d_inv_radius = jnp.sum(r * (factor * x_norm), axis=reduce_axes)
+    return d_dot, d_x_norm, d_factor, d_inv_radius
+
+
+tanh_cosine.defvjp(_tanh_cosine_forward, _tanh_cosine_backward)
 
 acceleration.register_accelerator("jax", ACCELERATOR)

@@ -61,3 +61,55 @@ def test_jax_plugin_is_the_jax_backends_accelerator():
         assert acceleration.layer_path(True) == acceleration.REFERENCE
     finally:
         acceleration.set_acceleration(True)
+
+
+def test_tanh_cosine_vjp_matches_autodiff_of_the_formula():
+    """The hand-written VJP of f = dot·tanh(‖x‖·a)·v against JAX autodiff of the same expression."""
+    import jax
+    from jax import numpy as jnp
+
+    from sphere_tf.backends import jax as jax_plugin
+
+    rng = np.random.default_rng(2)
+    dot = jnp.asarray(rng.normal(size=(2, 3, 4, 5)), jnp.float32)
+    x_norm = jnp.asarray(np.abs(rng.normal(size=(2, 3, 4, 1))) + 0.1, jnp.float32)
+    factor = 1.3 / x_norm
+    inv_radius = jnp.asarray(np.abs(rng.normal(size=(5,))) + 0.2, jnp.float32)
+    weights = jnp.asarray(rng.normal(size=(2, 3, 4, 5)), jnp.float32)
+
+    def loss(fn):
+        return lambda *args: jnp.sum(jnp.sin(fn(*args)) * weights)
+
+    formula = lambda d, n, v, a: d * (jnp.tanh(n * a) * v)  # noqa: E731
+    args = (dot, x_norm, factor, inv_radius)
+    got = jax.grad(loss(jax_plugin.tanh_cosine), argnums=(0, 1, 2, 3))(*args)
+    expected = jax.grad(loss(formula), argnums=(0, 1, 2, 3))(*args)
+    np.testing.assert_allclose(np.asarray(jax_plugin.tanh_cosine(*args)), np.asarray(formula(*args)), rtol=1e-6)
+    for name, g, e in zip(("dot", "x_norm", "factor", "inv_radius"), got, expected):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 1.7])
+def test_tanh_cosine_layer_on_the_plugin_matches_the_reference(alpha):
+    from sphere_tf.layers import DecoupledConv2D
+
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(2, 6, 6, 3)).astype(np.float32)
+    upstream = rng.normal(size=(2, 6, 6, 4)).astype(np.float32)
+    results = []
+    for accelerated in (True, False):
+        layer = DecoupledConv2D(4, 3, padding="same", magnitude="tanh", angular="cosine", alpha=alpha,
+                                learnable_rho=True)
+        layer(x)
+        layer.set_weights([np.linspace(-1.0, 1.0, int(np.prod(w.shape)), dtype=np.float32).reshape(w.shape)
+                           if w.trainable else np.asarray(w) for w in layer.weights])
+        acceleration.set_acceleration(accelerated)
+        try:
+            value, x_grads, var_grads = testing.gradients(
+                lambda t: (layer(t, training=True) * upstream).sum(), [x], layer.trainable_variables,
+                state=layer.non_trainable_variables)
+        finally:
+            acceleration.set_acceleration(True)
+        results.append([value] + x_grads + var_grads)
+    for got, expected in zip(*results):
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5 * max(1.0, float(np.max(np.abs(expected)))))
