@@ -218,8 +218,8 @@ class StepCheckpoint(keras.callbacks.Callback):
         self._saved_step = self.step
         if self._chief and self._epoch is not None:
             batches, means = self._epoch_means(self._batch_logs)
-            _write_json_atomically(os.path.join(self.directory, PARTIAL_FILE),
-                                   {"step": self._saved_step, "epoch": self._epoch, "batches": batches, "means": means})
+            json_files.write_json(os.path.join(self.directory, PARTIAL_FILE),
+                                  {"step": self._saved_step, "epoch": self._epoch, "batches": batches, "means": means})
         if not self._chief:
             distribute.remove_worker_directory(self.directory, self._strategy)
             return os.path.join(self.directory, os.path.basename(prefix))
