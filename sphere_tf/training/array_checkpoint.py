@@ -11,8 +11,9 @@ Each save is atomic as `tf.train.CheckpointManager`'s: the archive is written
 to a temporary file, flushed to disk and renamed, and only then does the index
 (itself replaced by a rename) name it. A `kill -9` at any point leaves the
 previous index, whose archives all exist, in charge; a half-written temporary
-file is ignored and removed by the next save. The oldest archives beyond
-`max_to_keep` are deleted after the index stops naming them.
+file or an archive no index names is ignored and removed by the next save. The
+oldest archives beyond `max_to_keep` are deleted after the index stops naming
+them.
 
 The module does not import TensorFlow.
 """
@@ -106,14 +107,14 @@ class ArrayCheckpoints:
         index = read_index(self.directory) or {"format": FORMAT, "checkpoints": []}
         kept = [entry for entry in index["checkpoints"] if int(entry["step"]) != int(step)]
         kept.append({"step": int(step), "file": os.path.basename(path)})
-        dropped, kept = kept[:-self.max_to_keep], kept[-self.max_to_keep:]
+        kept = kept[-self.max_to_keep:]
         json_files.write_json(os.path.join(self.directory, INDEX_FILE),
                               {"format": FORMAT, "backend": keras.backend.backend(), "checkpoints": kept})
-        # Only now that the index no longer names them: older archives and leftovers of killed saves.
-        for entry in dropped:
-            _remove(os.path.join(self.directory, entry["file"]))
+        # Only now that the index no longer names them: older archives, and what killed saves left (a
+        # temporary file, or an archive renamed before its index was written).
+        named = {entry["file"] for entry in kept}
         for name in os.listdir(self.directory):
-            if name.startswith(_PREFIX) and name.endswith(_SUFFIX + _TEMPORARY):
+            if name.startswith(_PREFIX) and name not in named:
                 _remove(os.path.join(self.directory, name))
         return path
 
