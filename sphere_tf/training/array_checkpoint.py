@@ -122,21 +122,41 @@ class ArrayCheckpoints:
         """Assigns the values of the archive `path` to the variables.
 
         Raises:
-            ValueError: the archive does not hold exactly these names with these
-                shapes (another model or optimizer wrote it); nothing is assigned.
+            ValueError: the archive does not hold these names (or, under other
+                default names, as many variables in each group) with these shapes
+                (another model or optimizer wrote it); nothing is assigned.
         """
         values = read(path)
-        missing = sorted(set(self.variables) - set(values))
-        unexpected = sorted(set(values) - set(self.variables))
-        if missing or unexpected:
-            raise ValueError(f"missing {missing[:5]}{' ...' if len(missing) > 5 else ''}, unexpected "
-                             f"{unexpected[:5]}{' ...' if len(unexpected) > 5 else ''}")
+        if set(values) != set(self.variables):
+            values = self._by_position(values)
         for name, variable in self.variables.items():
             if tuple(values[name].shape) != tuple(variable.shape):
                 raise ValueError(f"{name!r} has shape {values[name].shape} in the checkpoint, "
                                  f"{tuple(variable.shape)} here")
         for name, variable in self.variables.items():
             variable.assign(values[name].astype(keras.backend.standardize_dtype(variable.dtype)))
+
+
+    def _by_position(self, values):
+        """`values` renamed to this checkpoint's names, group by group in order (`model_variables/...`).
+
+        Keras numbers the default names of layers and optimizers per process (`adam`, then `adam_1`), so
+        a run resumed in a process that made other objects first saves the same variables under other
+        paths; like `tf.train.Checkpoint`'s lists, the variables of a group are then matched by position.
+        """
+        def groups(names):
+            grouped = {}
+            for name in names:
+                grouped.setdefault(name.split("/", 1)[0] if "/" in name else name, []).append(name)
+            return grouped
+
+        saved, own = groups(values), groups(self.variables)
+        if {g: len(n) for g, n in saved.items()} != {g: len(n) for g, n in own.items()}:
+            missing = sorted(set(self.variables) - set(values))
+            unexpected = sorted(set(values) - set(self.variables))
+            raise ValueError(f"missing {missing[:5]}{' ...' if len(missing) > 5 else ''}, unexpected "
+                             f"{unexpected[:5]}{' ...' if len(unexpected) > 5 else ''}")
+        return {mine: values[theirs] for group in own for mine, theirs in zip(own[group], saved[group])}
 
 
 def _remove(path):
