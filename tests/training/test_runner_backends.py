@@ -15,14 +15,14 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from test_checkpoint import CHILD  # noqa: F401  (the killed child; idx_dir is a fixture)
-from test_checkpoint import idx_dir  # noqa: F401
-from test_checkpoint import tiny_config
 
 import sphere_tf  # noqa: F401  (registers the layers for load_model)
 from sphere_tf.data import archive_writers
 from sphere_tf.export import serving
 from sphere_tf.training import array_checkpoint
+from tests.training._resume import CHILD
+from tests.training._resume import idx_dir  # noqa: F401  (a fixture)
+from tests.training._resume import tiny_config
 
 pytestmark = pytest.mark.tensorflow_only
 
