@@ -1,7 +1,13 @@
 r"""Trains an image classifier from a config file; exports a SavedModel.
 
   python -m trainers.train_classifier --config configs/dcnet/fashion_mnist_tanh_cosine.py \
-      --workdir runs/fashion_mnist [--strategy mirrored] [--config.data.manual_dir=DIR]
+      --workdir runs/fashion_mnist [--strategy mirrored] [--backend jax] [--config.data.manual_dir=DIR]
+
+`--backend` picks the Keras backend (tensorflow, jax, torch; default: `KERAS_BACKEND`,
+else Keras's own default, TensorFlow). The data pipeline (tf.data) and the TF
+Serving export need TensorFlow installed on every backend; on JAX and PyTorch the
+run trains on one process (`--strategy` auto or one_device) and the export
+reloads `checkpoints/model.keras` under TensorFlow in a child process.
 
 `--config.<section>.<key>=VALUE` sets any key of the runner's schema
 (docs/runner.md), whether the config file holds it or not (`--config.model.relu=False`,
@@ -19,7 +25,9 @@ are not printed; `--verbosity=0` brings them back. On a terminal Keras shows its
 progress bar; otherwise (a CI log, `> file`) one line per epoch.
 """
 
+import importlib.util
 import json
+import os
 import sys
 
 from trainers import _config_flags
@@ -44,14 +52,46 @@ _CPU_ALLOCATOR = flags.DEFINE_enum(
 )
 _STRATEGY = flags.DEFINE_enum(
     "strategy", None, ["auto", "one_device", "mirrored", "multi_worker", "tpu"],
-    "tf.distribute strategy; overrides `config.strategy` (multi_worker reads TF_CONFIG).",
+    "tf.distribute strategy; overrides `config.strategy` (multi_worker reads TF_CONFIG). Other backends than "
+    "TensorFlow: auto or one_device.",
+)
+BACKENDS = ("tensorflow", "jax", "torch")
+_BACKEND = flags.DEFINE_enum(
+    "backend", None, list(BACKENDS),
+    "Keras backend of the run; default: the KERAS_BACKEND environment variable, else Keras's default (tensorflow).",
 )
 flags.mark_flags_as_required(["config", "workdir"])
+
+
+def select_backend(name):
+    """Sets `KERAS_BACKEND` to `name` (None: keep the environment's) before Keras is imported; checks that
+    TensorFlow, which the data pipeline and the export need on every backend, is installed.
+
+    Raises:
+        ValueError: Keras is already imported with another backend, or TensorFlow is missing (the message names
+            the backend and what to install).
+    """
+    if name is not None:
+        keras_module = sys.modules.get("keras")
+        if keras_module is not None and keras_module.backend.backend() != name:
+            raise ValueError(f"--backend={name}: Keras is already imported with backend "
+                             f"{keras_module.backend.backend()!r}; the backend must be chosen before Keras loads.")
+        os.environ["KERAS_BACKEND"] = name
+    backend = os.environ.get("KERAS_BACKEND") or "the default (tensorflow)"
+    if importlib.util.find_spec("tensorflow") is None:
+        raise ValueError(
+            f"trainers.train_classifier reads its data with tf.data and exports for TF Serving, so it needs "
+            f"TensorFlow installed beside the Keras backend ({backend}): pip install tensorflow (or "
+            "pip install -e '.[tensorflow]'). The model trains on the chosen backend either way.")
 
 
 def main(argv, overrides=()):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    try:
+        select_backend(_BACKEND.value)  # before anything below imports Keras
+    except ValueError as error:
+        _config_flags.exit_with(error)
     from sphere_tf.data import errors as data_errors  # noqa: PLC0415
     from sphere_tf.training import checkpoint  # noqa: PLC0415
     from sphere_tf.training import classifier  # noqa: PLC0415

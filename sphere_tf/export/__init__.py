@@ -1,4 +1,20 @@
-"""Export helpers: TensorFlow Serving folders (`export_model`), ONNX/TFLite files, plain SavedModels, OPT and BN folding."""
+"""Export helpers: TensorFlow Serving folders (`export_model`), ONNX/TFLite files, plain SavedModels, OPT and BN folding.
+
+Every export writes TensorFlow graphs, so this package needs TensorFlow installed, whatever the Keras backend
+(a model trained on JAX or PyTorch exports from its `.keras` file: `export_model_file`).
+"""
+
+import importlib.util
+
+import keras
+
+if importlib.util.find_spec("tensorflow") is None:
+    raise ImportError(
+        f"sphere_tf.export writes TensorFlow SavedModels and needs TensorFlow, which is not installed (Keras backend "
+        f"{keras.backend.backend()!r}). Install it beside your backend: pip install tensorflow (or "
+        "pip install -e '.[tensorflow]'); the model's .keras file then exports from any backend "
+        "(sphere_tf.export.export_model_file)."
+    )
 
 from sphere_tf.export.fold import FoldedBatchNormalization
 from sphere_tf.export.fold import fold_batch_norm
@@ -10,6 +26,7 @@ from sphere_tf.export.formats import export_onnx
 from sphere_tf.export.formats import export_tflite
 from sphere_tf.export.formats import format_path
 from sphere_tf.export.formats import tflite_ops
+from sphere_tf.export.reload import export_model_file
 from sphere_tf.export.saved_model import export_saved_model
 from sphere_tf.export.serving import DEFAULT_WARMUP_BATCH_SIZES
 from sphere_tf.export.serving import EMBEDDINGS_SIGNATURE

@@ -704,13 +704,21 @@ def export_model(
         `ExportResult`.
 
     Raises:
-        ValueError: a bad argument (naming it): unbuilt, subclassed or
+        ValueError: a Keras backend other than TensorFlow (use `export_model_file`), or a bad
+            argument (naming it): unbuilt, subclassed or
             multi-input model, `export_base` that is a file, bad name, dtype,
             normalisation or verification inputs.
         FileExistsError: `version` exists already.
         ExportError: the verification failed (the temporary folder is removed);
             `formats.FormatError` for a format's conversion or verification.
     """
+    if keras.backend.backend() != "tensorflow":
+        raise ValueError(
+            f"export_model traces the model into a TensorFlow graph and needs the TensorFlow backend; this model "
+            f"runs on Keras backend {keras.backend.backend()!r}. Save it (`model.save('model.keras')`) and call "
+            "sphere_tf.export.export_model_file('model.keras', export_base, ...), which exports it under "
+            "TensorFlow in a child process."
+        )
     model_name = _check_model_name(model_name)
     export_base = _check_export_base(export_base)
     validation.one_of(input_dtype, "input_dtype", INPUT_DTYPES)

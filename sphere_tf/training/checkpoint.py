@@ -40,6 +40,12 @@ worker restores from the chief's checkpoints (`training.distribute`). Callbacks
 whose state must survive a resume (e.g. `callbacks.SOPTEpisodes`) expose it
 through a `checkpoint_state()` method; `fit_resumable` saves it with the rest.
 
+On the JAX and PyTorch backends the same state is written by
+`training.array_checkpoint` (NumPy archives keyed by name, a JSON index, the
+same atomicity); TensorFlow keeps `tf.train.Checkpoint`, so its existing
+checkpoints still resume. A directory holds one format: a run on another
+backend than the one that wrote it is refused, naming both.
+
 `check_workdir_config` / `record_config` refuse a workdir written by a
 different config, naming the keys that differ.
 """
@@ -54,6 +60,7 @@ from absl import logging
 
 from sphere_tf import json_files
 from sphere_tf import validation
+from sphere_tf.training import array_checkpoint
 from sphere_tf.training import distribute
 
 DEFAULT_EVERY_STEPS = 100
@@ -78,7 +85,7 @@ def _build_optimizer(model):
     if not model.built:
         raise ValueError(f"Model {model.name!r} is not built; build it (or call it on a batch) before checkpointing.")
     if not optimizer.built:
-        with model.distribute_strategy.scope():  # slots are distributed like the variables they follow
+        with distribute.model_strategy(model).scope():  # slots are distributed like the variables they follow
             optimizer.build(model.trainable_variables)
     return optimizer
 
@@ -92,6 +99,10 @@ class StepCheckpoint(keras.callbacks.Callback):
     (`optimizer.variables`: `iterations` and all slots), plus the global step
     counted by this callback, plus any `extra` trackables (objects holding
     `tf.Variable`s, e.g. a callback's counters kept as variables).
+
+    On TensorFlow the state is written with `tf.train.CheckpointManager`; on
+    the other Keras backends with `array_checkpoint.ArrayCheckpoints` (every
+    entry must then be a variable).
 
     Put it last in `fit`'s callbacks, so that a save holds what the other
     callbacks changed at that batch. Call `restore()` (after `set_model`)
@@ -136,11 +147,20 @@ class StepCheckpoint(keras.callbacks.Callback):
             return  # `fit` sets the model again: keep the restored step
         super().set_model(model)
         optimizer = _build_optimizer(model)
-        self._strategy = model.distribute_strategy
+        self._strategy = distribute.model_strategy(model)
         self._chief = distribute.is_chief(self._strategy)
-        self._step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-        with model.distribute_strategy.scope():  # state a regularizer creates here lives where the model's does
+        with self._strategy.scope():  # state a regularizer creates here lives where the model's does
             regularizers = regularizer_states(model)
+        if keras.backend.backend() != "tensorflow":
+            # int32: JAX without x64 holds int64 as int32 (and warns); 2^31 steps are out of reach.
+            self._step = keras.Variable(0, dtype="int32", trainable=False, name="global_step")
+            self._manager = array_checkpoint.ArrayCheckpoints(
+                {**_named("model_variables", model.variables), **_named("optimizer_variables", optimizer.variables),
+                 "step": self._step, **regularizers, **self.extra},
+                self.directory, self.max_to_keep)
+            self._history = self._read_history()
+            return
+        self._step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         checkpoint = tf.train.Checkpoint(
             model_variables=list(model.variables),  # Keras 3 variables are trackable on TensorFlow
             optimizer_variables=list(optimizer.variables),
@@ -164,15 +184,19 @@ class StepCheckpoint(keras.callbacks.Callback):
     def step(self):
         """int, the global step: optimizer steps taken over all runs of this directory."""
         self._require_model()
-        return int(self._step.numpy())
+        return int(keras.ops.convert_to_numpy(self._step))
 
     @property
     def latest_checkpoint(self):
         """str or None, the prefix of the newest complete checkpoint in `directory` (the chief's)."""
         self._require_model()
-        if self._chief:
+        if self._chief or self._arrays:
             return self._manager.latest_checkpoint
         return tf.train.latest_checkpoint(self.directory) if os.path.isdir(self.directory) else None
+
+    @property
+    def _arrays(self):
+        return isinstance(self._manager, array_checkpoint.ArrayCheckpoints)
 
     @property
     def history(self):
@@ -190,13 +214,17 @@ class StepCheckpoint(keras.callbacks.Callback):
                 optimizer's variables (another architecture or optimizer wrote it).
         """
         self._require_model()
+        _check_format(self.directory, keras.backend.backend())
         latest = self.latest_checkpoint
         if latest is None:
             self._step.assign(0)
             self._saved_step = None
             return 0
         try:
-            self._manager.checkpoint.restore(latest).assert_consumed()
+            if self._arrays:
+                self._manager.restore(latest)
+            else:
+                self._manager.checkpoint.restore(latest).assert_consumed()
         except (AssertionError, ValueError) as error:
             raise ValueError(
                 f"The checkpoint {latest} does not match this model and optimizer "
@@ -214,12 +242,16 @@ class StepCheckpoint(keras.callbacks.Callback):
     def save(self):
         """Writes a checkpoint at the current step now; returns its prefix."""
         self._require_model()
-        prefix = self._manager.save(checkpoint_number=self._step)
+        if self._arrays:
+            self.model  # noqa: B018  (on JAX, reading the property copies the training state into the variables)
+            prefix = self._manager.save(self.step)
+        else:
+            prefix = self._manager.save(checkpoint_number=self._step)
         self._saved_step = self.step
         if self._chief and self._epoch is not None:
             batches, means = self._epoch_means(self._batch_logs)
-            _write_json_atomically(os.path.join(self.directory, PARTIAL_FILE),
-                                   {"step": self._saved_step, "epoch": self._epoch, "batches": batches, "means": means})
+            json_files.write_json(os.path.join(self.directory, PARTIAL_FILE),
+                                  {"step": self._saved_step, "epoch": self._epoch, "batches": batches, "means": means})
         if not self._chief:
             distribute.remove_worker_directory(self.directory, self._strategy)
             return os.path.join(self.directory, os.path.basename(prefix))
@@ -307,6 +339,33 @@ def _is_number(value):
     except (TypeError, ValueError):
         return False
     return True
+
+
+def _named(group, variables):
+    """`{"<group>/<variable path>": variable}`; a path met again gets `#<n>` (a model may reuse a name)."""
+    named = {}
+    for variable in variables:
+        key = f"{group}/{variable.path}"
+        count = 1
+        while key in named:
+            key, count = f"{group}/{variable.path}#{count}", count + 1
+        named[key] = variable
+    return named
+
+
+def _check_format(directory, backend):
+    """Refuses a checkpoint directory written in the other format (TensorFlow's or the array one)."""
+    arrays = array_checkpoint.latest(directory)
+    tensorflow = tf.train.latest_checkpoint(directory) if os.path.isdir(directory) else None
+    if backend == "tensorflow" and arrays is not None and tensorflow is None:
+        index = array_checkpoint.read_index(directory)
+        raise ValueError(
+            f"{directory} holds array checkpoints written on the {index.get('backend')!r} Keras backend; this run is "
+            "on 'tensorflow'. Resume it with that backend (KERAS_BACKEND / --backend), or use a new workdir.")
+    if backend != "tensorflow" and tensorflow is not None and arrays is None:
+        raise ValueError(
+            f"{directory} holds tf.train checkpoints written on the 'tensorflow' Keras backend; this run is on "
+            f"{backend!r}. Resume it with KERAS_BACKEND=tensorflow (--backend=tensorflow), or use a new workdir.")
 
 
 def _checkpoint_step(prefix):
@@ -493,6 +552,9 @@ def regularizer_states(model):
 
 def latest_step(directory):
     """int, the global step of the newest checkpoint in `directory` (0 when there is none)."""
+    arrays = array_checkpoint.latest(directory)
+    if arrays is not None:
+        return arrays[0]
     latest = tf.train.latest_checkpoint(directory) if os.path.isdir(directory) else None
     return 0 if latest is None else _checkpoint_step(latest)
 

@@ -383,6 +383,17 @@ def _recompute_batch_statistics(model, evaluation_cfg, batches, steps, batches_p
     return f"precise ({used} batches)"
 
 
+def _export(model, model_path, export_base, config, info):
+    """Writes the TF Serving folder `export/<model name>/<version>/` (the pipeline's normalisation in the graph);
+    returns its path. On a backend other than TensorFlow the saved `model_path` (the final weights: saved at the
+    last epoch's end, or after precise BN) is exported under TensorFlow in a child process."""
+    kwargs = {"model_name": config["model"]["name"] or "model", "normalization": config["data"]["normalization"],
+              "channel_mean": info.get("channel_mean")}
+    if keras.backend.backend() == "tensorflow":
+        return export_lib.export_model(model, export_base, **kwargs).path
+    return export_lib.export_model_file(model_path, export_base, **kwargs).path
+
+
 def summary_lines(config, info, results, seconds, workdir):
     """The one-screen summary printed at the end of a run."""
     model_cfg = config["model"]
@@ -399,14 +410,16 @@ def summary_lines(config, info, results, seconds, workdir):
         f"steps       {results['steps']} ({results['epochs']} epochs of {results['steps_per_epoch']})",
         f"test        accuracy {results['test_accuracy']:.2f}%  error {results['test_error']:.2f}%  "
         f"loss {results['test_loss']:.4f}",
-        f"time        {seconds:.0f} s; workdir {workdir}",
+        f"time        {seconds:.0f} s on Keras backend {results.get('backend', keras.backend.backend())}; "
+        f"workdir {workdir}",
         "=" * 64,
     ]
 
 
 @config_errors
 def make_run_strategy(config):
-    """The `tf.distribute` strategy of `config['strategy']` (checked first).
+    """The `tf.distribute` strategy of `config['strategy']` (checked first); on the JAX and PyTorch backends a
+    `distribute.LocalStrategy` for 'auto' / 'one_device', and a `ConfigError` naming the backend otherwise.
 
     Create it before anything else in the program touches TensorFlow:
     `MultiWorkerMirroredStrategy` configures collective ops, which TensorFlow
@@ -541,11 +554,8 @@ def train_and_evaluate(config, workdir, strategy=None):
 
         export_dir = None
         if config["export"] and chief:
-            # TF Serving layout export/<model name>/<version>/, the pipeline's normalisation in the graph.
-            export_dir = export_lib.export_model(
-                model, os.path.join(workdir, "export"), model_name=config["model"]["name"] or "model",
-                normalization=data_cfg["normalization"], channel_mean=info.get("channel_mean"),
-            ).path
+            export_dir = _export(model, os.path.join(local_dir, "checkpoints", "model.keras"),
+                                 os.path.join(workdir, "export"), config, info)
             print(f"SavedModel exported to {export_dir}")
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
@@ -560,6 +570,7 @@ def train_and_evaluate(config, workdir, strategy=None):
         "bn_statistics": bn_statistics,
         "history": fitted["history"],
         "export_dir": export_dir,
+        "backend": keras.backend.backend(),
     }
     if chief:
         json_files.write_json(results_path, results)

@@ -30,18 +30,26 @@ the real directory; the others write to a temporary folder they delete after
 each save, the pattern of TensorFlow's "Multi-worker training with Keras"
 tutorial. `checkpoint_directory` gives that folder; every worker restores from
 the chief's directory.
+
+**Other Keras backends.** `tf.distribute` replicates TensorFlow programs only.
+On JAX and PyTorch `make_strategy` answers ``"auto"`` and ``"one_device"`` with
+a `LocalStrategy` (one process, Keras's own device placement: the first GPU or
+TPU JAX / PyTorch see, else the CPU) and refuses the replicating strategies,
+naming the backend.
 """
 
 import contextlib
 import json
 import os
 
+import keras
 import tensorflow as tf
-from keras.src.backend.tensorflow import trainer as keras_tf_trainer
 
 from sphere_tf import validation
 
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
+# What a run on a backend other than TensorFlow can use (`LocalStrategy`).
+LOCAL_STRATEGIES = ("auto", "one_device")
 TF_CONFIG = "TF_CONFIG"
 WORKER_TEMP_PREFIX = "workertemp_"
 
@@ -126,6 +134,48 @@ def parse_tf_config(value=None):
     return value
 
 
+class LocalStrategy:
+    """The "strategy" of a run on one process without `tf.distribute` (the JAX and PyTorch backends).
+
+    It has what the runner asks of a strategy: `scope()` (nothing to enter:
+    Keras places variables on the backend's default device), one replica, and
+    no cluster (so this process is the chief and writes every file).
+
+    Args:
+        backend: str, the Keras backend the run trains on (for messages).
+    """
+
+    num_replicas_in_sync = 1
+    cluster_resolver = None
+
+    def __init__(self, backend=None):
+        self.backend = backend or keras.backend.backend()
+
+    def scope(self):
+        return contextlib.nullcontext()
+
+    def __repr__(self):
+        return f"LocalStrategy(backend={self.backend!r})"
+
+
+def _local_strategy(name):
+    backend = keras.backend.backend()
+    if name not in LOCAL_STRATEGIES:
+        raise ValueError(
+            f"strategy={name!r} is a tf.distribute strategy and needs the TensorFlow backend; this run's Keras "
+            f"backend is {backend!r}. Use strategy='auto' or 'one_device' (one process) on {backend!r}, or run with "
+            "KERAS_BACKEND=tensorflow (trainers: --backend=tensorflow) to replicate."
+        )
+    return LocalStrategy(backend)
+
+
+def model_strategy(model):
+    """The strategy `model` was built under: its `distribute_strategy` on TensorFlow, else a `LocalStrategy`."""
+    if keras.backend.backend() != "tensorflow":
+        return LocalStrategy()
+    return model.distribute_strategy
+
+
 def _local_devices():
     gpus = tf.config.list_logical_devices("GPU")
     return [d.name for d in gpus] if gpus else [d.name for d in tf.config.list_logical_devices("CPU")]
@@ -140,13 +190,17 @@ def make_strategy(name="auto", tpu=None):
             (a TPU VM); None reads ``TPU_NAME``.
 
     Returns:
-        `tf.distribute.Strategy`.
+        `tf.distribute.Strategy`; on another Keras backend a `LocalStrategy`
+        (``"auto"`` and ``"one_device"`` only).
 
     Raises:
-        ValueError: unknown name, or ``TF_CONFIG`` missing or malformed.
+        ValueError: unknown name, ``TF_CONFIG`` missing or malformed, or a
+            replicating strategy on a backend other than TensorFlow.
         RuntimeError: no TPU could be reached.
     """
     validation.one_of(name, "name", STRATEGIES)
+    if keras.backend.backend() != "tensorflow":
+        return _local_strategy(name)
     if name == "auto":
         gpus = tf.config.list_logical_devices("GPU")
         if len(gpus) > 1:
@@ -174,6 +228,13 @@ def make_strategy(name="auto", tpu=None):
     return tf.distribute.TPUStrategy(resolver)
 
 
+def _current(strategy):
+    """`strategy`, or the one in scope (TensorFlow) / a `LocalStrategy` (other backends) when None."""
+    if strategy is not None:
+        return strategy
+    return tf.distribute.get_strategy() if keras.backend.backend() == "tensorflow" else LocalStrategy()
+
+
 def _task(strategy):
     """(task_type, task_id) of this process under `strategy` (None, None without a cluster)."""
     resolver = getattr(strategy, "cluster_resolver", None)
@@ -187,8 +248,7 @@ def is_chief(strategy=None):
 
     The chief is the ``chief`` task, or worker 0 of a cluster without one.
     """
-    strategy = strategy or tf.distribute.get_strategy()
-    task_type, task_id = _task(strategy)
+    task_type, task_id = _task(_current(strategy))
     if task_type is None:
         return True
     if task_type == "chief":
@@ -203,7 +263,7 @@ def checkpoint_directory(directory, strategy=None):
     A non-chief worker writes to ``<directory>/workertemp_<task type>_<task id>`` and deletes
     it after each save (`remove_worker_directory`).
     """
-    strategy = strategy or tf.distribute.get_strategy()
+    strategy = _current(strategy)
     if is_chief(strategy):
         return directory
     task_type, task_id = _task(strategy)
@@ -219,8 +279,7 @@ def remove_worker_directory(directory, strategy=None):
 
 def in_multi_worker_mode(strategy=None):
     """bool, whether `strategy` (default: the current one) spans several worker processes."""
-    strategy = strategy or tf.distribute.get_strategy()
-    return _task(strategy)[0] is not None
+    return _task(_current(strategy))[0] is not None
 
 
 def barrier(strategy=None):
@@ -263,10 +322,12 @@ def distributed_fit(model):
     Args:
         model: the `keras.Model` about to `fit`.
     """
-    strategy = model.distribute_strategy
-    if getattr(model, "_distribute_strategy", None) is None:
+    if getattr(model, "_distribute_strategy", None) is None:  # also every backend but TensorFlow
         yield model
         return
+    from keras.src.backend.tensorflow import trainer as keras_tf_trainer  # noqa: PLC0415 (TensorFlow only)
+
+    strategy = model.distribute_strategy
 
     def build(iterator=None, data_batch=None):
         if iterator is not None:
