@@ -6,10 +6,11 @@ import os
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
+from keras import ops
 
 from sphere_tf import layers
 from sphere_tf import models
+from sphere_tf import testing
 from sphere_tf.layers import walk
 
 # Conv slots per model, counted from the papers' tables: (3×3/5×5/7×7 convs, 1×1 shortcut convs).
@@ -64,7 +65,7 @@ def test_forward_shape_and_conv_count(name):
     model, shape = _tiny(name)
     out = model(_images(shape), training=False)
     assert tuple(out.shape) == (2, 5)
-    assert np.isfinite(np.asarray(out)).all()
+    assert np.isfinite(ops.convert_to_numpy(out)).all()
     assert len(_convs(model)) == sum(CONV_SLOTS[name])
 
 
@@ -113,7 +114,7 @@ def test_a_seeded_opt_model_gives_same_shape_layers_different_fixed_kernels():
     """One seed in the operator spec: reproducible models, but no two layers share V (OPT, Liu et al. 2021)."""
     def fixed_kernels():
         model, _ = _tiny("opt_cnn6", operator={"layer": "opt", "seed": 0})
-        return {c.name: keras.ops.convert_to_numpy(c.fixed_kernel) for c in _convs(model)}
+        return {c.name: ops.convert_to_numpy(c.fixed_kernel) for c in _convs(model)}
 
     first, again = fixed_kernels(), fixed_kernels()
     for name in first:
@@ -133,16 +134,20 @@ def _finite_gradient_step(model, shape, labels_input=False):
     inputs = models.pack_inputs(x, y) if labels_input else x
     before = [v.numpy().copy() for v in model.trainable_variables]
     optimizer = keras.optimizers.SGD(0.1)
-    with tf.GradientTape() as tape:
+
+    def loss_fn():
         logits = model(inputs, training=True)
-        loss = tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True))
-        loss += sum(model.losses) if model.losses else 0.0
-    grads = tape.gradient(loss, model.trainable_variables)
+        loss = ops.mean(keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True))
+        return loss + sum(model.losses) if model.losses else loss
+
+    loss, _, grads = testing.gradients(loss_fn, [], model.trainable_variables, state=model.non_trainable_variables)
     assert np.isfinite(float(loss))
     for var, grad in zip(model.trainable_variables, grads):
-        assert grad is not None, var.path
-        assert np.isfinite(np.asarray(grad)).all(), var.path
-    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        assert np.isfinite(grad).all(), var.path
+    # Every variable takes part (`testing.gradients` gives an unconnected one zeros, so test for them).
+    assert all(np.any(grad != 0.0) for grad in grads), [v.path for v, g in zip(model.trainable_variables, grads)
+                                                        if not np.any(g != 0.0)]
+    optimizer.apply_gradients(zip([ops.convert_to_tensor(g) for g in grads], model.trainable_variables))
     changed = [not np.array_equal(b, v.numpy()) for b, v in zip(before, model.trainable_variables)]
     assert sum(changed) > len(changed) // 2
 
@@ -272,11 +277,12 @@ def test_margin_head_takes_labels_as_second_input(tmp_path):
     # At inference the labels are ignored: plain logits, the same for any labels.
     a = model(models.pack_inputs(x, y), training=False)
     b = model(models.pack_inputs(x, np.zeros(3, np.int32)), training=False)
+    a, b = ops.convert_to_numpy(a), ops.convert_to_numpy(b)
     np.testing.assert_allclose(a, b)
     path = str(tmp_path / "margin.keras")
     model.save(path)
     restored = keras.models.load_model(path)
-    np.testing.assert_allclose(restored(models.pack_inputs(x, y)), a, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ops.convert_to_numpy(restored(models.pack_inputs(x, y))), a, rtol=1e-5, atol=1e-5)
     assert int(restored.get_layer("logits").iteration.numpy()) == 1
 
 
@@ -300,7 +306,8 @@ def test_keras_file_round_trip(tmp_path, name, operator):
     path = str(tmp_path / f"{name}.keras")
     model.save(path)
     restored = keras.models.load_model(path)
-    np.testing.assert_allclose(restored(x, training=False), model(x, training=False), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(ops.convert_to_numpy(restored(x, training=False)),
+                               ops.convert_to_numpy(model(x, training=False)), rtol=1e-5, atol=1e-5)
     assert [type(c) for c in _convs(restored)] == [type(c) for c in _convs(model)]
 
 
@@ -358,7 +365,7 @@ def test_zero_pad_shortcut_matches_numpy_and_has_no_parameters():
     inputs = keras.Input((6, 6, 3))
     out = keras.Model(inputs, models.resnet.zero_pad_shortcut(inputs, 5, 2, name="s"))(x)
     expected = np.concatenate([x[:, ::2, ::2, :], np.zeros((2, 3, 3, 2), np.float32)], axis=-1)
-    np.testing.assert_array_equal(np.asarray(out), expected)
+    np.testing.assert_array_equal(ops.convert_to_numpy(out), expected)
     projection = models.create_model("resnet32", widths=(16, 32, 64), num_classes=10)
     option_a = models.create_model("resnet32", widths=(16, 32, 64), num_classes=10, shortcut="zero_pad")
     assert len(_convs(option_a)) == 31
@@ -377,8 +384,8 @@ def test_strided_projection_shortcut_is_the_1x1_conv_of_the_subsampled_input():
     conv = model.get_layer("stage2_block1_shortcut")
     probe = keras.Model(model.input, [subsample.input, conv.output])
     x = _images((32, 32, 3), n=2, seed=3)
-    block_input, shortcut = (keras.ops.convert_to_numpy(t) for t in probe(x))
-    kernel = keras.ops.convert_to_numpy(conv.kernel)[0, 0]  # (c_in, c_out)
+    block_input, shortcut = (ops.convert_to_numpy(t) for t in probe(x))
+    kernel = ops.convert_to_numpy(conv.kernel)[0, 0]  # (c_in, c_out)
     expected = np.zeros(shortcut.shape)
     for n in range(block_input.shape[0]):
         for i in range(shortcut.shape[1]):
