@@ -9,25 +9,14 @@ steps and resume exactly (`training.checkpoint`); `make_strategy` builds the
 `tf.distribute` strategy a run trains under (`training.distribute`); `EpochLogger` /
 `fit_verbosity` print one line per epoch where no terminal shows a progress bar
 (`training.progress`). The config-driven loop lives in `training.classifier`.
+
+The training paradigms (`model`, `pretrain`) need Keras alone and load with the package; the run machinery
+(checkpoints, strategies, progress output, the allocator) loads on first use, since parts of it need TensorFlow.
 """
 
-from sphere_tf.training.checkpoint import ConfigMismatchError
-from sphere_tf.training.checkpoint import StepCheckpoint
-from sphere_tf.training.checkpoint import callback_states
-from sphere_tf.training.checkpoint import check_workdir_config
-from sphere_tf.training.checkpoint import fit_resumable
-from sphere_tf.training.checkpoint import latest_step
-from sphere_tf.training.checkpoint import positioned_stream
-from sphere_tf.training.checkpoint import record_config
-from sphere_tf.training.checkpoint import regularizer_states
-from sphere_tf.training.distribute import STRATEGIES
-from sphere_tf.training.distribute import checkpoint_directory
-from sphere_tf.training.distribute import configure_logical_cpus
-from sphere_tf.training.distribute import in_multi_worker_mode
-from sphere_tf.training.distribute import is_chief
-from sphere_tf.training.distribute import make_strategy
-from sphere_tf.training.distribute import distributed_fit
-from sphere_tf.training.distribute import parse_tf_config
+
+import importlib
+
 from sphere_tf.training.model import SphereModel
 from sphere_tf.training.model import SphereSequential
 from sphere_tf.training.model import SphereTrainingMixin
@@ -37,9 +26,40 @@ from sphere_tf.training.model import wrap
 from sphere_tf.training.pretrain import TransferReport
 from sphere_tf.training.pretrain import initialize_from_pretrained
 from sphere_tf.training.pretrain import parameterised_layers
-from sphere_tf.training.progress import EpochLogger
-from sphere_tf.training.progress import fit_verbosity
-from sphere_tf.training.progress import resolve_fit_verbosity
-from sphere_tf.training.runtime import bfc_cpu_allocator_active
-from sphere_tf.training.runtime import cpu_memory_info
-from sphere_tf.training.runtime import use_bfc_cpu_allocator
+
+# name -> the module that defines it (imported on first access).
+_LAZY = {
+    "ConfigMismatchError": "sphere_tf.training.checkpoint",
+    "StepCheckpoint": "sphere_tf.training.checkpoint",
+    "callback_states": "sphere_tf.training.checkpoint",
+    "check_workdir_config": "sphere_tf.training.checkpoint",
+    "fit_resumable": "sphere_tf.training.checkpoint",
+    "latest_step": "sphere_tf.training.checkpoint",
+    "positioned_stream": "sphere_tf.training.checkpoint",
+    "record_config": "sphere_tf.training.checkpoint",
+    "regularizer_states": "sphere_tf.training.checkpoint",
+    "STRATEGIES": "sphere_tf.training.distribute",
+    "checkpoint_directory": "sphere_tf.training.distribute",
+    "configure_logical_cpus": "sphere_tf.training.distribute",
+    "in_multi_worker_mode": "sphere_tf.training.distribute",
+    "is_chief": "sphere_tf.training.distribute",
+    "make_strategy": "sphere_tf.training.distribute",
+    "distributed_fit": "sphere_tf.training.distribute",
+    "parse_tf_config": "sphere_tf.training.distribute",
+    "EpochLogger": "sphere_tf.training.progress",
+    "fit_verbosity": "sphere_tf.training.progress",
+    "resolve_fit_verbosity": "sphere_tf.training.progress",
+    "bfc_cpu_allocator_active": "sphere_tf.training.runtime",
+    "cpu_memory_info": "sphere_tf.training.runtime",
+    "use_bfc_cpu_allocator": "sphere_tf.training.runtime",
+}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'sphere_tf.training' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_LAZY))
