@@ -159,8 +159,9 @@ class MarginHead(keras.layers.Layer):
     (see `sphere_tf.ops.margin`). Weight normalisation is exact (autodiff through
     W/‖W‖ every call).
 
-    Annealing: the step counter t is a non-trainable int64 variable `iteration`
-    (saved in checkpoints and `.keras` files); each call with `training=True` and
+    Annealing: the step counter t is a non-trainable integer variable `iteration`
+    (Keras's "int", as for optimizer iterations: int64 on TensorFlow and PyTorch,
+    int32 on JAX without x64; saved in checkpoints and `.keras` files); each call with `training=True` and
     labels advances it by one *before* computing λ, as upstream does.
 
     Note: the logits are computed and returned in float32 under every dtype
@@ -334,7 +335,7 @@ class MarginHead(keras.layers.Layer):
         else:
             self.bias = None
         self.iteration = self.add_weight(
-            name="iteration", shape=(), dtype="int64", initializer="zeros", trainable=False
+            name="iteration", shape=(), dtype="int", initializer="zeros", trainable=False
         )
         self.input_spec = keras.layers.InputSpec(ndim=2, axes={-1: feature_dim})
 
