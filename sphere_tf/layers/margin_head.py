@@ -39,6 +39,7 @@ from sphere_tf import validation
 from sphere_tf.ops import angles
 from sphere_tf.ops import margin as margin_lib
 from sphere_tf.ops import runtime_checks
+from sphere_tf.regularizers import random_state
 
 DEFAULT_MARGINS = {
     "lsoftmax": 4,  # thesis Table 2.2 / MNIST prototxt (CIFAR prototxts use 2)
@@ -159,8 +160,9 @@ class MarginHead(keras.layers.Layer):
     (see `sphere_tf.ops.margin`). Weight normalisation is exact (autodiff through
     W/‖W‖ every call).
 
-    Annealing: the step counter t is a non-trainable int64 variable `iteration`
-    (saved in checkpoints and `.keras` files); each call with `training=True` and
+    Annealing: the step counter t is a non-trainable integer variable `iteration`
+    (Keras's "int", as for optimizer iterations: int64 on TensorFlow and PyTorch,
+    int32 on JAX without x64; saved in checkpoints and `.keras` files); each call with `training=True` and
     labels advances it by one *before* computing λ, as upstream does.
 
     Note: the logits are computed and returned in float32 under every dtype
@@ -223,7 +225,12 @@ class MarginHead(keras.layers.Layer):
             `model.fit` on TensorFlow); on JAX a compiled step fails with the
             same message. Under TensorFlow's XLA (`jit_compile=True`) run-time
             asserts compile to nothing; there the logits of such a sample are
-            NaN instead (so the loss is NaN rather than silently wrong).
+            NaN instead, and the head counts the bad labels in a variable
+            (`invalid_label_count()`) that `sphere_tf.callbacks.LabelRangeCheck`
+            reads after each step, raising this `ValueError` naming the range.
+            `SphereModel.fit` adds that callback itself; with a plain
+            `keras.Model` and `jit_compile=True` pass
+            `callbacks=[sphere_tf.callbacks.LabelRangeCheck()]`.
 
     Reference:
         W. Liu, Deep Representation Learning on Hypersphere, PhD thesis 2020,
@@ -334,7 +341,20 @@ class MarginHead(keras.layers.Layer):
         else:
             self.bias = None
         self.iteration = self.add_weight(
-            name="iteration", shape=(), dtype="int64", initializer="zeros", trainable=False
+            name="iteration", shape=(), dtype="int", initializer="zeros", trainable=False
+        )
+        # Out-of-range labels seen by training calls, read outside the step by
+        # `sphere_tf.callbacks.LabelRangeCheck` (XLA compiles in-step asserts to
+        # nothing). Layer state like a dropout seed, not a weight: `.keras` files keep
+        # their layout; JAX's train step carries it. Summed over replicas, as a
+        # Keras metric's count.
+        self._invalid_labels = random_state.LayerState(
+            # An initializer, not a value: a build inside Keras's stateless scope (a subclassed
+            # model built by JAX's first step) may only create lazily initialized variables.
+            keras.Variable(
+                keras.initializers.Zeros(), shape=(), dtype="float32", trainable=False, aggregation="sum",
+                name="invalid_labels",
+            )
         )
         self.input_spec = keras.layers.InputSpec(ndim=2, axes={-1: feature_dim})
 
@@ -374,6 +394,20 @@ class MarginHead(keras.layers.Layer):
             epsilon=self.epsilon,
         )
 
+    def invalid_label_count(self):
+        """int, how many training labels outside [0, num_classes) this head has seen (0 before build)."""
+        state = getattr(self, "_invalid_labels", None)
+        return 0 if state is None else int(ops.convert_to_numpy(state.state.value))
+
+    def label_range_error(self, count):
+        """The `ValueError` `sphere_tf.callbacks.LabelRangeCheck` raises for `count` bad labels."""
+        return ValueError(
+            f"MarginHead {self.name!r}: every label must be a class id in [0, {self.num_classes}) "
+            f"(num_classes={self.num_classes}); {count} training label(s) outside that range reached a "
+            "training step. Under XLA (`jit_compile=True`) the in-step check is compiled away and those "
+            "samples' logits and loss are NaN."
+        )
+
     # -- Keras API --------------------------------------------------------------------
 
     def call(self, inputs, labels=None, training=None):
@@ -383,6 +417,7 @@ class MarginHead(keras.layers.Layer):
         if labels is None or not training:
             return self._logits(inputs, None, 0.0)
         labels, valid = _checked_labels(labels, self.num_classes)
+        self._invalid_labels.state.assign_add(ops.sum(ops.cast(ops.logical_not(valid), "float32")))
         step = self.iteration + 1
         self.iteration.assign(step)
         if self.label_penalty is not None:

@@ -117,8 +117,8 @@ def draw_projections(reg, key, d, step, draws=None):
     Column c·k + r is row r of P_c. A pure function of `reg.seed`, `key` and the
     block ``step // reg.resample_every``.
     """
-    block = ops.cast(step, "int64") // reg.resample_every
-    seed = ops.stack([ops.cast(random_state.stable_key(key) ^ reg.seed, "int64"), block])
+    block = ops.cast(step, "int") // reg.resample_every
+    seed = ops.stack([ops.cast(random_state.stable_key(key) ^ reg.seed, "int"), block])
     return standard_normal((d, reg.num_projections * reg.projection_dim), seed, draws)
 
 

@@ -138,7 +138,7 @@ class MHE(keras.regularizers.Regularizer):
             variable = self._kernels.resolve(x, "MHE")
             step = self._counter.step_for(variable)
             key = random_state.variable_key(variable) or f"dim{w2d.shape[0]}x{n}"
-            seed = ops.stack([ops.cast(random_state.stable_key(key) ^ self.seed, "int64"), ops.cast(step, "int64")])
+            seed = ops.stack([ops.cast(random_state.stable_key(key) ^ self.seed, "int"), ops.cast(step, "int")])
             scores = self._draws.uniform((n,), seed)
             subset = ops.argsort(scores)[: self.num_samples]
             w2d = ops.take(w2d, subset, axis=1)

@@ -12,7 +12,8 @@ leader comes by. Every other variable of the same round reads the incremented
 value, so layers sharing one regularizer instance see the same step (this is what
 makes projections shared across layers of equal dimension).
 
-State lives in a `keras.Variable` (int64, non-trainable, aggregation
+State lives in a `keras.Variable` (Keras's "int": int64 on TensorFlow and
+PyTorch, int32 on JAX without x64; non-trainable, aggregation
 'only_first_replica' so the update is well defined under tf.distribute; build the
 model inside `strategy.scope()`). The value is also written to the regularizer's
 config, so a model saved to `.keras` resumes the random stream where it stopped.
@@ -67,7 +68,7 @@ class StepCounter:
         # Created with the regularizer (eagerly), never inside a traced step.
         self._variable = keras.Variable(
             self._initial_step,
-            dtype="int64",
+            dtype="int",
             trainable=False,
             aggregation="only_first_replica",
             name="regularizer_step",

@@ -287,6 +287,26 @@ class SphereTrainingMixin:
 
     # -- training ---------------------------------------------------------------------
 
+    def fit(self, *args, callbacks=None, **kwargs):
+        """`keras.Model.fit`, with the model's regularizer state tracked and margin-head labels checked.
+
+        `sphere_tf.regularizers.track_state` (so JAX's train step carries the
+        MHE/CoMHE counters and projections) and, for a model with a `MarginHead`,
+        a `sphere_tf.callbacks.LabelRangeCheck` unless one is given (so an
+        out-of-range label fails clearly under `jit_compile=True` too).
+        """
+        from sphere_tf import regularizers  # noqa: PLC0415  (imports the layers, which import this module's users)
+        from sphere_tf.callbacks import label_range  # noqa: PLC0415
+
+        if self.built:
+            regularizers.track_state(self)
+        callbacks = list(callbacks or [])
+        if label_range.has_margin_head(self) and not any(
+            isinstance(c, label_range.LabelRangeCheck) for c in callbacks
+        ):
+            callbacks.append(label_range.LabelRangeCheck())
+        return super().fit(*args, callbacks=callbacks, **kwargs)
+
     def train_step(self, *args, **kwargs):
         """Keras's `train_step` of the current backend, with the DCNet hooks around the update.
 

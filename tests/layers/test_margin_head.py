@@ -11,13 +11,13 @@ import warnings
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from sphere_tf import testing
 from sphere_tf.layers import MarginHead
 from sphere_tf.ops import margin as margin_lib
-from sphere_tf.backends.tensorflow import xla_context
 from sphere_tf.regularizers import DataDependentMHE
+
+from tests.gradient_helpers import value_and_grads
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -78,7 +78,8 @@ def test_basic_shapes_weights_and_config(rng, loss_type):
     assert out.shape == (8, 5) and out.dtype == "float32"
     assert tuple(head.kernel.shape) == (4, 5)
     assert len(head.trainable_weights) == 1 and len(head.non_trainable_weights) == 1
-    assert head.iteration.dtype == "int64" and int(head.iteration.numpy()) == 1
+    # Keras's backend integer (int64 on TensorFlow; JAX without x64 has no int64).
+    assert head.iteration.dtype == keras.backend.standardize_dtype("int") and int(head.iteration.numpy()) == 1
     testing.assert_config_roundtrip(head)
     with_bias = MarginHead(5, loss_type=loss_type, use_bias=True)
     with_bias(x)
@@ -265,15 +266,20 @@ def test_sphereface_plus_data_dependent_mhe_plugs_in(rng):
 
 
 def _loss_and_grads(head, x, y):
-    x = tf.convert_to_tensor(x)
-    with tf.GradientTape() as tape:
-        tape.watch(x)
-        logits = head(x, labels=y, training=True)
-        loss = tf.reduce_mean(
-            keras.losses.sparse_categorical_crossentropy(y, tf.cast(logits, "float32"), from_logits=True)
-        )
-    grads = tape.gradient(loss, [x] + head.trainable_weights)
-    return loss.numpy(), [tf.cast(g, "float32").numpy() for g in grads], logits.numpy()
+    """Loss, its gradients w.r.t. `x` and the head's weights, and the logits (one stateless call each)."""
+    non_trainable = [v.value for v in head.non_trainable_variables]
+
+    def logits_of(features, *weights):
+        return head.stateless_call(list(weights), non_trainable, features, labels=y, training=True)[0]
+
+    def loss_fn(features, *weights):
+        logits = keras.ops.cast(logits_of(features, *weights), "float32")
+        return keras.ops.mean(keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True))
+
+    weights = [v.value for v in head.trainable_variables]
+    loss, grads = value_and_grads(loss_fn, x, *weights)
+    logits = keras.ops.convert_to_numpy(logits_of(x, *weights))
+    return loss, [g.astype(np.float32) for g in grads], logits
 
 
 @pytest.mark.parametrize("loss_type", ALL_TYPES)
@@ -287,7 +293,7 @@ def test_finite_loss_and_gradients_at_degenerate_features(loss_type, policy):
     base = np.array([[1.0, 0.0], [-1.0, 0.0], [0.0, 0.0], [1e-30, 0.0], [0.0, 1.0], [0.0, -1.0]])
     compute_dtype = {"float32": "float32", "mixed_float16": "float16", "mixed_bfloat16": "bfloat16"}[policy]
     for norm in (1.0, 1e-3, 6e4 if compute_dtype == "float16" else 1e15):
-        x = tf.cast((base * norm).astype(np.float32), compute_dtype)  # what the previous layer emits
+        x = keras.ops.cast((base * norm).astype(np.float32), compute_dtype)  # what the previous layer emits
         loss, grads, logits = _loss_and_grads(head, x, y)
         assert np.isfinite(loss), (norm, loss)
         assert logits.dtype == np.float32 and np.all(np.isfinite(logits)), (norm, logits)
@@ -362,12 +368,20 @@ def test_save_load_resumes_annealing_step(rng, tmp_path):
     assert int(new_head.iteration.numpy()) == 8
     params = margin_lib.ANNEALING_PRESETS["mnist"]
     assert float(new_head.current_lambda()) == pytest.approx(np_lambda(8, **params), rel=1e-5)
-    # tf.train.Checkpoint keeps it too.
-    ckpt = tf.train.Checkpoint(head=new_head)
+
+
+@pytest.mark.tensorflow_only
+def test_tf_checkpoint_keeps_annealing_step(tmp_path):
+    import tensorflow as tf  # noqa: PLC0415  (tf.train.Checkpoint)
+
+    head = MarginHead(3, loss_type="lsoftmax", margin=2, annealing="mnist")
+    head.build((None, 6))
+    head.iteration.assign(8)
+    ckpt = tf.train.Checkpoint(head=head)
     saved = ckpt.save(os.path.join(tmp_path, "ckpt"))
-    new_head.iteration.assign(0)
+    head.iteration.assign(0)
     ckpt.restore(saved)
-    assert int(new_head.iteration.numpy()) == 8
+    assert int(head.iteration.numpy()) == 8
 
 
 def _documented_block(marker):
@@ -432,6 +446,7 @@ def _load_in_fresh_process(mode, model_path, tmp_path):
     return result, out_path
 
 
+@pytest.mark.tensorflow_only  # the SavedModel export half
 def test_keras_file_loads_in_a_fresh_process_after_import_sphere_tf(rng, tmp_path):
     """README "Saving and loading": `import sphere_tf` before `load_model` (without it Keras cannot find the
     class); the exported SavedModel serves without sphere_tf."""
@@ -479,7 +494,10 @@ def test_label_smoothing_loss_with_fit(rng):
     assert train_model.evaluate([x, y], y, verbose=0) == pytest.approx(np.mean(expected), rel=1e-4)
 
 
+@pytest.mark.tensorflow_only
 def test_export_has_features_only_serving_signature(rng, tmp_path):
+    import tensorflow as tf  # noqa: PLC0415  (SavedModel signatures)
+
     x, y = _toy_data(rng)
     head = MarginHead(3, loss_type="asoftmax", annealing="sphereface")
     train_model, inference_model = _two_input_model(head)
@@ -506,16 +524,19 @@ def test_mixed_precision_fit_is_finite_and_logits_are_float32_maths(rng):
     # float16 features in, float32 maths: equal to the float64 reference on the same (rounded) features.
     features = rng.normal(size=(8, 3)).astype(np.float16) * 40
     w = keras.ops.convert_to_numpy(head.kernel)
-    got = keras.ops.convert_to_numpy(head(tf.constant(features), labels=y[:8], training=True))
+    got = keras.ops.convert_to_numpy(head(keras.ops.convert_to_tensor(features), labels=y[:8], training=True))
     expected = np_asoftmax_logits(features.astype(np.float64), w, y[:8], 4)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.tensorflow_only
 def test_jit_compiled_matches_eager(rng):
+    import tensorflow as tf  # noqa: PLC0415  (tf.function(jit_compile=True))
+
     x, y = _toy_data(rng, n=16)
     head = MarginHead(3, loss_type="lsoftmax", margin=3, annealing="mnist")
     head.build((None, 6))
-    eager = head(x, labels=y, training=True).numpy()
+    eager = keras.ops.convert_to_numpy(head(x, labels=y, training=True))
     head.iteration.assign(0)
     compiled = tf.function(lambda a, b: head(a, labels=b, training=True), jit_compile=True)(x, y).numpy()
     np.testing.assert_allclose(compiled, eager, rtol=1e-5, atol=1e-5)
@@ -564,12 +585,22 @@ def test_labels_must_be_integer_ids_of_shape_batch(rng, symbolic):
 
 
 @pytest.mark.parametrize("bad", (-1, 3, 7))
-def test_out_of_range_label_names_the_range_eagerly_and_in_tf_function(rng, bad):
+def test_out_of_range_label_names_the_range_eagerly(rng, bad):
     head = MarginHead(3, loss_type="cosface")
     x = _features(rng, 4, 4)
     y = np.array([0, 1, bad, 2], np.int32)
     with pytest.raises(ValueError, match=rf"class id in \[0, 3\).*out of range \[{bad}\]"):
         head(x, labels=y, training=True)
+
+
+@pytest.mark.tensorflow_only
+@pytest.mark.parametrize("bad", (-1, 3, 7))
+def test_out_of_range_label_names_the_range_in_tf_function(rng, bad):
+    import tensorflow as tf  # noqa: PLC0415  (tf.function, InvalidArgumentError)
+
+    head = MarginHead(3, loss_type="cosface")
+    x = _features(rng, 4, 4)
+    y = np.array([0, 1, bad, 2], np.int32)
     step = tf.function(lambda a, b: head(a, labels=b, training=True))
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"class id in \[0, 3\)"):
         step(x, y)
@@ -577,8 +608,11 @@ def test_out_of_range_label_names_the_range_eagerly_and_in_tf_function(rng, bad)
     assert np.all(np.isfinite(step(x, np.array([0, 1, 2, 2], np.int32)).numpy()))
 
 
+@pytest.mark.tensorflow_only
 def test_out_of_range_label_under_xla_gives_nan_logits_for_that_sample(rng):
     """XLA compiles Assert away; the sample's logits are NaN (not a clamped gather), the others are exact."""
+    import tensorflow as tf  # noqa: PLC0415  (tf.function(jit_compile=True))
+
     head = MarginHead(3, loss_type="asoftmax", margin=4)
     x = _features(rng, 4, 4)
     step = tf.function(lambda a, b: head(a, labels=b, training=True), jit_compile=True)
@@ -602,7 +636,7 @@ def test_output_spec_is_float32_under_mixed_policies(rng, loss_type, policy):
     assert head(features).dtype == "float32"  # symbolic, inference path
     compute_dtype = keras.mixed_precision.global_policy().compute_dtype
     assert head.compute_output_spec(keras.KerasTensor((None, 4), dtype=compute_dtype)).dtype == "float32"
-    x = tf.cast(_features(rng, 6, 4), compute_dtype)
+    x = keras.ops.cast(_features(rng, 6, 4), compute_dtype)
     y = rng.integers(0, 3, size=6)
     assert head(x, labels=y, training=True).dtype == "float32"  # eager, margin logits
     assert head(x).dtype == "float32"
@@ -613,6 +647,19 @@ def test_output_spec_is_float32_under_mixed_policies(rng, loss_type, policy):
 
 # ---------------------------------------------------------------------------------------
 # Keras's own layer harness.
+
+
+def _compiled_by_xla(x):
+    """Whether this call is being traced for XLA: TensorFlow's XLA context; on JAX every trace is XLA's."""
+    if keras.backend.backend() == "tensorflow":
+        from sphere_tf.backends.tensorflow import xla_context  # noqa: PLC0415  (the TensorFlow plug-in)
+
+        return xla_context.in_xla_context()
+    if keras.backend.backend() == "jax":
+        import jax  # noqa: PLC0415
+
+        return isinstance(x, jax.core.Tracer)
+    return False
 
 
 @keras.saving.register_keras_serializable(package="sphere_tf_tests")
@@ -637,7 +684,7 @@ class PairInputMarginHead(MarginHead):
 
     def call(self, inputs, training=None):
         features, labels = inputs
-        PairInputMarginHead.traces.append((bool(training), xla_context.in_xla_context()))
+        PairInputMarginHead.traces.append((bool(training), _compiled_by_xla(features)))
         return super().call(features, labels=labels, training=training)
 
     def compute_output_spec(self, inputs, training=None):
@@ -665,7 +712,7 @@ def test_keras_run_layer_test_with_labels_as_call_kwargs(rng, keras_harness, los
     the plain-logit path here (the next test trains the margin path).
     """
     x = _features(rng, 8, 4)
-    y = tf.constant(rng.integers(0, 5, size=8), "int32")
+    y = keras.ops.convert_to_tensor(rng.integers(0, 5, size=8), "int32")
     kwargs = {"num_classes": 5, "loss_type": loss_type, **HARNESS_KWARGS[loss_type]}
     keras_harness.run_layer_test(
         MarginHead,
@@ -684,7 +731,7 @@ def test_keras_run_layer_test_with_labels_as_call_kwargs(rng, keras_harness, los
 def test_keras_run_layer_test_training_check_with_labels(rng, keras_harness, loss_type):
     """The harness's training check with the margin path (through `PairInputMarginHead`), graph and XLA."""
     x = _features(rng, 8, 4)
-    y = tf.constant(rng.integers(0, 5, size=8), "int32")
+    y = keras.ops.convert_to_tensor(rng.integers(0, 5, size=8), "int32")
     kwargs = {"num_classes": 5, "loss_type": loss_type, **HARNESS_KWARGS[loss_type]}
     PairInputMarginHead.traces.clear()
     keras_harness.run_layer_test(
@@ -695,5 +742,7 @@ def test_keras_run_layer_test_training_check_with_labels(rng, keras_harness, los
         expected_output_dtype="float32",
         expected_num_non_trainable_weights=1,
     )
-    # The harness's fit traced the margin path (labels, training=True), inside XLA in the 'xla' case.
-    assert (True, keras_harness.xla) in PairInputMarginHead.traces, PairInputMarginHead.traces
+    # The harness's fit traced the margin path (labels, training=True), inside XLA in the 'xla' case
+    # (JAX compiles every step with XLA).
+    xla = keras_harness.xla or keras.backend.backend() == "jax"
+    assert (True, xla) in PairInputMarginHead.traces, PairInputMarginHead.traces

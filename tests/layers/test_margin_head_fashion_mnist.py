@@ -10,10 +10,13 @@ import os
 
 import keras
 import numpy as np
+import pytest
 
 from sphere_tf import metrics
 from sphere_tf.data import fashion_mnist
 from sphere_tf.layers import MarginHead
+
+pytestmark = pytest.mark.tensorflow_only  # sphere_tf.data reads the archive through TensorFlow
 
 SEED = int(os.environ.get("SPHERE_TF_E2E_SEED", "0"))
 # Short-run annealing (the retired experiments/margin_fashion_mnist.py): λ = 100·(1 + 0.05 t)^−2, λ ≈ 0.25 after 378 steps.
