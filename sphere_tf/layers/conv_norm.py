@@ -230,11 +230,16 @@ class ConvNorm2D(keras.layers.Layer):
             self.affine_bias = self.add_weight(
                 name="affine_bias", shape=(self.filters,), initializer=self.affine_bias_initializer
             )
+        # float32 statistics, never autocast: under a mixed policy Keras would read them in the compute
+        # dtype on JAX and PyTorch (float16 V̂, a step count that stops at 2048), and the inference
+        # `ops.cond` between running and current V̂ needs float32 on both branches.
         self.running_v = self.add_weight(
-            name="running_v", shape=running_shape, initializer="zeros", trainable=False, dtype="float32"
+            name="running_v", shape=running_shape, initializer="zeros", trainable=False, dtype="float32",
+            autocast=False,
         )
         self.num_batches_tracked = self.add_weight(
-            name="num_batches_tracked", shape=(), initializer="zeros", trainable=False, dtype="float32"
+            name="num_batches_tracked", shape=(), initializer="zeros", trainable=False, dtype="float32",
+            autocast=False,
         )
         if self.bn is not None:
             self.bn.build(self.compute_output_shape(input_shape))
