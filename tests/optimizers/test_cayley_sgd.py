@@ -100,10 +100,11 @@ def test_descends_procrustes_objective():
 
     def loss_fn():
         # Scaled so that steps stay in the typical regime (α‖W‖_F well below the cap).
-        return ops.sum(ops.square(ops.matmul(var, a) - b)) / 500.0
+        # stop_gradient: PyTorch would otherwise record autograd history of the trainable variable.
+        return ops.sum(ops.square(ops.matmul(ops.stop_gradient(var), a) - b)) / 500.0
 
     def grad(_):  # closed form: ∂/∂X ‖XA − B‖² / 500 = 2 (XA − B) Aᵀ / 500
-        return 2.0 * ops.matmul(ops.matmul(var, a) - b, a.T) / 500.0
+        return 2.0 * ops.matmul(ops.matmul(ops.stop_gradient(var), a) - b, a.T) / 500.0
 
     start = float(loss_fn())
     _run_steps(opt, var, grad, 1000)
