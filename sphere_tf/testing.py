@@ -14,6 +14,8 @@ independent references only:
   reference for every hand-written or custom gradient;
 * `value_and_grad`: value and gradient of a `keras.ops` function on the current
   Keras backend, to test custom gradients on TensorFlow, JAX and PyTorch alike.
+* `numpy_cayley_sgd_step`: one Cayley-SGD step (Li, Li & Todorovic, ICLR 2020,
+  Algorithm 2) in float64 NumPy, the reference of the OPT optimizer.
 
 Example:
 
@@ -340,6 +342,40 @@ def numpy_full_correlation(x, kernel):
         for v in range(kw):
             y += np.einsum("nhwi,io->nhwo", xp[:, u : u + hf, v : v + wf, :], np.asarray(kernel[u, v], np.float64))
     return y
+
+
+
+def numpy_cayley_sgd_step(x, momentum_buffer, grad, lr, momentum=0.9, iters=2):
+    """One Cayley SGD step with momentum on an orthogonal `x`, float64 NumPy.
+
+    Li, Li & Todorovic, "Efficient Riemannian optimization on the Stiefel manifold via the
+    Cayley transform" (ICLR 2020), Algorithm 2, with the descent direction and constants
+    of the OPT authors' code (wy1iu/OPT, `opt_ogd`):
+
+    ```
+    M ← μM − G;   Ŵ = M Xᵀ − ½ X (Xᵀ M Xᵀ);   W = Ŵ − Ŵᵀ;   M ← W X
+    α = min(lr, 1 / (‖W‖_F + 1e-8));   Y = X + α M;   `iters` times Y ← X + (α/2) W (X + Y)
+    ```
+
+    Args:
+        x, momentum_buffer, grad: arrays ``(n, n)``: X, M before the step, ∂L/∂X.
+        lr: float, the cap on α.
+        momentum: float, μ.
+        iters: int, fixed-point iterations of the Cayley transform.
+
+    Returns:
+        ``(new_x, new_momentum_buffer)``, float64.
+    """
+    x = np.asarray(x, np.float64)
+    m = momentum * np.asarray(momentum_buffer, np.float64) - np.asarray(grad, np.float64)
+    w_hat = m @ x.T - 0.5 * x @ (x.T @ m @ x.T)
+    w = w_hat - w_hat.T
+    m = w @ x
+    alpha = min(lr, 1.0 / (np.linalg.norm(w) + 1e-8))
+    y = x + alpha * m
+    for _ in range(iters):
+        y = x + alpha / 2 * w @ (x + y)
+    return y, m
 
 
 

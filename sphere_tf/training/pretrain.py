@@ -277,7 +277,7 @@ def _calibrate_norm_means(target, data, report):
         for v in layer.weights:
             if _short_name(v) in _NORM_MEAN_NAMES:
                 operator_vars[id(v)] = layer
-                v.assign(keras.ops.zeros_like(v))
+                v.assign(keras.ops.zeros(v.shape, v.dtype))  # not zeros_like: JAX cannot read a Variable's dtype
     for v in target.weights:
         if id(v) not in operator_vars:
             keep[id(v)] = (v, keras.ops.convert_to_numpy(v))
@@ -288,6 +288,6 @@ def _calibrate_norm_means(target, data, report):
         if hasattr(layer, "norm_mean_biased"):
             batch_mean = layer.norm_mean_biased / layer.norm_mean_weight
             layer.norm_mean_biased.assign(batch_mean)
-            layer.norm_mean_weight.assign(keras.ops.ones_like(layer.norm_mean_weight))
+            layer.norm_mean_weight.assign(keras.ops.ones(layer.norm_mean_weight.shape, layer.norm_mean_weight.dtype))
             value = np.round(keras.ops.convert_to_numpy(layer.norm_mean()).astype(np.float64), 6).tolist()
             report.add("calibrated", layer.name, None, "norm_mean", f"E{{‖x‖}} = {value}")

@@ -8,6 +8,7 @@ import os
 import keras
 import numpy as np
 import pytest
+from keras import ops
 
 from sphere_tf import callbacks
 from sphere_tf import layers as sphere_layers
@@ -55,7 +56,7 @@ def test_history_has_per_layer_and_total_energy():
     names = ["c1", "s1", "d1"]
     for name in names:
         assert len(history.history[f"energy/{name}"]) == 2
-    final = {name: np_hs_s1(model.get_layer(name).kernel.numpy()) for name in names}
+    final = {name: np_hs_s1(ops.convert_to_numpy(model.get_layer(name).kernel)) for name in names}
     for name in names:
         np.testing.assert_allclose(history.history[f"energy/{name}"][-1], final[name], rtol=2e-5)
     np.testing.assert_allclose(history.history["energy/total"][-1], sum(final.values()), rtol=2e-5)

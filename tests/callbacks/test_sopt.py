@@ -3,6 +3,7 @@
 import keras
 import numpy as np
 import pytest
+from keras import ops
 
 from sphere_tf.callbacks import SOPTEpisodes
 from sphere_tf.callbacks import sopt
@@ -43,22 +44,22 @@ def test_episodes_merge_resample_and_preserve_energy():
     model = _model()
     model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9), loss=LOSS, run_eagerly=True)
     conv, full = model.get_layer("sconv"), model.get_layer("full")
-    v0 = conv.fixed_kernel.numpy().copy()
-    idx0 = conv.stochastic_indices.numpy().copy()
-    full_v0 = full.fixed_kernel.numpy().copy()
+    v0 = ops.convert_to_numpy(conv.fixed_kernel).copy()
+    idx0 = ops.convert_to_numpy(conv.stochastic_indices).copy()
+    full_v0 = ops.convert_to_numpy(full.fixed_kernel).copy()
     callback = SOPTEpisodes(episode_length=2, seed=0)
     x, y = _data()
     model.fit(x, y, batch_size=8, epochs=2, verbose=0, callbacks=[callback])  # 6 steps -> 3 episodes
     assert callback.episodes_completed == 3
     assert callback.steps_in_episode == 0
     # Episodes ended right after the last step: R̃ = I and V holds the merged W.
-    np.testing.assert_array_equal(conv.rotation_param.numpy(), np.eye(6))
-    assert np.abs(conv.fixed_kernel.numpy() - v0).max() > 1e-4  # V changed only through merges
-    assert not np.array_equal(conv.stochastic_indices.numpy(), idx0)
-    assert np_energy(conv.fixed_kernel.numpy()) == pytest.approx(np_energy(v0), abs=1e-5)
+    np.testing.assert_array_equal(ops.convert_to_numpy(conv.rotation_param), np.eye(6))
+    assert np.abs(ops.convert_to_numpy(conv.fixed_kernel) - v0).max() > 1e-4  # V changed only through merges
+    assert not np.array_equal(ops.convert_to_numpy(conv.stochastic_indices), idx0)
+    assert np_energy(ops.convert_to_numpy(conv.fixed_kernel)) == pytest.approx(np_energy(v0), abs=1e-5)
     # Rows never sampled in any episode are untouched (the permuted-block transform is the identity there).
-    np.testing.assert_array_equal(full.fixed_kernel.numpy(), full_v0)
-    assert np.abs(full.rotation_param.numpy()).max() > 0  # the full-OPT layer is not reset
+    np.testing.assert_array_equal(ops.convert_to_numpy(full.fixed_kernel), full_v0)
+    assert np.abs(ops.convert_to_numpy(full.rotation_param)).max() > 0  # the full-OPT layer is not reset
 
 
 def test_new_episode_resets_only_rotation_and_its_slots():
@@ -67,23 +68,23 @@ def test_new_episode_resets_only_rotation_and_its_slots():
     x, y = _data()
     model.fit(x, y, batch_size=8, epochs=1, verbose=0)
     conv, bn = model.get_layer("sconv"), model.get_layer("bn")
-    bn_before = [w.numpy().copy() for w in bn.weights]
-    bias_before = conv.bias.numpy().copy()
-    w_before = conv.effective_kernel().numpy()
+    bn_before = [ops.convert_to_numpy(w).copy() for w in bn.weights]
+    bias_before = ops.convert_to_numpy(conv.bias).copy()
+    w_before = ops.convert_to_numpy(conv.effective_kernel())
     slots = {v.name: v for v in model.optimizer.variables}
     (rotation_slot,) = [v for name, v in slots.items() if name.endswith("sconv_rotation_momentum")]
     (other_slot,) = [v for name, v in slots.items() if name.endswith("bn_gamma_momentum")]
-    assert np.abs(rotation_slot.numpy()).max() > 0
-    other_before = other_slot.numpy().copy()
+    assert np.abs(ops.convert_to_numpy(rotation_slot)).max() > 0
+    other_before = ops.convert_to_numpy(other_slot).copy()
     callback = SOPTEpisodes(episode_length=100, seed=1)
     callback.set_model(model)
     callback.new_episode()
-    np.testing.assert_allclose(conv.effective_kernel().numpy(), w_before, atol=1e-6)  # merge keeps W
+    np.testing.assert_allclose(ops.convert_to_numpy(conv.effective_kernel()), w_before, atol=1e-6)  # merge keeps W
     for w, b in zip(bn.weights, bn_before):
-        np.testing.assert_array_equal(w.numpy(), b)  # upstream reset BN here; we do not
-    np.testing.assert_array_equal(conv.bias.numpy(), bias_before)
-    np.testing.assert_array_equal(rotation_slot.numpy(), 0.0)
-    np.testing.assert_array_equal(other_slot.numpy(), other_before)
+        np.testing.assert_array_equal(ops.convert_to_numpy(w), b)  # upstream reset BN here; we do not
+    np.testing.assert_array_equal(ops.convert_to_numpy(conv.bias), bias_before)
+    np.testing.assert_array_equal(ops.convert_to_numpy(rotation_slot), 0.0)
+    np.testing.assert_array_equal(ops.convert_to_numpy(other_slot), other_before)
 
 
 def test_reset_optimizer_slots_through_wrappers():
@@ -121,7 +122,7 @@ def test_merge_on_train_end():
     x, y = _data(8)
     model.fit(x, y, batch_size=8, epochs=1, verbose=0, callbacks=[SOPTEpisodes(10, merge_on_train_end=True)])
     conv = model.get_layer("sconv")
-    np.testing.assert_array_equal(conv.rotation_param.numpy(), np.eye(6))
+    np.testing.assert_array_equal(ops.convert_to_numpy(conv.rotation_param), np.eye(6))
 
 
 def _resumable_run(directory, epochs):
@@ -156,10 +157,10 @@ def test_episodes_continue_identically_after_resume(tmp_path):
     rng = np.random.default_rng([7, 1])
     expected = np.sort(rng.choice(conv_full._d, 6, replace=False))
     sfc_expected = np.sort(rng.choice(full.get_layer("sfc")._d, 3, replace=False))
-    np.testing.assert_array_equal(conv_full.stochastic_indices.numpy(), expected)
-    np.testing.assert_array_equal(full.get_layer("sfc").stochastic_indices.numpy(), sfc_expected)
+    np.testing.assert_array_equal(ops.convert_to_numpy(conv_full.stochastic_indices), expected)
+    np.testing.assert_array_equal(ops.convert_to_numpy(full.get_layer("sfc").stochastic_indices), sfc_expected)
     for a, b in zip(full.weights, resumed.weights):
-        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=0, atol=1e-6, err_msg=a.path)
+        np.testing.assert_allclose(ops.convert_to_numpy(b), ops.convert_to_numpy(a), rtol=0, atol=1e-6, err_msg=a.path)
 
 
 def test_checkpoint_state_is_keras_variables_and_restores_the_drawn_seed():

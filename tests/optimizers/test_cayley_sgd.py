@@ -3,8 +3,9 @@
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
+from keras import ops
 
+from sphere_tf import testing
 from sphere_tf.optimizers import CayleySGD
 from sphere_tf.optimizers import cayley_sgd
 
@@ -15,18 +16,9 @@ DRIFT_TOLERANCE_1000_STEPS = 1e-5
 
 def np_cayley_sgd(x, grads, lr, momentum=0.9, iters=2):
     """The upstream OGD optimizer (wy1iu/OPT opt_ogd), step by step, float64."""
-    x = np.asarray(x, np.float64)
-    m = np.zeros_like(x)
+    m = np.zeros_like(x, np.float64)
     for g in grads:
-        m = momentum * m - g
-        w_hat = m @ x.T - 0.5 * x @ (x.T @ m @ x.T)
-        w = w_hat - w_hat.T
-        m = w @ x
-        alpha = min(lr, 1.0 / (np.linalg.norm(w) + 1e-8))
-        y = x + alpha * m
-        for _ in range(iters):
-            y = x + alpha / 2 * w @ (x + y)
-        x = y
+        x, m = testing.numpy_cayley_sgd_step(x, m, g, lr, momentum, iters)
     return x
 
 
@@ -49,8 +41,8 @@ def test_matches_numpy_reference(lr, scale):
     var = keras.Variable(x0)
     opt = CayleySGD(lr)
     for g in grads:
-        opt.apply([tf.constant(g, tf.float32)], [var])
-    np.testing.assert_allclose(var.numpy(), np_cayley_sgd(x0, grads, lr), atol=1e-5)
+        opt.apply([ops.convert_to_tensor(g, "float32")], [var])
+    np.testing.assert_allclose(ops.convert_to_numpy(var), np_cayley_sgd(x0, grads, lr), atol=1e-5)
 
 
 def test_zero_gradient_leaves_x_unchanged():
@@ -58,43 +50,40 @@ def test_zero_gradient_leaves_x_unchanged():
     var = keras.Variable(x0)
     opt = CayleySGD()
     for _ in range(3):
-        opt.apply([tf.zeros((5, 5))], [var])
-    np.testing.assert_allclose(var.numpy(), x0, atol=1e-7)
+        opt.apply([ops.zeros((5, 5))], [var])
+    np.testing.assert_allclose(ops.convert_to_numpy(var), x0, atol=1e-7)
 
 
 def _run_steps(opt, var, grads_fn, steps):
-    @tf.function
-    def run():
-        for i in tf.range(steps):
-            opt.apply([grads_fn(i)], [var])
-
-    opt.build([var])
-    run()
+    """`steps` eager `opt.apply` calls, the same on every backend (no tf.function: this is backend-neutral)."""
+    for i in range(steps):
+        opt.apply([ops.convert_to_tensor(grads_fn(i), "float32")], [var])
 
 
 def test_stays_orthogonal_over_1000_steps():
     d = 16
     var = keras.Variable(np.eye(d, dtype="float32"))
-    g = tf.constant(np.random.default_rng(2).standard_normal((1000, d, d)).astype("float32") / d)
+    g = np.random.default_rng(2).standard_normal((1000, d, d)).astype("float32") / d
     _run_steps(CayleySGD(0.02), var, lambda i: g[i], 1000)
-    assert _orth_error(var.numpy()) < DRIFT_TOLERANCE_1000_STEPS
-    assert np.abs(var.numpy() - np.eye(d)).max() > 0.1  # it did move
+    assert _orth_error(ops.convert_to_numpy(var)) < DRIFT_TOLERANCE_1000_STEPS
+    assert np.abs(ops.convert_to_numpy(var) - np.eye(d)).max() > 0.1  # it did move
 
 
 def test_capped_steps_drift_and_reorthogonalization():
     """At the α cap (α‖W‖_F = 1) the two-iteration approximation drifts; re-orthogonalising bounds it."""
     d = 8
-    g = tf.constant(10 * np.random.default_rng(3).standard_normal((200, d, d)).astype("float32"))
+    g = 10 * np.random.default_rng(3).standard_normal((200, d, d)).astype("float32")
     drifting = keras.Variable(np.eye(d, dtype="float32"))
     _run_steps(CayleySGD(0.02), drifting, lambda i: g[i], 200)
     fixed = keras.Variable(np.eye(d, dtype="float32"))
-    _run_steps(CayleySGD(0.02, reorthogonalize_every=50), fixed, lambda i: g[i], 200)
+    # 100 steps (two re-orthogonalisations): eager JAX compiles the `ops.cond` of every step (~0.1 s each).
+    _run_steps(CayleySGD(0.02, reorthogonalize_every=50), fixed, lambda i: g[i], 100)
     exact = keras.Variable(np.eye(d, dtype="float32"))
     _run_steps(CayleySGD(0.02, fixed_point_iters=None), exact, lambda i: g[i], 200)
-    assert _orth_error(drifting.numpy()) > 1e-3  # the documented failure mode of 2 iterations
-    assert np.all(np.isfinite(drifting.numpy()))
-    assert _orth_error(fixed.numpy()) < 1e-5
-    assert _orth_error(exact.numpy()) < 1e-5
+    assert _orth_error(ops.convert_to_numpy(drifting)) > 1e-3  # the documented failure mode of 2 iterations
+    assert np.all(np.isfinite(ops.convert_to_numpy(drifting)))
+    assert _orth_error(ops.convert_to_numpy(fixed)) < 1e-5
+    assert _orth_error(ops.convert_to_numpy(exact)) < 1e-5
 
 
 def test_descends_procrustes_objective():
@@ -111,17 +100,16 @@ def test_descends_procrustes_objective():
 
     def loss_fn():
         # Scaled so that steps stay in the typical regime (α‖W‖_F well below the cap).
-        return tf.reduce_sum(tf.square(tf.matmul(var, a) - b)) / 500.0
+        # stop_gradient: PyTorch would otherwise record autograd history of the trainable variable.
+        return ops.sum(ops.square(ops.matmul(ops.stop_gradient(var), a) - b)) / 500.0
 
-    def grad(_):
-        with tf.GradientTape() as tape:
-            loss = loss_fn()
-        return tape.gradient(loss, var)
+    def grad(_):  # closed form: ∂/∂X ‖XA − B‖² / 500 = 2 (XA − B) Aᵀ / 500
+        return 2.0 * ops.matmul(ops.matmul(ops.stop_gradient(var), a) - b, a.T) / 500.0
 
     start = float(loss_fn())
     _run_steps(opt, var, grad, 1000)
     assert float(loss_fn()) < 0.01 * start
-    assert _orth_error(var.numpy()) < DRIFT_TOLERANCE_1000_STEPS
+    assert _orth_error(ops.convert_to_numpy(var)) < DRIFT_TOLERANCE_1000_STEPS
 
 
 def test_blocks_are_updated_independently():
@@ -130,18 +118,19 @@ def test_blocks_are_updated_independently():
     var = keras.Variable(x0)
     opt = CayleySGD(0.1)
     for g in grads:
-        opt.apply([tf.constant(g, tf.float32)], [var])
+        opt.apply([ops.convert_to_tensor(g, "float32")], [var])
     for k in range(2):
-        np.testing.assert_allclose(var.numpy()[k], np_cayley_sgd(x0[k], [g[k] for g in grads], 0.1), atol=1e-5)
+        expected = np_cayley_sgd(x0[k], [g[k] for g in grads], 0.1)
+        np.testing.assert_allclose(ops.convert_to_numpy(var)[k], expected, atol=1e-5)
 
 
 def test_pure_update_function_matches_reference():
     x0 = _random_orthogonal(4, 8)
     g = np.random.default_rng(9).standard_normal((4, 4))
     new_x, _ = cayley_sgd.cayley_sgd_update(
-        tf.constant(x0), tf.constant(g, tf.float32), tf.zeros((4, 4)), 0.02
+        ops.convert_to_tensor(x0), ops.convert_to_tensor(g, "float32"), ops.zeros((4, 4)), 0.02
     )
-    np.testing.assert_allclose(new_x.numpy(), np_cayley_sgd(x0, [g], 0.02), atol=1e-6)
+    np.testing.assert_allclose(ops.convert_to_numpy(new_x), np_cayley_sgd(x0, [g], 0.02), atol=1e-6)
 
 
 def test_config_roundtrip_and_bad_arguments():

@@ -3,24 +3,14 @@
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
+from keras import ops
 
+from sphere_tf import testing
 from sphere_tf.layers import opt as opt_lib
 from sphere_tf.optimizers import CayleySGD
 from sphere_tf.optimizers import OPTOptimizer
 from sphere_tf.optimizers import is_rotation_variable
 
-
-def np_cayley_sgd_step(x, g, lr, momentum=0.9):
-    """One upstream OGD step from zero momentum (wy1iu/OPT opt_ogd), float64."""
-    x, m = np.asarray(x, np.float64), -np.asarray(g, np.float64)
-    w_hat = m @ x.T - 0.5 * x @ (x.T @ m @ x.T)
-    w = w_hat - w_hat.T
-    alpha = min(lr, 1.0 / (np.linalg.norm(w) + 1e-8))
-    y = x + alpha * (w @ x)
-    for _ in range(2):
-        y = x + alpha / 2 * w @ (x + y)
-    return y
 
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
@@ -46,17 +36,15 @@ def test_routes_rotation_to_cayley_and_rest_to_sgd():
     assert is_rotation_variable(opt_layer.rotation_param)
     assert not any(is_rotation_variable(v) for v in head.trainable_variables)
     x, y = _data()
-    with tf.GradientTape() as tape:
-        loss = LOSS(y, model(x, training=True))
-    grads = tape.gradient(loss, model.trainable_variables)
-    before = [v.numpy().copy() for v in model.trainable_variables]
+    _, _, grads = testing.gradients(lambda: LOSS(y, model(x, training=True)), [], model.trainable_variables)
+    before = [ops.convert_to_numpy(v).copy() for v in model.trainable_variables]
     optimizer = OPTOptimizer(keras.optimizers.SGD(0.1), CayleySGD(0.02))
-    optimizer.apply(grads, model.trainable_variables)
+    optimizer.apply([ops.convert_to_tensor(g) for g in grads], model.trainable_variables)
     for v, g, b in zip(model.trainable_variables, grads, before):
         if is_rotation_variable(v):
-            np.testing.assert_allclose(v.numpy(), np_cayley_sgd_step(b, g.numpy(), 0.02), atol=1e-6)
+            np.testing.assert_allclose(ops.convert_to_numpy(v), testing.numpy_cayley_sgd_step(b, np.zeros_like(b), g, 0.02)[0], atol=1e-6)
         else:  # plain SGD
-            np.testing.assert_allclose(v.numpy(), b - 0.1 * g.numpy(), atol=1e-6)
+            np.testing.assert_allclose(ops.convert_to_numpy(v), b - 0.1 * g, atol=1e-6)
     assert int(optimizer.iterations) == 1
     assert int(optimizer.rotation_optimizer.iterations) == 1
 
@@ -65,13 +53,13 @@ def test_fit_keeps_rotation_orthogonal_and_v_fixed_and_learns():
     model = _mlp()
     model.compile(optimizer=OPTOptimizer(keras.optimizers.SGD(0.1, momentum=0.9)), loss=LOSS)
     x, y = _data(64)
-    v0 = model.layers[0].fixed_kernel.numpy().copy()
+    v0 = ops.convert_to_numpy(model.layers[0].fixed_kernel).copy()
     first = model.evaluate(x, y, verbose=0)
     model.fit(x, y, batch_size=16, epochs=5, verbose=0)
-    r = model.layers[0].rotation_param.numpy().astype(np.float64)
+    r = ops.convert_to_numpy(model.layers[0].rotation_param).astype(np.float64)
     assert np.abs(r.T @ r - np.eye(5)).max() < 1e-5
     assert np.abs(r - np.eye(5)).max() > 1e-3
-    np.testing.assert_array_equal(model.layers[0].fixed_kernel.numpy(), v0)
+    np.testing.assert_array_equal(ops.convert_to_numpy(model.layers[0].fixed_kernel), v0)
     assert model.evaluate(x, y, verbose=0) < first
 
 
@@ -111,7 +99,7 @@ def test_mixed_precision_with_loss_scale_optimizer():
     model.compile(optimizer=optimizer, loss=LOSS)
     x, y = _data(32)
     model.fit(x, y, batch_size=8, epochs=1, verbose=0)
-    r = model.layers[0].rotation_param.numpy().astype(np.float64)
+    r = ops.convert_to_numpy(model.layers[0].rotation_param).astype(np.float64)
     assert model.layers[0].rotation_param.dtype == "float32"
     assert np.abs(r.T @ r - np.eye(5)).max() < 1e-5
     assert np.abs(r - np.eye(5)).max() > 1e-4

@@ -10,6 +10,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+# tf.distribute.MirroredStrategy is the TensorFlow backend's.
+pytestmark = pytest.mark.tensorflow_only
+
 _WORKER = r'''
 import json, os, sys
 os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"

@@ -5,6 +5,7 @@ import logging
 import keras
 import numpy as np
 import pytest
+from keras import ops
 
 from sphere_tf import layers
 from sphere_tf import testing
@@ -52,7 +53,7 @@ def build_dcnet(c2_filters=6, extra_layer=False, weighted=None, c1_bias=True):
 
 def by_layer(model, layer_name, var_name):
     layer = model.get_layer(layer_name)
-    return next(v for v in layer.weights if v.name == var_name).numpy()
+    return ops.convert_to_numpy(next(v for v in layer.weights if v.name == var_name))
 
 
 COPIED = [
@@ -93,7 +94,7 @@ def test_copied_first_layer_computes_normalised_convolution():
     w_hat = w / np.sqrt(np.sum(w**2, axis=0) + 1e-4)
     patches = testing.numpy_patches(x, 3, padding="same")
     expected = patches @ w_hat + by_layer(source, "c1", "bias")
-    np.testing.assert_allclose(first(x, training=False).numpy(), expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(ops.convert_to_numpy(first(x, training=False)), expected, rtol=1e-4, atol=1e-5)
 
 
 def test_name_matching_survives_an_inserted_layer_position_matching_reports_it():
@@ -178,7 +179,7 @@ def test_calibration_gives_the_batch_mean_for_either_average_and_per_group(zero_
     per_group = np.split(x, groups, axis=-1)
     expected = [np.mean(np.sqrt(np.sum(testing.numpy_patches(g, 3, padding="same") ** 2, axis=-1) + 1e-4))
                 for g in per_group]
-    np.testing.assert_allclose(np.reshape(layer.norm_mean().numpy(), -1), expected, rtol=1e-5)
+    np.testing.assert_allclose(np.reshape(ops.convert_to_numpy(layer.norm_mean()), -1), expected, rtol=1e-5)
 
 
 def test_calibration_keeps_copied_batchnorm_statistics():
