@@ -43,6 +43,7 @@ assign of w/‖w‖ every **100** iterations (`i % 100 == 0`), the default of
 """
 
 import inspect
+import threading
 
 import contextlib
 
@@ -174,6 +175,31 @@ def _per_replica_update(variables, update_fn):
             update_fn(variable)
     else:
         backend_plugin.per_replica_update(variables, update_fn)
+
+
+# Per thread: which model's hooks an optimizer's `apply` runs (see `SphereTrainingMixin._optimizer_hooks`).
+_ACTIVE_HOOKS = threading.local()
+_INSTALL_LOCK = threading.Lock()
+
+
+def _install_apply_hook(optimizer):
+    """Wraps `optimizer.apply` once: inside a model's `_optimizer_hooks` block it scales and projects."""
+    with _INSTALL_LOCK:
+        if getattr(optimizer, "_sphere_tf_apply_hooked", False):
+            return
+        apply = optimizer.apply
+
+        def hooked_apply(grads, trainable_variables=None):
+            model = getattr(_ACTIVE_HOOKS, "by_optimizer", {}).get(id(optimizer))
+            if model is None:
+                return apply(grads, trainable_variables)
+            variables = optimizer._trainable_variables if trainable_variables is None else trainable_variables
+            result = apply(model._scale_gradients(list(grads), list(variables)), trainable_variables)
+            model._project_weights_if_due(optimizer.iterations)
+            return result
+
+        optimizer.apply = hooked_apply
+        optimizer._sphere_tf_apply_hooked = True
 
 
 def _leaf_optimizer(optimizer):
@@ -321,27 +347,28 @@ class SphereTrainingMixin:
 
     @contextlib.contextmanager
     def _optimizer_hooks(self):
-        """Wraps the (innermost) optimizer's `apply` for the length of one traced or eager step.
+        """Routes the (innermost) optimizer's `apply` through the DCNet hooks for the length of one step.
 
         Every backend's step ends in that `apply` (TF and PyTorch directly, JAX
         via `stateless_apply`, a `LossScaleOptimizer` via its inner optimizer), so
-        the tricks need no per-backend step. The instance attribute is removed
-        afterwards; the optimizer object and its config are untouched.
+        the tricks need no per-backend step. The wrapper is installed once per
+        optimizer (`_hooked_apply`) and is active only inside this block, per
+        thread: `tf.distribute.MirroredStrategy` runs the replicas' steps in
+        concurrent threads, and a wrapper installed and removed around each of
+        them would interleave (one replica wrapping the other's wrapper).
         """
         optimizer = _leaf_optimizer(self.optimizer)
-        apply = optimizer.apply
-
-        def hooked_apply(grads, trainable_variables=None):
-            variables = optimizer._trainable_variables if trainable_variables is None else trainable_variables
-            result = apply(self._scale_gradients(list(grads), list(variables)), trainable_variables)
-            self._project_weights_if_due(optimizer.iterations)
-            return result
-
-        optimizer.apply = hooked_apply
+        _install_apply_hook(optimizer)
+        hooks = _ACTIVE_HOOKS.__dict__.setdefault("by_optimizer", {})
+        previous = hooks.get(id(optimizer))
+        hooks[id(optimizer)] = self
         try:
             yield
         finally:
-            del optimizer.apply
+            if previous is None:
+                hooks.pop(id(optimizer), None)
+            else:
+                hooks[id(optimizer)] = previous
 
     def _scale_gradients(self, gradients, variables):
         """Weighted gradients [D-18]: g ← sqrt(‖w‖² + ε)·g per output channel."""
