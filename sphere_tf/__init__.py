@@ -16,23 +16,35 @@ repositories cited by file.
 
 import importlib
 
-# Subpackages load on first use (`sphere_tf.layers`, or the attribute `sphere_tf.layers`): the core
-# (ops, layers, losses, regularizers, models, ...) imports with Keras alone on every backend, while data,
-# export, evaluation and the adversarial toolkit need TensorFlow (and cleverhans, foolbox, matplotlib,
-# tensorflow-datasets) only when they are used.
-_SUBPACKAGES = (
-    "adversarial", "backends", "callbacks", "data", "energy", "evaluation", "export", "initializers", "layers",
-    "losses", "metrics", "models", "ops", "optimizers", "registry", "regularizers", "training", "validation",
-)
+# The backend-neutral core imports with the package, so every layer, loss, regularizer, optimizer and callback is
+# registered for `keras.saving.load_model` after `import sphere_tf` (on TensorFlow, JAX or PyTorch, TensorFlow
+# installed or not). The parts that need TensorFlow (data pipelines, export, face evaluation, the adversarial
+# toolkit and their third-party libraries: cleverhans, foolbox, matplotlib, tensorflow-datasets) and the backend
+# plug-ins load on first use: `sphere_tf.export` or the attribute `sphere_tf.export`.
+from sphere_tf import callbacks
+from sphere_tf import energy
+from sphere_tf import initializers
+from sphere_tf import layers
+from sphere_tf import losses
+from sphere_tf import metrics
+from sphere_tf import models
+from sphere_tf import ops
+from sphere_tf import optimizers
+from sphere_tf import registry
+from sphere_tf import regularizers
+from sphere_tf import training
+from sphere_tf import validation
+
+_LAZY_SUBPACKAGES = ("adversarial", "backends", "data", "evaluation", "export")
 
 __version__ = "0.1.0"
 
 
 def __getattr__(name):
-    if name in _SUBPACKAGES:
+    if name in _LAZY_SUBPACKAGES:
         return importlib.import_module(f"sphere_tf.{name}")
     raise AttributeError(f"module 'sphere_tf' has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(list(globals()) + list(_SUBPACKAGES))
+    return sorted(list(globals()) + list(_LAZY_SUBPACKAGES))
