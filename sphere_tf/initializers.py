@@ -28,6 +28,7 @@ from keras import ops
 
 from sphere_tf import energy as energy_lib
 from sphere_tf import validation
+from sphere_tf.ops import acceleration
 from sphere_tf.ops import angles
 from sphere_tf.ops import autodiff
 
@@ -102,10 +103,11 @@ def refined_initializer(base, kernel_shape, **refine_kwargs):
         callable ``(shape, dtype=None) -> tensor``.
     """
 
-    # The base draw as NumPy first: the refinement then starts from a constant even
-    # when the layer is built inside a traced function.
-    v = np.asarray(ops.convert_to_numpy(base(kernel_shape, "float32")), np.float32)
-    value = refine_neurons(v.reshape(-1, kernel_shape[-1]), **refine_kwargs).reshape(kernel_shape)
+    # The base draw as NumPy first, outside any trace (TensorFlow builds layers inside `tf.function`
+    # traces): the refinement then starts from a constant.
+    with acceleration.eager_scope():
+        v = np.asarray(ops.convert_to_numpy(base(kernel_shape, "float32")), np.float32)
+        value = refine_neurons(v.reshape(-1, kernel_shape[-1]), **refine_kwargs).reshape(kernel_shape)
 
     def initializer(shape, dtype=None):
         return ops.cast(value, dtype or "float32")

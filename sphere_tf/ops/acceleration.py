@@ -27,6 +27,7 @@ Two process-wide switches:
   kernels; its plain TensorFlow custom gradients only).
 """
 
+import contextlib
 import dataclasses
 import importlib
 import os
@@ -96,6 +97,17 @@ class Accelerator:
         """Runs `update_fn(v)` once for each variable (once per device copy under a replicating strategy)."""
         for variable in variables:
             update_fn(variable)
+
+    def eager_scope(self):
+        """A context in which tensors are concrete even inside a traced function (TensorFlow builds
+        layers inside `tf.function` traces; JAX and PyTorch build them eagerly)."""
+        return contextlib.nullcontext()
+
+
+def eager_scope():
+    """`Accelerator.eager_scope` of the current backend's plug-in (a no-op without one)."""
+    backend_plugin = plugin()
+    return contextlib.nullcontext() if backend_plugin is None else backend_plugin.eager_scope()
 
     def path(self, training, fusion):
         """The `Path` of a layer call: `training` the call's flag, `fusion` whether fused paths are allowed."""

@@ -102,6 +102,9 @@ class TensorFlowAccelerator(acceleration.Accelerator):
     def per_replica_update(self, variables, update_fn):
         tf_distribute.per_replica_update(variables, update_fn)
 
+    def eager_scope(self):
+        return tf.init_scope()
+
     def path(self, training, fusion):
         if not training:
             return INFERENCE
