@@ -178,6 +178,8 @@ def gram(w, scale=1.0):
         def grad(*args, upstream=None):
             if upstream is None:
                 (upstream,) = args
+            # TensorFlow hands a gathered product's gradient (a label-indexed subset of the Gram) as IndexedSlices.
+            upstream = ops.convert_to_tensor(upstream)
             symmetric = upstream + ops.swapaxes(upstream, -1, -2)
             return ops.einsum(f"{batch}kn,{batch}nm->{batch}km", scaled_w, symmetric)
 

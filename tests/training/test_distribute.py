@@ -149,7 +149,7 @@ def test_mirrored_on_two_logical_cpus_matches_one_device(tmp_path):
     assert max(np.abs(a - w).max() for a, w in zip(single, mirrored)) < 1e-5
     assert sorted(os.listdir(tmp_path / "mirrored")) == [
         "checkpoint", "ckpt-12.data-00000-of-00001", "ckpt-12.index", "ckpt-8.data-00000-of-00001", "ckpt-8.index",
-        "history.json"]
+        "history.json", "partial_epoch.json"]  # partial_epoch.json: the resumed epoch's running means
 
 
 # ------------------------------------------------------------------ two workers on localhost
@@ -230,7 +230,7 @@ def test_two_workers_end_with_identical_weights_and_one_checkpoint_directory(tmp
     # Only the chief's files remain: the non-chief's temporary folder was removed after every save.
     assert sorted(os.listdir(directory)) == [
         "checkpoint", "ckpt-6.data-00000-of-00001", "ckpt-6.index", "ckpt-8.data-00000-of-00001", "ckpt-8.index",
-        "history.json"]
+        "history.json", "partial_epoch.json"]
     with open(directory / "history.json") as f:
         assert json.load(f)["epochs"] == 2
 
