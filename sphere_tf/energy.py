@@ -178,8 +178,10 @@ def gram(w, scale=1.0):
         def grad(*args, upstream=None):
             if upstream is None:
                 (upstream,) = args
-            # TensorFlow hands a gathered product's gradient (a label-indexed subset of the Gram) as IndexedSlices.
-            upstream = ops.convert_to_tensor(upstream)
+            # TensorFlow hands a gathered product's gradient (a label-indexed subset of the Gram) as
+            # IndexedSlices, which keras.ops passes through: a sum with zeros densifies it on every backend.
+            if hasattr(upstream, "dense_shape"):
+                upstream = ops.zeros(tuple(scaled_w.shape[:-2]) + (w.shape[-1], w.shape[-1]), "float32") + upstream
             symmetric = upstream + ops.swapaxes(upstream, -1, -2)
             return ops.einsum(f"{batch}kn,{batch}nm->{batch}km", scaled_w, symmetric)
 
