@@ -15,7 +15,7 @@ fi
 CORE_SUITES=(
   tests/ops tests/layers tests/losses tests/regularizers tests/metrics tests/models tests/optimizers
   tests/callbacks tests/test_energy.py tests/test_initializers.py tests/test_registry.py
-  tests/training/test_model.py tests/training/test_pretrain.py tests/backends/jax
+  tests/training/test_model.py tests/training/test_pretrain.py tests/backends/jax_plugin
 )
 status=0
 for backend in "${@:-jax torch}"; do

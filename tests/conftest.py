@@ -41,12 +41,12 @@ def pytest_ignore_collect(collection_path, config):
     """On the JAX and PyTorch backends, skip importing whole TensorFlow-only modules (they import TensorFlow).
 
     Such a module says so with the line `pytestmark = pytest.mark.tensorflow_only`; the TensorFlow plug-in's
-    own tests (tests/backends/tensorflow) are TensorFlow-only as a folder.
+    own tests (tests/backends/tf_plugin) are TensorFlow-only as a folder.
     """
     if BACKEND == "tensorflow":
         return None
     path = str(collection_path)
-    if os.sep + os.path.join("backends", "tensorflow") in path:
+    if os.sep + os.path.join("backends", "tf_plugin") in path:
         return True
     if path.endswith(".py") and os.path.basename(path).startswith("test_"):
         with open(path, encoding="utf-8") as f:
