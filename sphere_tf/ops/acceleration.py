@@ -103,12 +103,6 @@ class Accelerator:
         layers inside `tf.function` traces; JAX and PyTorch build them eagerly)."""
         return contextlib.nullcontext()
 
-
-def eager_scope():
-    """`Accelerator.eager_scope` of the current backend's plug-in (a no-op without one)."""
-    backend_plugin = plugin()
-    return contextlib.nullcontext() if backend_plugin is None else backend_plugin.eager_scope()
-
     def path(self, training, fusion):
         """The `Path` of a layer call: `training` the call's flag, `fusion` whether fused paths are allowed."""
         del training, fusion
@@ -176,6 +170,12 @@ def plugin():
         if backend in PLUGINS:
             importlib.import_module(PLUGINS[backend])
     return _ACCELERATORS.get(backend)
+
+
+def eager_scope():
+    """`Accelerator.eager_scope` of the current backend's plug-in (a no-op without one)."""
+    backend_plugin = plugin()
+    return contextlib.nullcontext() if backend_plugin is None else backend_plugin.eager_scope()
 
 
 def layer_path(training, fusion=True):
