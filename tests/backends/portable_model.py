@@ -61,7 +61,10 @@ def save(directory):
 
 
 def load(directory, reference):
-    model = keras.saving.load_model(os.path.join(directory, "model.keras"))
+    # compile=False: a model compiled on PyTorch records its optimizer as Keras's PyTorch-only class
+    # (keras.src.backend.torch.optimizers.torch_sgd.SGD), which no other backend can import; the weights,
+    # layers and sphere_tf state load either way (docs/backends.md).
+    model = keras.saving.load_model(os.path.join(directory, "model.keras"), compile=False)
     inputs = np.load(os.path.join(directory, "inputs.npy"))
     expected = np.load(os.path.join(directory, reference))
     got = keras.ops.convert_to_numpy(model(inputs, training=False))
