@@ -325,6 +325,9 @@ class SphereTrainingMixin:
         from sphere_tf.callbacks import label_range  # noqa: PLC0415
 
         if self.built:
+            # Refused before any step: on JAX an error raised inside the compiled step would leave the
+            # variables released by the fit loop (Keras frees them while the step owns the state).
+            self.operator_layers()
             regularizers.track_state(self)
         callbacks = list(callbacks or [])
         if label_range.has_margin_head(self) and not any(

@@ -122,6 +122,7 @@ def _narrow_cnn(hidden, output):
     ])
 
 
+@pytest.mark.tensorflow_only  # sphere_tf.data reads the Fashion-MNIST archive through TensorFlow
 def test_fashion_mnist_mhe_and_comhe_lower_tracked_energy():
     """Short real-data run: both regularizers end with a lower tracked energy than no regularizer."""
     from sphere_tf.data import fashion_mnist  # noqa: PLC0415 (sphere_tf.data imports TensorFlow)

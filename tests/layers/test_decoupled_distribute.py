@@ -4,9 +4,14 @@ Logical devices can only be configured before TensorFlow initialises, so the che
 Python subprocess.
 """
 
+import pytest
+
+
 import subprocess
 import sys
 import textwrap
+
+pytestmark = pytest.mark.tensorflow_only  # tf.distribute.MirroredStrategy
 
 _SNIPPET = textwrap.dedent(
     """
