@@ -3,7 +3,7 @@
 Needs Keras and the backend's framework only (no TensorFlow), so it runs on a GPU host given this source
 tree and the Keras wheel (`bench/gpu/run.sh`), and on CPU with small shapes (CI runs it that way through
 tests/bench). The network is SphereNet's CNN-9 (3 stages × 3 conv 3×3 with 64/96/128 filters, BN, ReLU,
-max-pool, dense 256, 10 classes; the same as `bench.common.cnn9`) with a different convolution per case.
+max-pool, dense 256, 10 classes; `bench.networks.cnn9`) with a different convolution per case.
 
 JAX: one `jax.jit` train step over Keras's stateless API (`model.stateless_call`, the optimizer's
 `stateless_apply`; what `model.fit` compiles), buffers donated, and one jitted forward pass. PyTorch: the
@@ -30,6 +30,7 @@ import contextlib
 import keras
 import numpy as np
 
+from bench import networks
 from sphere_tf import layers as sphere_layers
 from sphere_tf.ops import acceleration
 
@@ -61,21 +62,6 @@ CASES = {
     "linear_cosine": lambda f: sphere_layers.DecoupledConv2D(f, 3, padding="same", magnitude="linear",
                                                              angular="cosine"),
 }
-
-
-def cnn9(conv_factory, image_size, widths, num_classes=10, dense=256):
-    """SphereNet's CNN-9 with `conv_factory(filters)` in every conv slot."""
-    model = keras.Sequential([keras.Input((image_size, image_size, 3))])
-    for width in widths:
-        for _ in range(3):
-            model.add(conv_factory(width))
-            model.add(keras.layers.BatchNormalization())
-            model.add(keras.layers.ReLU())
-        model.add(keras.layers.MaxPooling2D(2))
-    model.add(keras.layers.Flatten())
-    model.add(keras.layers.Dense(dense, activation="relu"))
-    model.add(keras.layers.Dense(num_classes, dtype="float32"))
-    return model
 
 
 def _device():
@@ -236,7 +222,8 @@ def _make_case(name, batch_size, policy):
     keras.mixed_precision.set_global_policy(policy)
     try:
         keras.utils.set_random_seed(0)
-        model = cnn9(CASES[base_name], FLAGS.image_size, [int(w) for w in FLAGS.widths])
+        model = networks.cnn9(CASES[base_name], input_shape=(FLAGS.image_size, FLAGS.image_size, 3),
+                              widths=[int(w) for w in FLAGS.widths], output_dtype="float32")
     finally:
         keras.mixed_precision.set_global_policy("float32")
     rng = np.random.default_rng(0)

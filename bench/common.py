@@ -14,24 +14,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-
-def cnn9(conv_factory, input_shape=(32, 32, 3), widths=(64, 96, 128), num_classes=10, dense=256):
-    """SphereNet's CNN-9: 3 stages of 3 conv 3×3 + BN + ReLU, max-pool, dense 256, 10 classes.
-
-    Args:
-        conv_factory: callable `(filters) -> layer` for a 3×3 'same' convolution.
-    """
-    model = keras.Sequential([keras.Input(input_shape)])
-    for width in widths:
-        for _ in range(3):
-            model.add(conv_factory(width))
-            model.add(keras.layers.BatchNormalization())
-            model.add(keras.layers.ReLU())
-        model.add(keras.layers.MaxPooling2D(2))
-    model.add(keras.layers.Flatten())
-    model.add(keras.layers.Dense(dense, activation="relu"))
-    model.add(keras.layers.Dense(num_classes))
-    return model
+from bench.networks import cnn9  # noqa: F401  (the benchmarks' network, TensorFlow-free)
 
 
 def make_train_step(model, optimizer=None, jit_compile=False, loss_fn=None):

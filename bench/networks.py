@@ -1,0 +1,23 @@
+"""The benchmark networks, with Keras alone (no TensorFlow import): every backend's benchmarks build them."""
+
+import keras
+
+
+def cnn9(conv_factory, input_shape=(32, 32, 3), widths=(64, 96, 128), num_classes=10, dense=256, output_dtype=None):
+    """SphereNet's CNN-9: 3 stages of 3 conv 3×3 + BN + ReLU, max-pool, dense 256, 10 classes.
+
+    Args:
+        conv_factory: callable `(filters) -> layer` for a 3×3 'same' convolution.
+        output_dtype: dtype (policy) of the logits layer; 'float32' keeps mixed-precision logits in float32.
+    """
+    model = keras.Sequential([keras.Input(input_shape)])
+    for width in widths:
+        for _ in range(3):
+            model.add(conv_factory(width))
+            model.add(keras.layers.BatchNormalization())
+            model.add(keras.layers.ReLU())
+        model.add(keras.layers.MaxPooling2D(2))
+    model.add(keras.layers.Flatten())
+    model.add(keras.layers.Dense(dense, activation="relu"))
+    model.add(keras.layers.Dense(num_classes, dtype=output_dtype))
+    return model
