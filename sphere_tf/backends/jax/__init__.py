@@ -19,7 +19,7 @@
 
   with t = tanh(‖x‖·a_j) and r = G·dot·(1 − t²).
 
-Same values as the reference to float32 rounding (tests/backends/jax); every other
+Same values as the reference to float32 rounding (tests/backends/jax_plugin); every other
 case answers `NotImplemented` and runs on the reference. Importing this module
 registers the accelerator for the JAX backend.
 """
