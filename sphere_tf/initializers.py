@@ -103,11 +103,13 @@ def refined_initializer(base, kernel_shape, **refine_kwargs):
         callable ``(shape, dtype=None) -> tensor``.
     """
 
-    # The base draw as NumPy first, outside any trace (TensorFlow builds layers inside `tf.function`
-    # traces): the refinement then starts from a constant.
-    with acceleration.eager_scope():
+    # The base draw and the descent run eagerly, outside any trace (TensorFlow builds layers inside
+    # `tf.function` traces): the initializer then returns a constant.
+    def draw_and_refine():
         v = np.asarray(ops.convert_to_numpy(base(kernel_shape, "float32")), np.float32)
-        value = refine_neurons(v.reshape(-1, kernel_shape[-1]), **refine_kwargs).reshape(kernel_shape)
+        return refine_neurons(v.reshape(-1, kernel_shape[-1]), **refine_kwargs).reshape(kernel_shape)
+
+    value = acceleration.run_eagerly(draw_and_refine)
 
     def initializer(shape, dtype=None):
         return ops.cast(value, dtype or "float32")

@@ -27,7 +27,6 @@ Two process-wide switches:
   kernels; its plain TensorFlow custom gradients only).
 """
 
-import contextlib
 import dataclasses
 import importlib
 import os
@@ -98,10 +97,10 @@ class Accelerator:
         for variable in variables:
             update_fn(variable)
 
-    def eager_scope(self):
-        """A context in which tensors are concrete even inside a traced function (TensorFlow builds
-        layers inside `tf.function` traces; JAX and PyTorch build them eagerly)."""
-        return contextlib.nullcontext()
+    def run_eagerly(self, fn):
+        """`fn()` with concrete tensors and working gradients even when called inside a traced function
+        (TensorFlow builds layers inside `tf.function` traces; JAX and PyTorch build them eagerly)."""
+        return fn()
 
     def path(self, training, fusion):
         """The `Path` of a layer call: `training` the call's flag, `fusion` whether fused paths are allowed."""
@@ -172,10 +171,10 @@ def plugin():
     return _ACCELERATORS.get(backend)
 
 
-def eager_scope():
-    """`Accelerator.eager_scope` of the current backend's plug-in (a no-op without one)."""
+def run_eagerly(fn):
+    """`Accelerator.run_eagerly` of the current backend's plug-in (`fn()` without one)."""
     backend_plugin = plugin()
-    return contextlib.nullcontext() if backend_plugin is None else backend_plugin.eager_scope()
+    return fn() if backend_plugin is None else backend_plugin.run_eagerly(fn)
 
 
 def layer_path(training, fusion=True):

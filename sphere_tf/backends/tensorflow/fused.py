@@ -56,6 +56,7 @@ the registry function itself); the tests compare each path against the NumPy
 references of `sphere_tf.testing`.
 """
 
+import concurrent.futures
 import dataclasses
 import math
 
@@ -102,8 +103,13 @@ class TensorFlowAccelerator(acceleration.Accelerator):
     def per_replica_update(self, variables, update_fn):
         tf_distribute.per_replica_update(variables, update_fn)
 
-    def eager_scope(self):
-        return tf.init_scope()
+    def run_eagerly(self, fn):
+        if tf.executing_eagerly():
+            return fn()
+        # Inside a trace: `tf.init_scope` would give concrete tensors but pauses gradient tapes, so run `fn`
+        # in a fresh thread, which starts in eager mode outside the trace.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            return pool.submit(fn).result()
 
     def path(self, training, fusion):
         if not training:
