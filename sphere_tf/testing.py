@@ -62,47 +62,12 @@ def numeric_gradient(fn, value, step=1e-6):
 
 
 def value_and_grad(fn, x):
-    """``(fn(x), ∂fn/∂x)`` of a scalar `keras.ops` function on the current Keras backend.
+    """``(fn(x), ∂fn/∂x)`` of a scalar `keras.ops` function on the current Keras backend, as float64 NumPy.
 
-    One implementation per backend (`tf.GradientTape`, `jax.value_and_grad`,
-    `torch.autograd.grad`), each imported only when it is the backend in use.
-
-    Args:
-        fn: callable taking a float32 tensor and returning a scalar tensor.
-        x: array-like, the point.
-
-    Returns:
-        `(value, grad)` as float64 NumPy values (a scalar and an array of `x`'s shape;
-        zeros where `fn` does not depend on `x`).
+    `gradients` for one float32 input (zeros where `fn` does not depend on `x`).
     """
-    backend = keras.backend.backend()
-    x = np.asarray(x, dtype=np.float32)
-    if backend == "tensorflow":
-        import tensorflow as tf  # noqa: PLC0415 (only on the TensorFlow backend)
-
-        xt = tf.constant(x)
-        with tf.GradientTape() as tape:
-            tape.watch(xt)
-            value = fn(xt)
-        grad = tape.gradient(value, xt, unconnected_gradients=tf.UnconnectedGradients.ZERO)
-    elif backend == "jax":
-        import jax  # noqa: PLC0415
-
-        value, grad = jax.value_and_grad(fn)(keras.ops.convert_to_tensor(x))
-    elif backend == "torch":
-        import torch  # noqa: PLC0415
-
-        xt = keras.ops.convert_to_tensor(x).detach().requires_grad_(True)
-        value = fn(xt)
-        if value.requires_grad:
-            (grad,) = torch.autograd.grad(value, xt, allow_unused=True, materialize_grads=True)
-        else:  # `value` does not depend on `x` (stopped gradients)
-            grad = torch.zeros_like(xt)
-    else:
-        raise NotImplementedError(f"value_and_grad: no gradient helper for the {backend!r} backend.")
-    value, grad = keras.ops.stop_gradient(value), keras.ops.stop_gradient(grad)  # PyTorch: detach first
-    return (np.float64(keras.ops.convert_to_numpy(value)),
-            keras.ops.convert_to_numpy(grad).astype(np.float64))
+    value, (grad,), _ = gradients(fn, [np.asarray(x, dtype=np.float32)])
+    return np.float64(value), grad.astype(np.float64)
 
 
 def _assert_outputs_close(actual, expected, rtol, atol):

@@ -10,22 +10,11 @@ import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
 # Deterministic, deadline-free hypothesis runs (TF eager calls have first-call tracing costs).
-settings.register_profile(
-    "sphere_tf",
-    deadline=None,
-    derandomize=True,
-    max_examples=25,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+_PROFILE = dict(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("sphere_tf", max_examples=25, **_PROFILE)
 # CI's second and third backends (scripts/test_backends.sh under .ci/run): the same properties with fewer
 # examples, so three backends' core suites fit CI's time (the TensorFlow suite keeps the full profile).
-settings.register_profile(
-    "backends",
-    deadline=None,
-    derandomize=True,
-    max_examples=8,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+settings.register_profile("backends", max_examples=8, **_PROFILE)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "sphere_tf"))
 
 
