@@ -28,6 +28,7 @@ from keras import ops
 from sphere_tf import validation
 from sphere_tf.ops import conv_geometry
 from sphere_tf.ops import fourier
+from sphere_tf.ops import runtime_checks
 
 # PyTorch BatchNorm2d defaults used by upstream `PreConv` (momentum 0.1 == Keras momentum 0.9).
 BN_MOMENTUM = 0.9
@@ -264,7 +265,7 @@ class ConvNorm2D(keras.layers.Layer):
             self.running_v.assign(alpha * v + (1.0 - alpha) * self.running_v)
             self.num_batches_tracked.assign(step)
             return v
-        return ops.cond(
+        return runtime_checks.cond(
             self.num_batches_tracked > 0.0,
             lambda: ops.convert_to_tensor(self.running_v),
             self.current_normalizer,

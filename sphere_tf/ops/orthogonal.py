@@ -34,6 +34,7 @@ from keras import ops
 
 from sphere_tf import registry
 from sphere_tf import validation
+from sphere_tf.ops import runtime_checks
 
 # Default Newton–Schulz iterations for `lowdin(..., newton_schulz_iters=...)`.
 # From X0 = P/‖P‖_F a Gaussian 576×576 P needs ≈ 30 steps to reach 1e-7.
@@ -308,7 +309,7 @@ def expm(a):
     # Unrolled: Keras's TF `fori_loop` sets no `maximum_iterations` (XLA then cannot size the
     # gradient's stacks) and JAX cannot reverse-differentiate a `while_loop`; conditionals can.
     for i in range(MAX_SQUARINGS):
-        r = ops.cond(i < count, lambda r=r: ops.matmul(r, r), lambda r=r: r)
+        r = runtime_checks.cond(i < count, lambda r=r: ops.matmul(r, r), lambda r=r: r)
     return r
 
 

@@ -1,4 +1,4 @@
-"""`assert_all(condition, message_fn)`: a run-time check that raises on every Keras backend where it can.
+"""Checks and branches on tensor values: `assert_all` raises on every Keras backend where it can; `cond`.
 
 A check on tensor *values* (labels in range) cannot be written in `keras.ops`: eager
 tensors can be inspected in Python, traced ones cannot. This module is the one place
@@ -26,6 +26,20 @@ def concrete_value(x):
         return np.asarray(ops.convert_to_numpy(x))
     except Exception:  # a TF graph tensor or a JAX tracer has no value yet
         return None
+
+
+def cond(pred, true_fn, false_fn):
+    """`keras.ops.cond`, decided in Python when `pred` has a value now (eager calls).
+
+    Inside a trace (a TF graph, a JAX `jit` or gradient trace of `pred`) it is `ops.cond`.
+    Eagerly on JAX, `ops.cond` is `lax.cond`, which traces and compiles both branches on
+    every call because the branch closures are new objects each time (a ConvNorm2D
+    inference call compiled its running-average branch at every call).
+    """
+    value = concrete_value(pred)
+    if value is not None:
+        return true_fn() if bool(value) else false_fn()
+    return ops.cond(pred, true_fn, false_fn)
 
 
 def assert_all(condition, message_fn, data=None):

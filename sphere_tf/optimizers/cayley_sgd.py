@@ -34,6 +34,7 @@ from keras import ops
 
 from sphere_tf import validation
 from sphere_tf.ops import orthogonal
+from sphere_tf.ops import runtime_checks
 
 # Upstream constants (wy1iu/OPT, opt_ogd): lr 0.02, momentum 0.9, eps 1e-8, 2 iterations.
 DEFAULT_LEARNING_RATE = 0.02
@@ -140,7 +141,7 @@ class CayleySGD(keras.optimizers.Optimizer):
         )
         if self.reorthogonalize_every is not None:
             due = ops.equal(ops.mod(self.iterations + 1, self.reorthogonalize_every), 0)
-            new_x = ops.cond(due, lambda: orthogonal.lowdin(new_x), lambda: new_x)
+            new_x = runtime_checks.cond(due, lambda: orthogonal.lowdin(new_x), lambda: new_x)
         self.assign(buffer, ops.cast(new_m, buffer.dtype))
         self.assign(variable, ops.cast(new_x, variable.dtype))
 
