@@ -7,6 +7,7 @@ from sphere_tf.layers.decoupled import SphereConv2D
 from sphere_tf.layers.decoupled import SphereDense
 from sphere_tf.layers.margin_head import MarginHead
 from sphere_tf.layers.partial_fc import PartialFCHead
+from sphere_tf.layers.partial_fc import class_sharding_layout
 from sphere_tf.layers.folding import fold_opt_model
 from sphere_tf.layers.opt import OPTConv2D
 from sphere_tf.layers.opt import OPTDense

@@ -16,6 +16,7 @@ they were (see its docstring).
 """
 
 import logging
+import re
 import weakref
 
 import keras
@@ -40,6 +41,102 @@ def _padded_initializer(initializer, num_classes, axis):
         return ops.concatenate([real, ops.zeros(tuple(pad_shape), dtype=real.dtype)], axis=axis)
 
     return initialize
+
+
+def _mesh_axis_size(device_mesh, axis_name):
+    if axis_name not in device_mesh.axis_names:
+        raise ValueError(
+            f"Invalid value for argument `axis_name`: {axis_name!r} is not an axis of the device mesh "
+            f"(axis_names={tuple(device_mesh.axis_names)})."
+        )
+    return int(device_mesh.shape[list(device_mesh.axis_names).index(axis_name)])
+
+
+def _check_num_shards(head_name, num_shards, device_mesh, axis_name):
+    """Each of the mesh axis's devices must hold whole sampling blocks: `num_shards` a multiple of its size."""
+    devices = _mesh_axis_size(device_mesh, axis_name)
+    if num_shards % devices:
+        raise ValueError(
+            f"Invalid value for argument `num_shards` of PartialFCHead {head_name!r}: its class axis is split "
+            f"over the {devices} devices of mesh axis {axis_name!r}, so num_shards must be a multiple of "
+            f"{devices} (each device then samples its own whole blocks; use num_shards={devices}). "
+            f"Received: num_shards={num_shards}"
+        )
+
+
+def class_sharding_layout(layout_map, head, axis_name=None):
+    """Adds the class-sharded layout of a `PartialFCHead` to `layout_map` (`keras.distribution`, JAX).
+
+    Sets, for the head's variables (matched by path: `<name>/kernel`, optionally
+    under outer models' scopes):
+
+    ```
+    <head>/kernel   (None, axis_name)   (d, C_padded): C_padded / M columns per device
+    <head>/bias     (axis_name,)
+    <head>/sampled  (axis_name,)        the per-step mask of sampled classes
+    ```
+
+    where M is the size of mesh axis `axis_name`. Use it with
+    `keras.distribution.ModelParallel(layout_map=..., batch_dim_name=...)`; the
+    batch may be split over the same axis (a 1-D mesh: the backbone data
+    parallel, the head class parallel) or over another one. The head must be
+    created and built under that distribution. Inside the head, GSPMD then
+    all-gathers the features, computes each device's logits columns against its
+    own kernel columns and reduces the softmax max/sum across devices (see
+    docs/partial_fc.md, "Sharded class centres (JAX)").
+
+    Args:
+        layout_map: a `keras.distribution.LayoutMap` (its device mesh is used).
+        head: an unbuilt `PartialFCHead` (its `num_shards` is checked now) or the
+            head's layer name, str (checked when the head is built).
+        axis_name: the mesh axis to split the classes over; None for the only
+            axis of a 1-D mesh.
+
+    Returns:
+        `layout_map`.
+
+    Raises:
+        ValueError: `num_shards` is not a multiple of the size of `axis_name`
+            (naming `num_shards`), `axis_name` is not a mesh axis or is needed,
+            `head` is built already or is neither a `PartialFCHead` nor a str.
+
+    Example:
+
+    ```python
+    mesh = keras.distribution.DeviceMesh((4,), ("devices",), keras.distribution.list_devices())
+    layout_map = class_sharding_layout(keras.distribution.LayoutMap(mesh), "head", "devices")
+    keras.distribution.set_distribution(
+        keras.distribution.ModelParallel(layout_map=layout_map, batch_dim_name="devices")
+    )
+    head = PartialFCHead(num_classes, sample_rate=0.1, num_shards=4, name="head")
+    ```
+    """
+    mesh = layout_map.device_mesh
+    if axis_name is None:
+        if len(mesh.axis_names) != 1:
+            raise ValueError(
+                "Invalid value for argument `axis_name`: None is only allowed with a 1-D device mesh; name the "
+                f"axis to split the classes over (axis_names={tuple(mesh.axis_names)})."
+            )
+        axis_name = mesh.axis_names[0]
+    if isinstance(head, PartialFCHead):
+        if head.built:
+            raise ValueError(
+                f"Invalid value for argument `head`: PartialFCHead {head.name!r} is built already; its variables "
+                "keep their layout. Make the layout and set the distribution before building the model."
+            )
+        _check_num_shards(head.name, head.num_shards, mesh, axis_name)
+        name = head.name
+    elif isinstance(head, str):
+        _mesh_axis_size(mesh, axis_name)
+        name = head
+    else:
+        raise ValueError(f"Invalid value for argument `head`: expected a PartialFCHead or its name. Received: {head!r}")
+    prefix = "(?:.*/)?" + re.escape(name)
+    layout_map[prefix + "/kernel"] = (None, axis_name)
+    layout_map[prefix + "/bias"] = (axis_name,)
+    layout_map[prefix + "/sampled"] = (axis_name,)
+    return layout_map
 
 
 class _PendingMask:
@@ -105,6 +202,18 @@ class PartialFCHead(margin_head.MarginHead):
     logits touch every column); `sampled_classes()` gives their ids. It is layer
     state like a dropout seed: JAX's train step threads it, `.keras` weight files
     do not store it.
+
+    Sharded class centres (JAX, `keras.distribution`): under a `ModelParallel`
+    whose layout splits the kernel's class axis over a mesh axis of M devices
+    (`class_sharding_layout`), each device holds `C_padded / M` columns (with
+    their bias, optimizer slots and sampled mask) and `num_shards` must be a
+    multiple of M (checked at build: a `ValueError` naming `num_shards`), so
+    every block is sampled on the device that holds it. The head then pins its
+    tensors with sharding constraints (`sampling.ClassSharding`): the features
+    are replicated over the class axis (GSPMD all-gathers them), the sampled
+    columns, logits and their gradients stay on their device, and the softmax
+    max and sum are all-reduced. Same values as unsharded; see
+    docs/partial_fc.md, "Sharded class centres (JAX)".
 
     Optimizer state of the unsampled classes: insightface's v1 `partial_fc.py`
     gathers the sampled rows of the weight *and of its momentum buffer*
@@ -184,6 +293,7 @@ class PartialFCHead(margin_head.MarginHead):
             )
         self.seed_generator = keras.random.SeedGenerator(self.seed, name="partial_fc_seed")
         self._pending = _PendingMask()
+        self._sharding = sampling.NO_SHARDING
 
     def build(self, input_shape):
         # MarginHead.build with C_padded class columns (padding zero-initialised) and the sampled mask.
@@ -193,6 +303,7 @@ class PartialFCHead(margin_head.MarginHead):
                 f"(flatten or pool conv features first). Received: input_shape={tuple(input_shape)}"
             )
         feature_dim = input_shape[-1]
+        self._sharding = self._class_sharding()
         padded = self.num_padded_classes != self.num_classes
         kernel_initializer, bias_initializer = self.kernel_initializer, self.bias_initializer
         if padded:
@@ -236,6 +347,39 @@ class PartialFCHead(margin_head.MarginHead):
             )
         )
         self.input_spec = keras.layers.InputSpec(ndim=2, axes={-1: feature_dim})
+
+    # -- class sharding (keras.distribution) ------------------------------------------
+
+    def _class_sharding(self):
+        """The `sampling.ClassSharding` of the active distribution's layout for this head's kernel (at build).
+
+        Raises the `num_shards` error before any variable is made (an uneven split
+        would otherwise fail inside JAX with a less helpful message).
+        """
+        distribution = keras.distribution.distribution()
+        if distribution is None:
+            return sampling.NO_SHARDING
+        path = f"{self.path}/kernel" if self.path else "kernel"
+        try:
+            layout = distribution.get_tensor_layout(path)
+        except NotImplementedError:
+            layout = None
+        if layout is None or layout.axes[1:2] in ((), (None,)):
+            if layout is not None and any(axis is not None for axis in layout.axes):
+                raise ValueError(
+                    f"PartialFCHead {self.name!r}: the layout {layout.axes} of {path!r} shards the feature axis; "
+                    "only the class axis (axis 1) can be sharded. Use `class_sharding_layout`."
+                )
+            return sampling.NO_SHARDING
+        if len(layout.axes) != 2 or layout.axes[0] is not None:
+            raise ValueError(
+                f"PartialFCHead {self.name!r}: expected the layout (None, <mesh axis>) for {path!r} (the class "
+                f"axis sharded, the feature axis whole). Received: {layout.axes}"
+            )
+        mesh = layout.device_mesh or distribution.device_mesh
+        axis = layout.axes[1]
+        _check_num_shards(self.name, self.num_shards, mesh, axis)
+        return sampling.ClassSharding(mesh, axis, distribution.batch_dim_name)
 
     # -- helpers ----------------------------------------------------------------------
 
@@ -308,8 +452,19 @@ class PartialFCHead(margin_head.MarginHead):
         if labels is not None:
             labels = ops.convert_to_tensor(labels)
             margin_head._check_labels(labels, inputs.shape, self.num_classes)
+        sharding = self._sharding if self._sharding.active else None
+        if sharding is not None:  # features replicated over the class axis (all-gathered when the batch is split on it)
+            inputs = sharding.constrain(inputs, batch_dim=0)
         if labels is None or not training:
-            logits = self._logits(inputs, None, 0.0)
+            if sharding is None:
+                logits = self._logits(inputs, None, 0.0)
+            else:  # class-sharded: the padded kernel as it lies, the padding's columns sliced off the logits
+                logits = margin_lib.margin_logits(
+                    inputs, self.kernel.value, None, loss_type=self.loss_type, margin=self.margin,
+                    angular=self.angular, k=self.k, scale=self.scale,
+                    bias=None if self.bias is None else self.bias.value, lam=0.0, epsilon=self.epsilon,
+                )
+                logits = sharding.constrain(logits, class_dim=1, batch_dim=0)[:, : self.num_classes]
             if training:  # plain logits in training: every real column takes part
                 self._record_sample(sampling.real_class_mask(self.num_classes, self.num_padded_classes))
             if labels is not None:  # evaluation of the training model: the full plain cross-entropy
@@ -328,13 +483,16 @@ class PartialFCHead(margin_head.MarginHead):
         labels = ops.where(valid, labels, 0)
         batch_size = inputs.shape[0] if inputs.shape[0] is not None else ops.shape(inputs)[0]
         sample_size = self.sample_size(batch_size)
+        shard = sharding or sampling.NO_SHARDING
         index, labels, mask, real_columns = sampling.sample_classes(
-            labels, self.num_classes, self.num_shards, sample_size, self.seed_generator
+            labels, self.num_classes, self.num_shards, sample_size, self.seed_generator, sharding=shard
         )
         kernel, bias = self.kernel.value, None if self.bias is None else self.bias.value
         if not sampling.samples_everything(sample_size, self.block_size):
-            kernel = ops.take(kernel, index, axis=1)
-            bias = None if bias is None else ops.take(bias, index, axis=0)
+            kernel = sampling.gather_columns(kernel, index, self.num_shards, axis=1)
+            bias = None if bias is None else sampling.gather_columns(bias, index, self.num_shards, axis=0)
+        kernel = shard.constrain(kernel, class_dim=1)
+        bias = None if bias is None else shard.constrain(bias, class_dim=0)
         padded = self.num_padded_classes != self.num_classes
         if padded:
             # A fixed unit column in place of padding: finite even with epsilon=0 and a zero column, and the
@@ -353,6 +511,7 @@ class PartialFCHead(margin_head.MarginHead):
             lam=self.lambda_at(step),
             epsilon=self.epsilon,
         )
+        logits = shard.constrain(logits, class_dim=1, batch_dim=0)  # per-device columns: no full (B, K) anywhere
         if padded:
             logits = ops.where(real_columns[None, :], logits, sampling.MASKED_LOGIT)
         logits = ops.where(valid[:, None], logits, float("nan"))

@@ -24,6 +24,8 @@ column is only taken when the block has fewer real classes than `k_block`, and
 `real_columns` marks it so callers keep it out of the softmax.
 
 Every function here is a pure `keras.ops` function (TensorFlow, JAX, PyTorch).
+`ClassSharding` adds sharding constraints when the class axis is split over
+devices by a `keras.distribution` (JAX); without one it changes nothing.
 """
 
 import math
@@ -82,7 +84,57 @@ def real_class_mask(num_classes, num_padded):
     return ops.cast(ops.arange(num_padded) < num_classes, "float32")
 
 
-def sample_classes(labels, num_classes, num_shards, sample_size, seed):
+class ClassSharding:
+    """Sharding constraints for a head whose class axis is split over a mesh axis (`keras.distribution`).
+
+    Under a `keras.distribution` (JAX: GSPMD) a `PartialFCHead` kernel laid out
+    `(None, class_axis)` holds `C_padded / M` columns per device of the `M`
+    devices of `class_axis`. Left alone, GSPMD's propagation may compute the
+    class logits data-parallel instead (each device its batch rows against every
+    sampled column, the kernel or its gradient all-gathered / all-reduced), so
+    the head pins its tensors with `constrain`: features replicated over the
+    class axis (all-gathered), kernel columns, logits, sampling scores and mask
+    sharded by class. Without a distribution (or without a class axis) every call
+    returns its input unchanged, so this is a no-op on TensorFlow and PyTorch.
+
+    Args:
+        device_mesh: the `keras.distribution.DeviceMesh` of the kernel, or None.
+        class_axis: the mesh axis name of the kernel's class axis, or None.
+        batch_axis: the mesh axis name the data's batch is split over, or None.
+    """
+
+    def __init__(self, device_mesh=None, class_axis=None, batch_axis=None):
+        self.device_mesh = device_mesh
+        self.class_axis = class_axis
+        self.batch_axis = batch_axis
+
+    @property
+    def active(self):
+        """True when the class axis is sharded and a `keras.distribution` is set."""
+        return self.class_axis is not None and keras.distribution.distribution() is not None
+
+    def constrain(self, tensor, class_dim=None, batch_dim=None):
+        """`tensor` with dimension `class_dim` split over the class axis and `batch_dim` over the batch axis.
+
+        Every other dimension (and `batch_dim` when the batch axis *is* the class
+        axis: a mesh axis can shard one dimension only) is replicated. A sharding
+        constraint (`keras.distribution.distribute_tensor`): values are unchanged.
+        """
+        if not self.active:
+            return tensor
+        axes = [None] * len(tensor.shape)
+        if class_dim is not None:
+            axes[class_dim] = self.class_axis
+        if batch_dim is not None and self.batch_axis != self.class_axis:
+            axes[batch_dim] = self.batch_axis
+        layout = keras.distribution.TensorLayout(tuple(axes), self.device_mesh)
+        return keras.distribution.distribute_tensor(tensor, layout)
+
+
+NO_SHARDING = ClassSharding()
+
+
+def sample_classes(labels, num_classes, num_shards, sample_size, seed, sharding=NO_SHARDING):
     """One Partial FC sample: every positive class plus uniform negatives, per block.
 
     Args:
@@ -92,6 +144,9 @@ def sample_classes(labels, num_classes, num_shards, sample_size, seed):
             `padded_num_classes(C, S)` columns, the padding at its end.
         sample_size: k_block, from `block_sample_size` (int or scalar tensor).
         seed: a `keras.random.SeedGenerator` (stateless-safe on JAX) or an int.
+        sharding: a `ClassSharding`: under a class-sharded layout the scores,
+            the blocks' top-k and the mask stay split by block (each device draws
+            its own blocks); the values are the same either way.
 
     Returns:
         `(index, labels, sampled, real_columns)`:
@@ -109,20 +164,53 @@ def sample_classes(labels, num_classes, num_shards, sample_size, seed):
     real = real_class_mask(num_classes, num_padded)
     if samples_everything(sample_size, block_size):
         index = ops.arange(num_padded, dtype="int32")
-        return index, labels, real, ops.arange(num_padded) < num_classes
-    scores = keras.random.uniform((num_padded,), dtype="float32", seed=seed)
+        return index, labels, sharding.constrain(real, class_dim=0), ops.arange(num_padded) < num_classes
+    scores = sharding.constrain(keras.random.uniform((num_padded,), dtype="float32", seed=seed), class_dim=0)
     scores = ops.scatter_update(
         scores, ops.reshape(labels, (-1, 1)), ops.full(ops.shape(labels), POSITIVE_SCORE, dtype="float32")
     )
     scores = ops.where(real > 0, scores, PADDING_SCORE)
-    _, top = ops.top_k(ops.reshape(scores, (num_shards, block_size)), sample_size, sorted=False)
+    scores = sharding.constrain(ops.reshape(scores, (num_shards, block_size)), class_dim=0)
+    if sharding.active:
+        # XLA's SPMD partitioner replicates a TopK whose batch (block) dimension is sharded (every device would
+        # gather and rank all C_padded scores); a sort along the block stays on the block's device. The same
+        # columns: a stable descending sort breaks ties by index, as top_k does.
+        top = ops.argsort(-scores, axis=-1)[:, :sample_size]
+    else:
+        _, top = ops.top_k(scores, sample_size, sorted=False)
     offsets = ops.arange(num_shards, dtype="int32")[:, None] * block_size
     index = ops.reshape(ops.sort(ops.cast(top, "int32"), axis=-1) + offsets, (-1,))
     remapped = ops.cast(ops.searchsorted(index, labels), "int32")
     sampled = ops.scatter_update(
         ops.zeros((num_padded,), "float32"), ops.reshape(index, (-1, 1)), ops.ones(ops.shape(index), "float32")
     )
-    return index, remapped, sampled * real, index < num_classes
+    return index, remapped, sharding.constrain(sampled * real, class_dim=0), index < num_classes
+
+
+def gather_columns(values, index, num_shards, axis):
+    """`take(values, index, axis)` for an `index` from `sample_classes`, block by block.
+
+    `values` has `C_padded` entries on `axis` (`axis` 1 of a `(d, C_padded)`
+    kernel, 0 of a `(C_padded,)` bias); `index` is `(S·k_block,)`, block `s`'s
+    `k_block` columns lying in block `s`. Gathers within each block
+    (`take_along_axis` on `(…, S, C_block)` with block-local indices), the same
+    values as `ops.take`, but with the block dimension a batch dimension of the
+    gather: when the class axis is split over devices by block, every device
+    gathers its own columns (a plain `take` with global indices lets GSPMD
+    replicate the gathered `(d, K)` columns on every device).
+
+    Returns:
+        `values` with `S·k_block` entries on `axis`, in the order of `index`.
+    """
+    axis = axis % len(values.shape)
+    shape = tuple(values.shape)
+    block_size = shape[axis] // num_shards
+    blocked = ops.reshape(values, shape[:axis] + (num_shards, block_size) + shape[axis + 1 :])
+    local = ops.reshape(ops.cast(index, "int32"), (num_shards, -1))
+    local = local - ops.arange(num_shards, dtype="int32")[:, None] * block_size
+    local = ops.reshape(local, (1,) * axis + (num_shards, -1) + (1,) * (len(shape) - axis - 1))
+    gathered = ops.take_along_axis(blocked, local, axis=axis + 1)
+    return ops.reshape(gathered, shape[:axis] + (-1,) + shape[axis + 1 :])
 
 
 def softmax_cross_entropy(logits, labels):
