@@ -32,7 +32,7 @@ TORCH_SUITES=(
   tests/layers/test_norm_mean_nonfinite.py tests/losses tests/metrics tests/models tests/optimizers tests/callbacks
   tests/regularizers/test_orthogonality.py tests/test_initializers.py tests/test_registry.py
   tests/training/test_pretrain.py
-  tests/layers/test_partial_fc.py
+  tests/layers/test_partial_fc.py tests/layers/test_partial_fc_sharded.py
 )
 status=0
 for backend in "${@:-jax torch}"; do
