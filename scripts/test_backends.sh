@@ -16,6 +16,7 @@ CORE_SUITES=(
   tests/ops tests/layers tests/losses tests/regularizers tests/metrics tests/models tests/optimizers
   tests/callbacks tests/test_energy.py tests/test_initializers.py tests/test_registry.py
   tests/training/test_model.py tests/training/test_pretrain.py tests/backends/jax_plugin
+  tests/layers/test_partial_fc.py
 )
 # PyTorch: the core modules whose tests are ported to PyTorch. Still to port (their tests multiply NumPy arrays
 # with torch tensors that require grad, compare torch dtypes/shapes with strings/tuples, and one state update
@@ -31,6 +32,7 @@ TORCH_SUITES=(
   tests/layers/test_norm_mean_nonfinite.py tests/losses tests/metrics tests/models tests/optimizers tests/callbacks
   tests/regularizers/test_orthogonality.py tests/test_initializers.py tests/test_registry.py
   tests/training/test_pretrain.py
+  tests/layers/test_partial_fc.py tests/layers/test_partial_fc_sharded.py
 )
 status=0
 for backend in "${@:-jax torch}"; do

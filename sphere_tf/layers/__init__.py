@@ -1,4 +1,4 @@
-"""Keras layers: hyperspherical and decoupled operators, margin heads, OPT, ConvNorm."""
+"""Keras layers: hyperspherical and decoupled operators, margin heads (dense and Partial FC), OPT, ConvNorm."""
 
 from sphere_tf.layers.conv_norm import ConvNorm2D
 from sphere_tf.layers.decoupled import DecoupledConv2D
@@ -6,6 +6,8 @@ from sphere_tf.layers.decoupled import DecoupledDense
 from sphere_tf.layers.decoupled import SphereConv2D
 from sphere_tf.layers.decoupled import SphereDense
 from sphere_tf.layers.margin_head import MarginHead
+from sphere_tf.layers.partial_fc import PartialFCHead
+from sphere_tf.layers.partial_fc import class_sharding_layout
 from sphere_tf.layers.folding import fold_opt_model
 from sphere_tf.layers.opt import OPTConv2D
 from sphere_tf.layers.opt import OPTDense

@@ -22,8 +22,10 @@ from sphere_tf.layers import MarginHead
 from sphere_tf.layers import OPTConv2D
 from sphere_tf.layers import OPTDense
 from sphere_tf.layers import OPTLayer
+from sphere_tf.layers import PartialFCHead
 from sphere_tf.layers import SphereConv2D
 from sphere_tf.layers import SphereDense
+from sphere_tf.optimizers import PartialFCOptimizer
 
 IMAGE_SHAPE = (6, 6, 3)
 VECTOR_SHAPE = (5,)
@@ -56,6 +58,17 @@ def _margin_head_model(loss_type):
     return build
 
 
+def _partial_fc_model(loss_type):
+    # docs/partial_fc.md: the same pattern; the head adds its own loss (3 shards: 6 columns, 2 of them padding).
+    def build():
+        features = keras.Input(VECTOR_SHAPE, name="features")
+        labels = keras.Input((), dtype="int32", name="labels")
+        head = PartialFCHead(NUM_CLASSES, loss_type=loss_type, sample_rate=0.5, num_shards=3, seed=0)
+        return keras.Model([features, labels], head(features, labels=labels))
+
+    return build
+
+
 # name → (model builder, input kind). Builders run once under float32 and once under the policy.
 CASES = {
     "decoupled_conv_tanh": (lambda: _conv_model(DecoupledConv2D(4, 3, magnitude="tanh")), "image"),
@@ -75,12 +88,16 @@ CASES = {
     "conv_norm_plain": (lambda: _conv_model(ConvNorm2D(4, 3, affine=False, batch_norm=False)), "image"),
     "margin_head_asoftmax": (_margin_head_model("asoftmax"), "labelled"),
     "margin_head_arcface": (_margin_head_model("arcface"), "labelled"),
+    "partial_fc_cosface": (_partial_fc_model("cosface"), "labelled_own_loss"),
     "opt_conv": (lambda: _conv_model(OPTConv2D(4, 3)), "image"),
     "opt_dense": (lambda: _dense_model(OPTDense(4)), "vector"),
 }
 
 # The public layer classes each case exercises (checked against `sphere_tf.layers` below).
-COVERED = {DecoupledConv2D, DecoupledDense, SphereConv2D, SphereDense, ConvNorm2D, MarginHead, OPTConv2D, OPTDense}
+COVERED = {
+    DecoupledConv2D, DecoupledDense, SphereConv2D, SphereDense, ConvNorm2D, MarginHead, PartialFCHead, OPTConv2D,
+    OPTDense,
+}
 
 
 @pytest.fixture(params=sorted(TOLERANCE))
@@ -93,7 +110,7 @@ def policy(request):
 
 
 def _data(kind, rng):
-    if kind == "labelled":
+    if kind in ("labelled", "labelled_own_loss"):
         x = rng.normal(size=(BATCH, *VECTOR_SHAPE)).astype("float32")
         y = rng.integers(0, NUM_CLASSES, size=(BATCH,)).astype("int32")
         return [x, y], y
@@ -104,6 +121,8 @@ def _data(kind, rng):
 def _compile(model, kind):
     if kind == "labelled":
         model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    elif kind == "labelled_own_loss":
+        model.compile(PartialFCOptimizer("sgd"), loss=None)
     else:
         model.compile("sgd", "mse")
 
