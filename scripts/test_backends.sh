@@ -16,23 +16,12 @@ CORE_SUITES=(
   tests/ops tests/layers tests/losses tests/regularizers tests/metrics tests/models tests/optimizers
   tests/callbacks tests/test_energy.py tests/test_initializers.py tests/test_registry.py
   tests/training/test_model.py tests/training/test_pretrain.py tests/backends/jax_plugin
-  tests/layers/test_partial_fc.py
 )
-# PyTorch: the core modules whose tests are ported to PyTorch. Still to port (their tests multiply NumPy arrays
-# with torch tensors that require grad, compare torch dtypes/shapes with strings/tuples, and one state update
-# inside `testing.gradients` trips autograd's in-place check): tests/layers/test_decoupled.py,
-# test_decoupled_upstream.py, test_margin_head.py, test_opt.py, test_conv_norm.py, tests/ops/test_margin.py,
-# tests/test_energy.py, tests/regularizers/test_mhe.py, test_comhe.py, test_regularizer_state.py,
-# tests/training/test_model.py. The layers themselves run on PyTorch: the cross-backend .keras tests load and
-# run every layer there, and the suites below exercise them.
+# PyTorch: the same core suites but the JAX plug-in's own tests (tests/backends/jax_plugin).
 TORCH_SUITES=(
-  tests/ops/test_angles.py tests/ops/test_angular.py tests/ops/test_magnitude.py tests/ops/test_operator.py
-  tests/ops/test_orthogonal.py tests/ops/test_fourier.py tests/ops/test_rotation.py tests/ops/test_autodiff.py
-  tests/layers/test_decoupled_keras.py tests/layers/test_mixed_precision_inference.py
-  tests/layers/test_norm_mean_nonfinite.py tests/losses tests/metrics tests/models tests/optimizers tests/callbacks
-  tests/regularizers/test_orthogonality.py tests/test_initializers.py tests/test_registry.py
-  tests/training/test_pretrain.py
-  tests/layers/test_partial_fc.py tests/layers/test_partial_fc_sharded.py
+  tests/ops tests/layers tests/losses tests/regularizers tests/metrics tests/models tests/optimizers
+  tests/callbacks tests/test_energy.py tests/test_initializers.py tests/test_registry.py
+  tests/training/test_model.py tests/training/test_pretrain.py
 )
 status=0
 for backend in "${@:-jax torch}"; do

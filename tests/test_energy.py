@@ -378,7 +378,8 @@ def test_gram_value_and_gradient_match_closed_form(rng, shape, scale):
     w = rng.standard_normal(shape)
     a = rng.standard_normal(shape[:-2] + (shape[-1], shape[-1]))
     w32 = w.astype(np.float32)
-    _, (grad,) = value_and_grads(lambda v: keras.ops.sum(energy.gram(v, scale=scale) * a.astype(np.float32)), w32)
+    a32 = a.astype(np.float32)
+    _, (grad,) = value_and_grads(lambda v: keras.ops.sum(keras.ops.multiply(energy.gram(v, scale=scale), a32)), w32)
     w_t = np.swapaxes(w, -1, -2)
     np.testing.assert_allclose(to_numpy(energy.gram(w32, scale=scale)), scale * (w_t @ w), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(grad, scale * (w @ (a + np.swapaxes(a, -1, -2))), rtol=1e-5, atol=1e-5)
@@ -397,8 +398,10 @@ def test_gram_second_order_through_nested_tapes(rng):
 
     wt = keras.ops.convert_to_tensor(w.astype(np.float32))
 
+    a32 = a.astype(np.float32)
+
     def inner_grad(v):
-        g_loss = lambda u: keras.ops.sum(a.astype(np.float32) * energy.gram(u) * energy.gram(u))  # noqa: E731
+        g_loss = lambda u: keras.ops.sum(keras.ops.multiply(a32, energy.gram(u) * energy.gram(u)))  # noqa: E731
         return autodiff.value_and_grad(g_loss, v)[1]
 
     def outer_grad(v):
@@ -426,7 +429,7 @@ def test_energy_gradient_of_upper_triangle_sum_matches_finite_differences(rng):
     upper = np.triu(np.ones((5, 5)), k=1).astype(np.float32)
 
     def value_fn(v):
-        return keras.ops.sum(upper / keras.ops.square(2.5 - 2.0 * energy.cosine_gram(v)))
+        return keras.ops.sum(keras.ops.divide(upper, keras.ops.square(2.5 - 2.0 * energy.cosine_gram(v))))
 
     value, (grad,) = value_and_grads(value_fn, w.astype(np.float32))
     np.testing.assert_allclose(float(value), np_value(w), rtol=1e-5)
@@ -457,7 +460,7 @@ def test_energy_value_and_gradient_unchanged_by_custom_gram(rng, monkeypatch, po
 def test_gram_of_higher_rank_batches(rng):
     w = rng.standard_normal((2, 3, 4, 5)).astype(np.float32)
     a = rng.standard_normal((2, 3, 5, 5)).astype(np.float32)
-    _, (grad,) = value_and_grads(lambda v: keras.ops.sum(energy.gram(v) * a), w)
+    _, (grad,) = value_and_grads(lambda v: keras.ops.sum(keras.ops.multiply(energy.gram(v), a)), w)
     w64, a64 = w.astype(np.float64), a.astype(np.float64)
     want = w64 @ (a64 + np.swapaxes(a64, -1, -2))
     np.testing.assert_allclose(grad, want, rtol=1e-5, atol=1e-5)

@@ -240,8 +240,13 @@ class _LearnedProjection(_Projection):
         reg = self.reg
         d, n = w2d.shape
         var = self.variable_for(self.key(variable, d, n), d)
-        p = ops.convert_to_tensor(var)
         can_assign = isinstance(var, keras.Variable)
+        p = ops.convert_to_tensor(var)
+        if can_assign and reg.projection_steps:
+            # A copy of P's value: the energy below is differentiated through P, and P's own step assigns
+            # the variable before that backward pass runs. On PyTorch a variable's tensor is its storage,
+            # so the assignment would overwrite the P autograd saved ("modified by an inplace operation").
+            p = ops.copy(p)
         w_hat = energy.normalized_neurons(w2d, reg.epsilon)
         cos_w = energy.cosine_gram(w2d, reg.epsilon)
         if reg.unroll:

@@ -84,7 +84,7 @@ def test_training_output_and_input_gradient_match_upstream(rng, kind, training_p
 
     y = ops.convert_to_numpy(layer(x, training=True))
     _, (grad,), _ = testing.gradients(
-        lambda xt: ops.sum(layer(xt, training=True) * weights.astype(np.float32)), [x],
+        lambda xt: ops.sum(ops.multiply(layer(xt, training=True), weights.astype(np.float32))), [x],
         state=layer.non_trainable_variables)
     np.testing.assert_allclose(y, upstream_out, rtol=1e-5, atol=1e-5)
 

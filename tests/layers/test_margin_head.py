@@ -75,7 +75,7 @@ def test_basic_shapes_weights_and_config(rng, loss_type):
     x = _features(rng)
     y = rng.integers(0, 5, size=8)
     out = head(x, labels=y, training=True)
-    assert out.shape == (8, 5) and out.dtype == "float32"
+    assert tuple(out.shape) == (8, 5) and keras.backend.standardize_dtype(out.dtype) == "float32"
     assert tuple(head.kernel.shape) == (4, 5)
     assert len(head.trainable_weights) == 1 and len(head.non_trainable_weights) == 1
     # Keras's backend integer (int64 on TensorFlow; JAX without x64 has no int64).
@@ -575,11 +575,13 @@ def test_labels_must_be_integer_ids_of_shape_batch(rng, symbolic):
     # Both accepted shapes (and a Python list of ids) give the same logits.
     if not symbolic:
         y = rng.integers(0, 3, size=8)
-        first = head(x, labels=y, training=True)
+        first = keras.ops.convert_to_numpy(head(x, labels=y, training=True))
         head.iteration.assign(0)
-        np.testing.assert_array_equal(head(x, labels=y[:, None].astype(np.int64), training=True), first)
+        np.testing.assert_array_equal(
+            keras.ops.convert_to_numpy(head(x, labels=y[:, None].astype(np.int64), training=True)), first)
         head.iteration.assign(0)
-        np.testing.assert_array_equal(head(x, labels=[int(v) for v in y], training=True), first)
+        np.testing.assert_array_equal(
+            keras.ops.convert_to_numpy(head(x, labels=[int(v) for v in y], training=True)), first)
         with pytest.raises(ValueError, match=r"labels.shape=\(5,\), features.shape=\(8, 4\)"):
             head(x, labels=y[:5], training=True)
 
@@ -638,8 +640,8 @@ def test_output_spec_is_float32_under_mixed_policies(rng, loss_type, policy):
     assert head.compute_output_spec(keras.KerasTensor((None, 4), dtype=compute_dtype)).dtype == "float32"
     x = keras.ops.cast(_features(rng, 6, 4), compute_dtype)
     y = rng.integers(0, 3, size=6)
-    assert head(x, labels=y, training=True).dtype == "float32"  # eager, margin logits
-    assert head(x).dtype == "float32"
+    assert keras.backend.standardize_dtype(head(x, labels=y, training=True).dtype) == "float32"  # eager, margin logits
+    assert keras.backend.standardize_dtype(head(x).dtype) == "float32"
     train_model = keras.Model([features, labels], head(features, labels=labels))
     assert train_model.outputs[0].dtype == "float32"
     assert train_model.predict([x, y], verbose=0).dtype == np.float32
@@ -650,7 +652,8 @@ def test_output_spec_is_float32_under_mixed_policies(rng, loss_type, policy):
 
 
 def _compiled_by_xla(x):
-    """Whether this call is being traced for XLA: TensorFlow's XLA context; on JAX every trace is XLA's."""
+    """Whether this call is being traced for XLA: TensorFlow's XLA context; on JAX every trace is XLA's; on
+    PyTorch, a `torch.compile` trace."""
     if keras.backend.backend() == "tensorflow":
         from sphere_tf.backends.tensorflow import xla_context  # noqa: PLC0415  (the TensorFlow plug-in)
 
@@ -659,6 +662,11 @@ def _compiled_by_xla(x):
         import jax  # noqa: PLC0415
 
         return isinstance(x, jax.core.Tracer)
+    if keras.backend.backend() == "torch":
+        import torch  # noqa: PLC0415
+
+        # PyTorch's counterpart of XLA: Keras compiles a `jit_compile=True` step with `torch.compile`.
+        return torch.compiler.is_compiling()
     return False
 
 

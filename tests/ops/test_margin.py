@@ -368,8 +368,8 @@ def test_margin_logits_gradient_matches_finite_differences_of_reference(rng, los
     kwargs = dict(loss_type=loss_type, margin=m, angular=angular, k=0.3, scale=s, lam=0.5)
     r32 = r.astype(np.float32)
     _, (gx, gw) = value_and_grads(
-        lambda a, b: keras.ops.sum(margin.margin_logits(a, b, y, **kwargs) * r32), x.astype(np.float32),
-        w.astype(np.float32)
+        lambda a, b: keras.ops.sum(keras.ops.multiply(margin.margin_logits(a, b, y, **kwargs), r32)),
+        x.astype(np.float32), w.astype(np.float32)
     )
 
     def ref(xv, wv):
