@@ -23,8 +23,10 @@ export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null | tee "$OUT/gpu.txt"
 
 if [ "${SMALL:-0}" = 1 ]; then
-  BENCH=(--batch_sizes=8 --image_size=16 --widths=8,8,8 --steps=2 --rounds=2 --warmup=1)
-  TORCH_BENCH=(--batch_sizes=8 --image_size=16 --widths=8,8,8 --steps=2 --rounds=2 --warmup=1)
+  # float32 only, and XLA without LLVM optimisation: a dry run checks that the script works, not speed.
+  BENCH=(--batch_sizes=8 --image_size=16 --widths=8,8,8 --steps=2 --rounds=2 --warmup=1 --dtypes=float32)
+  TORCH_BENCH=(--batch_sizes=8 --image_size=16 --widths=8,8,8 --steps=2 --rounds=2 --warmup=1 --dtypes=float32)
+  export XLA_FLAGS="${XLA_FLAGS:-} --xla_backend_optimization_level=0"
   PARITY_K="matches_numpy and not unknown_spatial and (tanh or sphere)"
 else
   BENCH=(--batch_sizes=128,512 --forward_batch_sizes=512 --steps=20 --rounds=5

@@ -25,4 +25,7 @@ def python_for(backend):
 def environment(backend):
     env = dict(os.environ, KERAS_BACKEND=backend, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("PYTHONSTARTUP", None)
+    if backend == "jax" and "xla_backend_optimization_level" not in env.get("XLA_FLAGS", ""):
+        # As tests/conftest.py does for the JAX suite: compile fast, the numerics are XLA's either way.
+        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
     return env

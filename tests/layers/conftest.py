@@ -21,24 +21,23 @@ class _KerasHarness(keras_testing.TestCase):
         pass
 
 
-@pytest.fixture(params=["graph", "xla"])
-def keras_harness(request, monkeypatch):
-    """Keras's own layer harness, its training check compiled as a graph and with XLA.
+# The harness's training check per backend. It compiles with `jit_compile="auto"`: on TensorFlow that is a
+# plain graph on a CPU-only host and XLA on a GPU one, so both run ('xla' makes "auto" pick XLA); on JAX "auto"
+# is always `jax.jit`, one case; on PyTorch "auto" is eager, as Keras's own layer tests run it there. The
+# compiled PyTorch step (`torch.compile` of the whole train step, minutes per layer on CPU) is tested where a
+# layer has compiled-only behaviour: test_model's projection with `jit_compile=True`, test_label_range's
+# compiled fit.
+HARNESS_CASES = {"tensorflow": ["graph", "xla"], "jax": ["xla"], "torch": ["graph"]}
 
-    The harness compiles its training check with `jit_compile="auto"`, which Keras resolves to
-    XLA on a GPU host and to a plain graph on a CPU-only one; the 'xla' case makes "auto" pick
-    XLA as on a GPU, so the layer's jit-compiled training is tested here too (on PyTorch: `torch.compile`).
-    The harness's `xla` attribute says which case runs.
+
+@pytest.fixture(params=HARNESS_CASES.get(keras.backend.backend(), ["graph", "xla"]))
+def keras_harness(request, monkeypatch):
+    """Keras's own layer harness, its training check in each way this backend compiles it (`HARNESS_CASES`).
+
+    The harness's `xla` attribute says whether the check is compiled as a whole (TensorFlow XLA, `jax.jit`).
     """
     harness = _KerasHarness()
     harness.xla = request.param == "xla"
-    if harness.xla:
+    if harness.xla and keras.backend.backend() == "tensorflow":
         monkeypatch.setattr(keras.Model, "_resolve_auto_jit_compile", lambda self: True)
-        if keras.backend.backend() == "torch":
-            import torch  # noqa: PLC0415
-
-            # On PyTorch the compiled step is `torch.compile` of Keras's one train-step function: every harness
-            # run's new model class recompiles it, and past dynamo's recompile limit (8) it would silently run
-            # eagerly. A reset gives each case a fresh compile, as in its own process.
-            torch._dynamo.reset()
     return harness
