@@ -35,6 +35,12 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "backend_only(name): a test of one backend's plug-in; deselected on the other backends",
     )
+    config.addinivalue_line(
+        "markers",
+        "structure_only: a test of Python-level structure (which layer sits in which slot, configs, parameter "
+        "counts) that computes nothing backend-specific; it runs in the TensorFlow suite and is deselected in the "
+        "JAX and PyTorch suites, where the tests that compute with the same models run",
+    )
 
 
 TENSORFLOW_ONLY_MODULE = "pytestmark = pytest.mark.tensorflow_only"
@@ -59,12 +65,14 @@ def pytest_ignore_collect(collection_path, config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Deselect `tensorflow_only` tests off TensorFlow and `backend_only` tests off their backend."""
+    """Deselect `tensorflow_only` and `structure_only` tests off TensorFlow, `backend_only` tests off their backend."""
     def runs_here(item):
         only = item.get_closest_marker("backend_only")
         if only is not None and only.args[0] != BACKEND:
             return False
-        return BACKEND == "tensorflow" or item.get_closest_marker("tensorflow_only") is None
+        if BACKEND == "tensorflow":
+            return True
+        return item.get_closest_marker("tensorflow_only") is None and item.get_closest_marker("structure_only") is None
 
     kept = [item for item in items if runs_here(item)]
     if len(kept) != len(items):

@@ -73,8 +73,10 @@ def load(directory, reference):
 
 
 if __name__ == "__main__":
-    mode, folder = sys.argv[1], sys.argv[2]
+    # save DIR | load DIR REFERENCE [DIR REFERENCE ...] (one JSON report per line; one process, one import)
+    mode, args = sys.argv[1], sys.argv[2:]
     if mode == "save":
-        save(folder)
+        save(args[0])
     else:
-        print(json.dumps(load(folder, sys.argv[3])))
+        for folder, reference in zip(args[::2], args[1::2]):
+            print(json.dumps({"directory": folder, **load(folder, reference)}))

@@ -1,14 +1,13 @@
 """`.keras` files move between backends: saved on any of TensorFlow, JAX and PyTorch, loaded on each other.
 
-Each direction runs two processes (a process has one Keras backend): `portable_model.py save` under the
-source backend, `portable_model.py load` under the target, comparing inference outputs with the source's
+Each backend saves once (`portable_model.py save`, a process has one Keras backend) and loads the files of the
+other two in one process (`portable_model.py load`), comparing inference outputs with the source's
 own to float32 tolerance. TensorFlow runs in the main venv; JAX and PyTorch in `.venv-torch`, which has no
 TensorFlow (`scripts/setup.sh`), so the loads there also show that the core needs none. A file saved by
 sphere_tf 0.1.0 (TensorFlow only, before the backend-neutral core; `data/release_0_1_0`) loads on all three.
 """
 
 import functools
-import itertools
 import json
 import os
 import subprocess
@@ -44,22 +43,28 @@ def saved_root(tmp_path_factory):
     return str(tmp_path_factory.mktemp("portable"))
 
 
-def _check_load(backend, directory, reference):
-    report = json.loads(_run(backend, "load", directory, reference).strip().splitlines()[-1])
-    assert report["backend"] == backend
-    assert report["finite"]
-    assert report["max_abs_diff"] <= 1e-5 * max(1.0, report["scale"]), report
+def _load_all(backend, files):
+    """Loads each `(directory, reference outputs)` of `files` in one `backend` process; reports by directory."""
+    lines = _run(backend, "load", *[part for pair in files for part in pair]).strip().splitlines()
+    reports = [json.loads(line) for line in lines if line.startswith("{")]
+    return {report["directory"]: report for report in reports}
+
+
+def _check(report, backend, what):
+    assert report["backend"] == backend, what
+    assert report["finite"], what
+    assert report["max_abs_diff"] <= 1e-5 * max(1.0, report["scale"]), (what, report)
 
 
 @pytest.mark.tensorflow_only  # drives all three backends from the main venv's test run
-@pytest.mark.parametrize("source,target", [p for p in itertools.product(BACKENDS, BACKENDS) if p[0] != p[1]])
-def test_keras_file_saved_on_one_backend_loads_on_another(saved_root, source, target):
-    directory = _saved(source, saved_root)
-    _check_load(target, directory, f"outputs_{source}.npy")
-
-
-@pytest.mark.tensorflow_only
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_file_saved_by_release_0_1_0_loads_on_every_backend(backend):
-    _check_load(backend, RELEASE_DIR, "outputs_tensorflow.npy")
+@pytest.mark.parametrize("target", BACKENDS)
+def test_keras_files_saved_on_the_other_backends_and_by_release_0_1_0_load_here(saved_root, target):
+    """Two directions per target (six in all), and the file saved by release 0.1.0 (TensorFlow only)."""
+    sources = [b for b in BACKENDS if b != target]
+    files = [(_saved(source, saved_root), f"outputs_{source}.npy") for source in sources]
+    files.append((RELEASE_DIR, "outputs_tensorflow.npy"))
+    reports = _load_all(target, files)
+    for source, (directory, _) in zip(sources, files):
+        _check(reports[directory], target, f"saved on {source}, loaded on {target}")
+    _check(reports[RELEASE_DIR], target, f"saved by release 0.1.0, loaded on {target}")
     assert np.load(os.path.join(RELEASE_DIR, "inputs.npy")).shape == (4, 8, 8, 3)

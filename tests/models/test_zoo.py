@@ -69,6 +69,7 @@ def test_forward_shape_and_conv_count(name):
     assert len(_convs(model)) == sum(CONV_SLOTS[name])
 
 
+@pytest.mark.structure_only
 @pytest.mark.parametrize("index,name", list(enumerate(sorted(CONV_SLOTS))))
 def test_requested_operator_reaches_every_conv_slot(index, name):
     operator = OPERATORS[index % len(OPERATORS)]  # every family meets several operators
@@ -87,6 +88,7 @@ def test_requested_operator_reaches_every_conv_slot(index, name):
             assert {k: config[k] for k in options} == options, conv.name
 
 
+@pytest.mark.structure_only
 def test_sphere_resnet18_v1_and_v2_differ_only_in_the_shortcuts():
     v1, _ = _tiny("sphere_resnet18_v1")
     v2, _ = _tiny("sphere_resnet18_v2")
@@ -98,6 +100,7 @@ def test_sphere_resnet18_v1_and_v2_differ_only_in_the_shortcuts():
     assert [c.kernel_size for c in short2] == [(1, 1)] * 3
 
 
+@pytest.mark.structure_only
 def test_shortcut_operator_is_its_own_slot():
     model, _ = _tiny("resnet32", operator={"layer": "sphere"}, shortcut_operator={"layer": "opt", "seed": 3})
     shortcuts = [c for c in _convs(model) if "shortcut" in c.name]
@@ -171,6 +174,7 @@ def _trainable(model):
     return sum(int(np.prod(v.shape)) for v in model.trainable_variables)
 
 
+@pytest.mark.structure_only
 def test_parameter_counts_match_the_papers_tables():
     # SphereNet CNN-9 (App. Table 5), CIFAR 32×32: three pools -> 4×4×128 = 2048 into FC-256.
     convs = 9 * (3 * 64 + 64 * 64 + 64 * 64) + 9 * (64 * 96 + 96 * 96 + 96 * 96) + 9 * (96 * 128 + 2 * 128 * 128)
@@ -226,6 +230,7 @@ def test_parameter_counts_match_the_papers_tables():
     assert _trainable(model) == total + 1024 * 1000 + 1000
 
 
+@pytest.mark.structure_only
 def test_standard_resnet18_has_the_published_parameter_count():
     # torchvision's resnet18 (He et al. 2016, ImageNet, 1000 classes): 11,689,512 parameters.
     model = models.create_model("resnet18", num_classes=1000)
@@ -238,6 +243,7 @@ def test_standard_resnet18_has_the_published_parameter_count():
     assert "pool0" not in [l.name for l in cifar.layers]
 
 
+@pytest.mark.structure_only
 def test_fig3c_widths_and_width_multiplier():
     for widths in models.plain_cnn.FIG3C_WIDTHS:
         model = models.create_model("cnn9", widths=widths)
