@@ -17,6 +17,7 @@ they were (see its docstring).
 
 import logging
 import re
+import threading
 import weakref
 
 import keras
@@ -24,6 +25,7 @@ from keras import ops
 
 from sphere_tf import validation
 from sphere_tf.layers import margin_head
+from sphere_tf.ops import acceleration
 from sphere_tf.ops import angles
 from sphere_tf.ops import margin as margin_lib
 from sphere_tf.ops import sampling
@@ -139,6 +141,52 @@ def class_sharding_layout(layout_map, head, axis_name=None):
     return layout_map
 
 
+class _PerThreadLosses:
+    """The list Keras keeps a layer's `add_loss` terms in (`Layer._losses`), one list per thread.
+
+    `tf.distribute.MirroredStrategy` runs the replicas of a train step in threads of
+    their own, one at a time, switching at every cross-replica synchronisation
+    (the labels' all-gather and the state updates of this head). Keras keeps a
+    layer's `add_loss` terms in one Python list, cleared when a replica's model
+    call starts, so with a synchronisation inside the head a replica's
+    `compute_loss` would also read the terms the other replicas added meanwhile
+    (the logged loss came out multiplied by the replica count; the gradients were
+    right, as a replica's tape records its own term only). A per-thread list keeps
+    each replica's terms its own; with one thread (JAX, PyTorch, no strategy)
+    nothing changes. Keras uses `extend`, `clear` and slicing.
+    """
+
+    def __init__(self):
+        self._local = threading.local()
+
+    def _items(self):
+        items = getattr(self._local, "items", None)
+        if items is None:
+            items = self._local.items = []
+        return items
+
+    def append(self, value):
+        self._items().append(value)
+
+    def extend(self, values):
+        self._items().extend(values)
+
+    def clear(self):
+        self._items().clear()
+
+    def __getitem__(self, key):
+        return self._items()[key]
+
+    def __iter__(self):
+        return iter(self._items())
+
+    def __len__(self):
+        return len(self._items())
+
+    def __reduce__(self):  # copies and pickles start empty, like a fresh layer's list
+        return (_PerThreadLosses, ())
+
+
 class _PendingMask:
     """The sampled mask of the most recent training call, as the tensor that call computed (JAX, see
     `PartialFCHead.update_mask`). A plain holder, so Keras's attribute tracking leaves it alone."""
@@ -164,7 +212,8 @@ class PartialFCHead(margin_head.MarginHead):
        `int(r·C_block)` and falls back to the positives alone when they are more);
        the draw is upstream's: uniform scores, positives set to 2.0, `top_k`,
        indices sorted, labels remapped with `searchsorted`
-       (`sphere_tf.ops.sampling.sample_classes`);
+       (`sphere_tf.ops.sampling.sample_classes`); the scores of step t are a
+       stateless draw keyed by `(seed, t)`;
     2. gathers those columns of the kernel (and bias), computes
        `margin_logits` on them with the remapped labels (margin on the target
        logit only, λ from the `iteration` counter exactly as `MarginHead`);
@@ -185,6 +234,18 @@ class PartialFCHead(margin_head.MarginHead):
     model), the head returns the full plain logits and adds their mean softmax
     cross-entropy as the loss; without labels it only returns the plain logits,
     `(B, num_classes)`, exactly like `MarginHead` (the padding is sliced off).
+
+    Data parallelism (TensorFlow's `tf.distribute.MirroredStrategy`, the head
+    replicated): as upstream all-gathers the labels of every rank, the head
+    samples from the labels of every replica
+    (`sphere_tf.ops.acceleration.all_gather_across_replicas`), B being the global
+    batch, with the same key on every replica. Every replica therefore uses the
+    same columns, holding every positive of the global batch, and computes the
+    logits and loss of its own samples on them; with Keras's loss scaling and the
+    summed gradients a step equals the same step on one device with the global
+    batch, and `PartialFCOptimizer` restores the same columns on every copy. (The
+    returned logits' width follows the global batch.) Build the model under
+    `strategy.scope()`. On JAX and PyTorch there is no replica engine here.
 
     Padding: when `num_shards` does not divide `num_classes`, the kernel gets
     `C_padded − C < num_shards` extra zero columns at its end (and the bias zero
@@ -237,8 +298,11 @@ class PartialFCHead(margin_head.MarginHead):
             sample (before the batch-size floor); upstream's default 1.0 uses every class.
         num_shards: int in [1, num_classes], the number of contiguous class blocks
             sampled separately (upstream: one per GPU).
-        seed: None or int >= 0, the seed of the layer's `keras.random.SeedGenerator`
-            (its state is layer state, so draws are stateless-safe on JAX).
+        seed: None or int >= 0. The uniform scores of training step t are a
+            stateless draw keyed by `(seed, t)` (t the `iteration` counter), so
+            they are the same on every replica of a step and continue where they
+            stopped after a reload; None draws a seed when the layer is made
+            (Python's `random`, which `keras.utils.set_random_seed` seeds).
 
     Input shape:
         `(batch, feature_dim)` features; `labels` integer class ids in
@@ -291,9 +355,12 @@ class PartialFCHead(margin_head.MarginHead):
                 self.name, self.num_classes, num_shards, self.num_padded_classes - self.num_classes,
                 self.num_padded_classes, num_shards, self.block_size,
             )
-        self.seed_generator = keras.random.SeedGenerator(self.seed, name="partial_fc_seed")
+        # The seed of the per-step draws (`sampling.step_seed`): no generator state, so nothing to keep in step
+        # across replicas or to thread through JAX's train step.
+        self._draw_seed = sampling.default_seed() if self.seed is None else self.seed
         self._pending = _PendingMask()
         self._sharding = sampling.NO_SHARDING
+        self._losses = _PerThreadLosses()
 
     def build(self, input_shape):
         # MarginHead.build with C_padded class columns (padding zero-initialised) and the sampled mask.
@@ -481,11 +548,15 @@ class PartialFCHead(margin_head.MarginHead):
         # An out-of-range label (possible only under XLA, where the check compiles away) samples as class 0;
         # its row is NaN below, as MarginHead's.
         labels = ops.where(valid, labels, 0)
-        batch_size = inputs.shape[0] if inputs.shape[0] is not None else ops.shape(inputs)[0]
+        # Data parallelism (tf.distribute): sample from the labels of every replica, as upstream's all-gather, with
+        # one key for all, so every replica takes the same columns and every positive of the global batch.
+        all_labels = acceleration.all_gather_across_replicas(labels)
+        batch_size = all_labels.shape[0] if all_labels.shape[0] is not None else ops.shape(all_labels)[0]
         sample_size = self.sample_size(batch_size)
         shard = sharding or sampling.NO_SHARDING
         index, labels, mask, real_columns = sampling.sample_classes(
-            labels, self.num_classes, self.num_shards, sample_size, self.seed_generator, sharding=shard
+            labels, self.num_classes, self.num_shards, sample_size, sampling.step_seed(self._draw_seed, step),
+            positives=all_labels, sharding=shard,
         )
         kernel, bias = self.kernel.value, None if self.bias is None else self.bias.value
         if not sampling.samples_everything(sample_size, self.block_size):

@@ -80,10 +80,11 @@ class Accelerator:
     for; it must return the same values to float32 rounding (gradients included), or
     `NotImplemented` to leave the case to the reference.
 
-    The replica hooks (`num_replicas_in_sync`, `per_replica_update`) are for the
-    backend's own distribution engine where Keras has no backend-neutral API (for
-    TensorFlow: `tf.distribute`); they are correctness, not speed, so `plugin()`
-    returns the plug-in even while `set_acceleration(False)`.
+    The replica hooks (`num_replicas_in_sync`, `per_replica_update`,
+    `all_gather_across_replicas`) are for the backend's own distribution engine
+    where Keras has no backend-neutral API (for TensorFlow: `tf.distribute`); they
+    are correctness, not speed, so `plugin()` returns the plug-in even while
+    `set_acceleration(False)`.
     """
 
     name = "accelerator"
@@ -96,6 +97,15 @@ class Accelerator:
         """Runs `update_fn(v)` once for each variable (once per device copy under a replicating strategy)."""
         for variable in variables:
             update_fn(variable)
+
+    def all_gather_across_replicas(self, x):
+        """`x` of every replica of the current train step, concatenated on axis 0 in replica order.
+
+        `x` itself outside a replicating engine or with one replica. For values the
+        replicas must agree on, e.g. the labels that drive Partial FC's class sample
+        (`sphere_tf.layers.PartialFCHead`). No gradient is defined through it.
+        """
+        return x
 
     def run_eagerly(self, fn):
         """`fn()` with concrete tensors and working gradients even when called inside a traced function
@@ -169,6 +179,12 @@ def plugin():
         if backend in PLUGINS:
             importlib.import_module(PLUGINS[backend])
     return _ACCELERATORS.get(backend)
+
+
+def all_gather_across_replicas(x):
+    """`Accelerator.all_gather_across_replicas` of the current backend's plug-in (`x` without one)."""
+    backend_plugin = plugin()
+    return x if backend_plugin is None else backend_plugin.all_gather_across_replicas(x)
 
 
 def run_eagerly(fn):

@@ -23,12 +23,20 @@ draw, so they always win `top_k`; padding scores -1.0 < any draw, so a padding
 column is only taken when the block has fewer real classes than `k_block`, and
 `real_columns` marks it so callers keep it out of the softmax.
 
+`B` and the positives are those of the *global* batch: under data parallelism
+upstream all-gathers the labels of every rank before sampling, so every rank
+draws the same sample (one seed for all) and it holds every positive of every
+rank; `sample_classes(labels, ..., positives=all_labels)` remaps a replica's own
+labels into that sample. The uniform scores of a step are a stateless draw from
+`(seed, step)` (`step_seed`), the same on every replica and after a reload.
+
 Every function here is a pure `keras.ops` function (TensorFlow, JAX, PyTorch).
 `ClassSharding` adds sharding constraints when the class axis is split over
 devices by a `keras.distribution` (JAX); without one it changes nothing.
 """
 
 import math
+import random
 
 import keras
 from keras import ops
@@ -134,16 +142,65 @@ class ClassSharding:
 NO_SHARDING = ClassSharding()
 
 
-def sample_classes(labels, num_classes, num_shards, sample_size, seed, sharding=NO_SHARDING):
+class _SeedTensor(keras.random.SeedGenerator):
+    """A `seed` for `keras.random` that is a given `(2,)` integer tensor (`step_seed`).
+
+    `keras.random` takes an int or a `SeedGenerator` as `seed`, and a generator's
+    `next()` is what the backend's stateless draw is seeded with (on TensorFlow
+    `tf.random.stateless_uniform(shape, seed)`, on JAX the key itself). This one
+    returns the tensor it was made with and holds no variable: nothing to update
+    in a replica context, nothing for JAX's train step to thread.
+    """
+
+    def __init__(self, value):  # not SeedGenerator.__init__, which creates a state variable
+        self.name = "step_seed"
+        self.backend = None
+        self._initial_seed = None
+        self._value = value
+
+    def next(self, ordered=True):
+        del ordered
+        return self._value
+
+
+def default_seed():
+    """A seed for a layer built with `seed=None`: Python's `random` (seeded by `keras.utils.set_random_seed`)."""
+    return random.randint(1, int(1e9))
+
+
+def step_seed(seed, step):
+    """The `keras.random` seed of step `step` for an int `seed`: the stateless key `(seed, step)`.
+
+    Args:
+        seed: int in [0, 2^31).
+        step: int scalar (or integer tensor, e.g. a layer's step counter).
+
+    Returns:
+        An object to pass as `seed=` to `keras.random` functions: their draws are
+        a pure function of `(seed, step)` on the backend (the same on every replica
+        of a step, and again after a reload restores the counter).
+    """
+    dtype = "uint32" if keras.backend.backend() == "jax" else "int32"  # JAX's raw key; TF/PyTorch seeds
+    value = ops.stack([ops.convert_to_tensor(seed, dtype=dtype), ops.cast(step, dtype)])
+    return _SeedTensor(value)
+
+
+def sample_classes(labels, num_classes, num_shards, sample_size, seed, positives=None, sharding=NO_SHARDING):
     """One Partial FC sample: every positive class plus uniform negatives, per block.
 
     Args:
-        labels: integer `(B,)` class ids in [0, num_classes).
+        labels: integer `(B,)` class ids in [0, num_classes), the labels to remap.
         num_classes: int, C (real classes).
         num_shards: int, the number of blocks S; the class axis is padded to
             `padded_num_classes(C, S)` columns, the padding at its end.
-        sample_size: k_block, from `block_sample_size` (int or scalar tensor).
-        seed: a `keras.random.SeedGenerator` (stateless-safe on JAX) or an int.
+        sample_size: k_block, from `block_sample_size` (int or scalar tensor) for
+            the number of `positives`.
+        seed: a `keras.random.SeedGenerator` (stateless-safe on JAX), an int, or
+            a `step_seed(seed, step)`.
+        positives: integer `(B_all,)`, the classes the sample must hold, or None
+            for `labels`. Under data parallelism: the labels of every replica
+            (`sphere_tf.ops.acceleration.all_gather_across_replicas`), so that
+            every replica, drawing with the same seed, gets the same sample.
         sharding: a `ClassSharding`: under a class-sharded layout the scores,
             the blocks' top-k and the mask stay split by block (each device draws
             its own blocks); the values are the same either way.
@@ -152,7 +209,8 @@ def sample_classes(labels, num_classes, num_shards, sample_size, seed, sharding=
         `(index, labels, sampled, real_columns)`:
         * `index`: int32 `(S·k_block,)`, the sampled columns, sorted ascending
           (block by block; within a block sorted as upstream);
-        * `labels`: int32 `(B,)`, each label's position in `index`;
+        * `labels`: int32 `(B,)`, each label's position in `index` (of `labels`,
+          not of `positives`);
         * `sampled`: float32 `(C_padded,)`, 1 for the real classes in `index`;
         * `real_columns`: bool `(S·k_block,)`, False where `index` holds a padding column.
         With `samples_everything(sample_size, C_padded / S)` nothing is drawn:
@@ -161,13 +219,14 @@ def sample_classes(labels, num_classes, num_shards, sample_size, seed, sharding=
     num_padded = padded_num_classes(num_classes, num_shards)
     block_size = num_padded // num_shards
     labels = ops.reshape(ops.cast(labels, "int32"), (-1,))
+    positives = labels if positives is None else ops.reshape(ops.cast(positives, "int32"), (-1,))
     real = real_class_mask(num_classes, num_padded)
     if samples_everything(sample_size, block_size):
         index = ops.arange(num_padded, dtype="int32")
         return index, labels, sharding.constrain(real, class_dim=0), ops.arange(num_padded) < num_classes
     scores = sharding.constrain(keras.random.uniform((num_padded,), dtype="float32", seed=seed), class_dim=0)
     scores = ops.scatter_update(
-        scores, ops.reshape(labels, (-1, 1)), ops.full(ops.shape(labels), POSITIVE_SCORE, dtype="float32")
+        scores, ops.reshape(positives, (-1, 1)), ops.full(ops.shape(positives), POSITIVE_SCORE, dtype="float32")
     )
     scores = ops.where(real > 0, scores, PADDING_SCORE)
     scores = sharding.constrain(ops.reshape(scores, (num_shards, block_size)), class_dim=0)

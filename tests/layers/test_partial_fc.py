@@ -254,6 +254,44 @@ def test_seeded_heads_draw_the_same_samples(rng):
     assert any(len(np.setdiff1d(samples[0][0], s)) for s in samples[0][1:])  # the draws change per step
 
 
+def test_step_seed_draws_are_a_function_of_seed_and_step():
+    def draw(seed, step):
+        return to_numpy(keras.random.uniform((50,), seed=sampling.step_seed(seed, ops.convert_to_tensor(step))))
+
+    first = draw(3, 1)
+    assert np.all((first >= 0) & (first < 1))
+    np.testing.assert_array_equal(draw(3, 1), first)  # no hidden state
+    assert not np.array_equal(draw(3, 2), first)
+    assert not np.array_equal(draw(4, 1), first)
+
+
+def test_the_sample_follows_the_positives_of_every_replica():
+    """`positives=` (the all-gathered labels) drive the sample; a replica's own labels are remapped into it."""
+    everyone = np.array([0, 5, 9, 30, 31, 17], np.int32)
+    k = sampling.block_sample_size(20, 0.2, len(everyone))  # max(4, 6) = 6 per block
+    seed = sampling.step_seed(5, 3)
+    whole = [to_numpy(t) for t in sampling.sample_classes(everyone, 40, 2, k, seed)]
+    for own in (everyone[:2], everyone[2:5], everyone[5:]):
+        index, remapped, mask, real = (to_numpy(t) for t in sampling.sample_classes(own, 40, 2, k, seed,
+                                                                                  positives=everyone))
+        np.testing.assert_array_equal(index, whole[0])  # the same columns on every replica
+        np.testing.assert_array_equal(mask, whole[2])
+        assert set(everyone.tolist()) <= set(index.tolist())
+        np.testing.assert_array_equal(index[remapped], own)
+
+
+def test_unseeded_heads_follow_keras_set_random_seed(rng):
+    x = rng.normal(size=(4, 3)).astype(np.float32)
+    y = np.array([0, 5, 9, 30], np.int32)
+    samples = []
+    for _ in range(2):
+        keras.utils.set_random_seed(7)
+        head = PartialFCHead(40, loss_type="cosface", sample_rate=0.2, seed=None)
+        head(x, labels=y, training=True)
+        samples.append(head.sampled_classes())
+    np.testing.assert_array_equal(samples[0], samples[1])
+
+
 @pytest.mark.parametrize(
     "loss_type,kwargs",
     [

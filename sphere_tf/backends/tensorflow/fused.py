@@ -103,6 +103,9 @@ class TensorFlowAccelerator(acceleration.Accelerator):
     def per_replica_update(self, variables, update_fn):
         tf_distribute.per_replica_update(variables, update_fn)
 
+    def all_gather_across_replicas(self, x):
+        return tf_distribute.all_gather_across_replicas(x)
+
     def run_eagerly(self, fn):
         if tf.executing_eagerly():
             return fn()

@@ -1,0 +1,358 @@
+"""The Partial FC head alone: dense `MarginHead` vs `PartialFCHead` (r = 0.1, r = 1), step time and memory.
+
+One train step of the head alone: features `(B, d)` (synthetic identities, `bench.synthetic_identities`) →
+head → loss (the batch mean of the margin softmax cross-entropy) → gradients → SGD(momentum 0.9) update; the
+sampled heads use `PartialFCOptimizer(SGD)`, which restores the unsampled columns of the kernel and of its
+momentum. Defaults: d = 512, B = 256, float32, ArcFace, C = 10^5 and 10^6.
+
+Cases (`--cases`): `dense` (MarginHead), `pfc_r<rate>` (PartialFCHead, sample_rate=<rate>), and diagnostic
+suffixes that split a step's time: `:plain_sgd` (the sampled head with a plain SGD, no wrapper) and `:no_update`
+(forward and backward only, the gradients returned, no optimizer).
+
+Backends: JAX (`KERAS_BACKEND=jax`): one `jax.jit` train step over Keras's stateless API (the head's
+`stateless_call` and the optimizer's `stateless_apply` in one trace, state buffers donated: what `model.fit`
+compiles); TensorFlow: a `tf.function` train step (`--tf_jit_compile` for XLA).
+
+Every case runs in a fresh subprocess (`--worker`), which builds the case, compiles it (the first call),
+runs `--warmup` steps, times `--steps` steps one by one (each finished with a device sync) and reports
+the median, and its peak resident memory (`ru_maxrss`) next to the resident memory before the case was built.
+The cases of a class count run one after another and, over `--passes` passes, in rotated order, so a drift of
+the host's load hits every case alike; a case's time is the median of its steps over all passes, its ratio is
+to `dense` of the same run. Cases are not held in one process side by side, because at C = 10^6 each holds
+gigabytes. Computed next to the measurements: the logits' memory (B × columns × 4 bytes) and the kernel's
+(d × C × 4 bytes).
+
+    KERAS_BACKEND=jax python -m bench.bench_partial_fc --results_file bench/results/cpu/partial_fc.jsonl
+
+Rows are appended to `--results_file` (JSON lines, one per case, with the environment).
+"""
+
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+from absl import app
+from absl import flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("num_classes", ["100000", "1000000"], "Class counts C.")
+flags.DEFINE_list("cases", ["dense", "pfc_r0.1", "pfc_r1"],
+                  "Cases: dense, pfc_r<rate>, with an optional ':plain_sgd' or ':no_update' suffix.")
+flags.DEFINE_integer("batch_size", 256, "B.")
+flags.DEFINE_integer("feature_dim", 512, "d.")
+flags.DEFINE_string("loss_type", "arcface", "MarginHead loss type (cosface, arcface, ...).")
+flags.DEFINE_float("noise", 0.5, "Noise level of the synthetic identities.")
+flags.DEFINE_integer("steps", 3, "Timed steps per case and pass.")
+flags.DEFINE_integer("warmup", 1, "Untimed steps after compilation.")
+flags.DEFINE_integer("passes", 2, "Passes over the cases (rotated order), each case in a fresh process.")
+flags.DEFINE_integer("worker_timeout_s", 900, "Give up on a case after this long (reported as an error row).")
+flags.DEFINE_bool("tf_jit_compile", False, "TensorFlow: compile the train step with XLA.")
+flags.DEFINE_string("results_file", None, "Append the JSON lines here.")
+flags.DEFINE_string("worker", None, "Internal: run this one case for --num_classes (a single value), print JSON.")
+
+BASELINE = "dense"
+
+
+def parse_case(name):
+    """(head kind, sample rate or None, variant) of a case name."""
+    base, _, variant = name.partition(":")
+    if variant not in ("", "plain_sgd", "no_update"):
+        raise ValueError(f"Unknown variant in case {name!r}: '', ':plain_sgd' or ':no_update'.")
+    if base == "dense":
+        if variant == "plain_sgd":
+            raise ValueError("':plain_sgd' applies to the sampled heads only.")
+        return "dense", None, variant
+    if base.startswith("pfc_r"):
+        rate = float(base[len("pfc_r"):])
+        if not 0 < rate <= 1:
+            raise ValueError(f"Sample rate of {name!r} must be in (0, 1].")
+        return "pfc", rate, variant
+    raise ValueError(f"Unknown case {name!r}: dense or pfc_r<rate>.")
+
+
+def columns_per_step(kind, rate, num_classes, batch_size):
+    """Logit columns of one training step (K for the sampled head, C for the dense one)."""
+    if kind == "dense":
+        return num_classes
+    from sphere_tf.ops import sampling  # noqa: PLC0415  (keras import: after the backend is chosen)
+
+    return sampling.block_sample_size(num_classes, rate, batch_size)
+
+
+def rss_mb():
+    """Current resident set size (MB) from /proc/self/statm, or None."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except OSError:
+        return None
+
+
+def peak_rss_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KB on Linux
+
+
+# ------------------------------------------------------------------------------------------------------------
+# One case (in a worker process).
+
+
+def _build(kind, rate, variant, num_classes):
+    import keras  # noqa: PLC0415
+
+    from sphere_tf.layers import MarginHead  # noqa: PLC0415
+    from sphere_tf.layers import PartialFCHead  # noqa: PLC0415
+    from sphere_tf.optimizers import PartialFCOptimizer  # noqa: PLC0415
+
+    keras.utils.set_random_seed(0)
+    if kind == "dense":
+        head = MarginHead(num_classes, loss_type=FLAGS.loss_type)
+    else:
+        head = PartialFCHead(num_classes, loss_type=FLAGS.loss_type, sample_rate=rate, seed=0)
+    head.build((None, FLAGS.feature_dim))
+    optimizer = None
+    if variant != "no_update":
+        optimizer = keras.optimizers.SGD(0.1, momentum=0.9)
+        if kind == "pfc" and variant != "plain_sgd":
+            optimizer = PartialFCOptimizer(optimizer)
+        optimizer.build(head.trainable_variables)
+    return head, optimizer
+
+
+def _loss(head, kind, outputs, losses, labels):
+    from keras import ops  # noqa: PLC0415
+
+    from sphere_tf.ops import sampling  # noqa: PLC0415
+
+    if kind == "pfc":
+        return losses[-1]  # the head's own add_loss term
+    return ops.mean(sampling.softmax_cross_entropy(outputs, labels))
+
+
+class _JaxCase:
+    def __init__(self, kind, head, optimizer, x, y):
+        import jax  # noqa: PLC0415
+
+        self.jax = jax
+        no_update = optimizer is None
+
+        def train_step(state, x, y):
+            trainable, non_trainable, opt_vars = state
+
+            def loss_of(trainable):
+                outputs, new_non_trainable, losses = head.stateless_call(
+                    trainable, non_trainable, x, labels=y, training=True, return_losses=True
+                )
+                return _loss(head, kind, outputs, losses, y), new_non_trainable
+
+            (loss, new_non_trainable), grads = jax.value_and_grad(loss_of, has_aux=True)(trainable)
+            if no_update:
+                return (trainable, new_non_trainable, opt_vars), (loss, grads)
+            new_trainable, new_opt_vars = optimizer.stateless_apply(opt_vars, grads, trainable)
+            return (new_trainable, new_non_trainable, new_opt_vars), (loss, None)
+
+        self.step_fn = jax.jit(train_step, donate_argnums=0)
+        self.state = ([v.value for v in head.trainable_variables], [v.value for v in head.non_trainable_variables],
+                      [] if optimizer is None else [v.value for v in optimizer.variables])
+        self.x, self.y = jax.numpy.asarray(x), jax.numpy.asarray(y)
+
+    def step(self):
+        self.state, out = self.step_fn(self.state, self.x, self.y)
+        self.jax.block_until_ready(out)
+        return float(out[0])
+
+
+class _TensorFlowCase:
+    def __init__(self, kind, head, optimizer, x, y):
+        import tensorflow as tf  # noqa: PLC0415
+
+        variables = head.trainable_variables
+
+        @tf.function(jit_compile=FLAGS.tf_jit_compile)
+        def train_step(x, y):
+            with tf.GradientTape() as tape:
+                outputs = head(x, labels=y, training=True)
+                loss = _loss(head, kind, outputs, head.losses, y)
+            grads = tape.gradient(loss, variables)
+            if optimizer is None:
+                return loss, [tf.convert_to_tensor(g) for g in grads]  # the gradients, made dense
+            optimizer.apply(grads, variables)
+            return loss, []
+
+        self.step_fn = train_step
+        self.x, self.y = tf.constant(x), tf.constant(y)
+
+    def step(self):
+        loss, grads = self.step_fn(self.x, self.y)
+        for g in grads:
+            g.numpy()
+        return float(loss.numpy())
+
+
+def run_worker(name, num_classes):
+    """Builds, compiles and times one case; returns its JSON row (without ratios)."""
+    import keras  # noqa: PLC0415
+
+    from bench.synthetic_identities import synthetic_identities  # noqa: PLC0415
+
+    kind, rate, variant = parse_case(name)
+    x, y = synthetic_identities(FLAGS.batch_size, num_classes, FLAGS.feature_dim, noise=FLAGS.noise, seed=0)
+    rss_before = rss_mb()
+    head, optimizer = _build(kind, rate, variant, num_classes)
+    backend = keras.backend.backend()
+    if backend == "jax":
+        case = _JaxCase(kind, head, optimizer, x, y)
+    elif backend == "tensorflow":
+        case = _TensorFlowCase(kind, head, optimizer, x, y)
+    else:
+        raise ValueError(f"bench_partial_fc runs on the jax and tensorflow backends; KERAS_BACKEND={backend!r}")
+    start = time.perf_counter()
+    first_loss = case.step()  # tracing and compilation included
+    compile_s = time.perf_counter() - start
+    for _ in range(FLAGS.warmup):
+        case.step()
+    times, loss = [], None
+    for _ in range(FLAGS.steps):
+        start = time.perf_counter()
+        loss = case.step()
+        times.append(time.perf_counter() - start)
+    columns = columns_per_step(kind, rate, num_classes, FLAGS.batch_size)
+    return {
+        "case": name, "num_classes": num_classes, "batch_size": FLAGS.batch_size, "feature_dim": FLAGS.feature_dim,
+        "loss_type": FLAGS.loss_type, "columns": columns, "step_s": times, "compile_s": compile_s,
+        "first_loss": first_loss, "last_loss": loss,
+        "rss_before_mb": rss_before, "peak_rss_mb": peak_rss_mb(),
+        "logits_mb": FLAGS.batch_size * columns * 4 / 2**20,
+        "kernel_mb": FLAGS.feature_dim * num_classes * 4 / 2**20,
+    }
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The driver.
+
+
+def environment():
+    import keras  # noqa: PLC0415
+
+    env = {"backend": keras.backend.backend(), "keras": keras.__version__, "machine": platform.machine(),
+           "cpu_count": os.cpu_count(), "load_avg_1m_start": os.getloadavg()[0],
+           "tf_jit_compile": FLAGS.tf_jit_compile if keras.backend.backend() == "tensorflow" else None}
+    try:
+        with open("/proc/cpuinfo") as f:
+            env["cpu"] = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), None)
+    except OSError:
+        env["cpu"] = platform.processor()
+    try:
+        with open("/proc/meminfo") as f:
+            env["mem_total_gb"] = int(f.readline().split()[1]) / 2**20
+    except OSError:
+        pass
+    if env["backend"] == "jax":
+        import jax  # noqa: PLC0415
+
+        env["jax"] = jax.__version__
+        env["device"] = str(jax.devices()[0].platform)
+    elif env["backend"] == "tensorflow":
+        import tensorflow as tf  # noqa: PLC0415
+
+        env["tensorflow"] = tf.__version__
+        env["device"] = "gpu" if tf.config.list_physical_devices("GPU") else "cpu"
+    return env
+
+
+def _worker_command(name, num_classes):
+    argv = [sys.executable, "-m", "bench.bench_partial_fc", f"--worker={name}", f"--num_classes={num_classes}",
+            f"--batch_size={FLAGS.batch_size}", f"--feature_dim={FLAGS.feature_dim}",
+            f"--loss_type={FLAGS.loss_type}", f"--noise={FLAGS.noise}", f"--steps={FLAGS.steps}",
+            f"--warmup={FLAGS.warmup}", f"--tf_jit_compile={FLAGS.tf_jit_compile}"]
+    return argv
+
+
+def run_case(name, num_classes):
+    """A case in a fresh process: its row, or a row with `error` (out of memory, time-out, exception)."""
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(_worker_command(name, num_classes), capture_output=True, text=True,
+                              timeout=FLAGS.worker_timeout_s, env=dict(os.environ))
+    except subprocess.TimeoutExpired:
+        return {"case": name, "num_classes": num_classes, "error": f"timeout after {FLAGS.worker_timeout_s} s"}
+    if proc.returncode != 0:
+        reason = "killed (out of memory?)" if proc.returncode in (-9, 137) else f"exit {proc.returncode}"
+        return {"case": name, "num_classes": num_classes, "error": reason, "stderr": proc.stderr[-2000:]}
+    row = json.loads(proc.stdout.strip().splitlines()[-1])
+    row["wall_s"] = time.perf_counter() - start
+    return row
+
+
+def measure(num_classes, cases):
+    """Rows of one class count: every case over the passes, medians and ratios to `dense`."""
+    runs = {name: [] for name in cases}
+    for p in range(FLAGS.passes):
+        order = cases[p % len(cases):] + cases[:p % len(cases)]
+        for name in order:
+            row = run_case(name, num_classes)
+            print(json.dumps({"pass": p, **{k: v for k, v in row.items() if k != "stderr"}}), flush=True)
+            runs[name].append(row)
+    rows = []
+    for name in cases:
+        ok = [r for r in runs[name] if "error" not in r]
+        if not ok:
+            rows.append({**runs[name][-1], "passes": len(runs[name])})
+            continue
+        steps = [t for r in ok for t in r["step_s"]]
+        row = {**ok[-1], "step_s": steps, "passes": len(ok), "median_step_s": statistics.median(steps),
+               "min_step_s": min(steps), "max_step_s": max(steps),
+               "pass_medians_s": [statistics.median(r["step_s"]) for r in ok],
+               "peak_rss_mb": max(r["peak_rss_mb"] for r in ok),
+               "compile_s": statistics.median(r["compile_s"] for r in ok)}
+        row["peak_over_start_mb"] = row["peak_rss_mb"] - row["rss_before_mb"]
+        rows.append(row)
+    base = next((r for r in rows if r["case"] == BASELINE and "median_step_s" in r), None)
+    for row in rows:
+        if base is not None and "median_step_s" in row:
+            row["ratio_to_dense"] = row["median_step_s"] / base["median_step_s"]
+    return rows
+
+
+def _print_table(rows):
+    print("\n| backend | C | case | columns | ms/step (median) | ratio to dense | peak RSS MB | over start MB "
+          "| logits MB | kernel MB |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        if "median_step_s" not in r:
+            print(f"| {r.get('backend')} | {r['num_classes']} | {r['case']} | | {r.get('error')} | | | | | |")
+            continue
+        print(f"| {r['backend']} | {r['num_classes']} | {r['case']} | {r['columns']} | {1e3 * r['median_step_s']:.0f} "
+              f"| {r.get('ratio_to_dense', float('nan')):.3f} | {r['peak_rss_mb']:.0f} | {r['peak_over_start_mb']:.0f} "
+              f"| {r['logits_mb']:.1f} | {r['kernel_mb']:.0f} |")
+
+
+def main(argv):
+    del argv
+    if FLAGS.worker:
+        (num_classes,) = [int(c) for c in FLAGS.num_classes]
+        print(json.dumps(run_worker(FLAGS.worker, num_classes)))
+        return
+    for name in FLAGS.cases:
+        parse_case(name)
+    env = environment()
+    print(json.dumps({"environment": env}), flush=True)
+    cases = [BASELINE] + [c for c in FLAGS.cases if c != BASELINE] if BASELINE in FLAGS.cases else list(FLAGS.cases)
+    rows = []
+    for num_classes in (int(c) for c in FLAGS.num_classes):
+        for row in measure(num_classes, cases):
+            row.update(env)
+            row["load_avg_1m_end"] = os.getloadavg()[0]
+            rows.append(row)
+            if FLAGS.results_file:
+                with open(FLAGS.results_file, "a") as f:
+                    f.write(json.dumps(row, sort_keys=True) + "\n")
+    _print_table(rows)
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,33 @@
+"""`bench.bench_partial_fc` runs end to end with tiny shapes on the current backend (JAX or TensorFlow)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import pytest
+
+from tests.backends import interpreters
+
+
+@pytest.mark.skipif(keras.backend.backend() not in ("jax", "tensorflow"), reason="JAX and TensorFlow only")
+def test_tiny_run_writes_a_row_per_case(tmp_path):
+    results = tmp_path / "partial_fc.jsonl"
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", KERAS_BACKEND=keras.backend.backend(),
+               PYTHONPATH=os.pathsep.join([interpreters.REPO, os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.bench_partial_fc", "--num_classes=300", "--batch_size=8", "--feature_dim=4",
+         "--cases=dense,pfc_r0.1,pfc_r0.1:no_update", "--passes=1", "--steps=1", "--warmup=0",
+         f"--results_file={results}"],
+        cwd=interpreters.REPO, capture_output=True, text=True, timeout=600, env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = {r["case"]: r for r in map(json.loads, results.read_text().splitlines())}
+    assert sorted(rows) == ["dense", "pfc_r0.1", "pfc_r0.1:no_update"]
+    assert all("error" not in r for r in rows.values()), rows
+    assert rows["dense"]["ratio_to_dense"] == 1.0 and rows["dense"]["columns"] == 300
+    assert rows["pfc_r0.1"]["columns"] == 30  # max(ceil(0.1·300), 8)
+    assert rows["pfc_r0.1"]["logits_mb"] == 8 * 30 * 4 / 2**20
+    assert rows["pfc_r0.1"]["peak_rss_mb"] >= rows["pfc_r0.1"]["rss_before_mb"] > 0
+    assert rows["dense"]["backend"] == keras.backend.backend()
