@@ -24,7 +24,9 @@ gigabytes. Computed next to the measurements: the logits' memory (B Ã— columns Ã
 
     KERAS_BACKEND=jax python -m bench.bench_partial_fc --results_file bench/results/cpu/partial_fc.jsonl
 
-Rows are appended to `--results_file` (JSON lines, one per case, with the environment).
+Rows are appended to `--results_file` (JSON lines, one per case, with the environment). Every step is also
+timed in process CPU time (all threads), which other jobs on the host disturb far less than wall time.
+`--parts` (JAX) times the pieces of a step instead (see the flag).
 """
 
 import json
@@ -53,6 +55,11 @@ flags.DEFINE_integer("passes", 2, "Passes over the cases (rotated order), each c
 flags.DEFINE_integer("worker_timeout_s", 900, "Give up on a case after this long (reported as an error row).")
 flags.DEFINE_bool("tf_jit_compile", False, "TensorFlow: compile the train step with XLA.")
 flags.DEFINE_string("results_file", None, "Append the JSON lines here.")
+flags.DEFINE_bool("parts", False,
+                  "JAX: instead of the cases, time the pieces of a step at each --num_classes (in this process): "
+                  "the head's forward + backward on K and on C columns, the gather and its scatter gradient, the "
+                  "class sampling, the SGD momentum update of (d, C) and the wrapper's restore of two (d, C) arrays.")
+flags.DEFINE_list("parts_list", None, "With --parts: only the parts whose names start with one of these.")
 flags.DEFINE_string("worker", None, "Internal: run this one case for --num_classes (a single value), print JSON.")
 
 BASELINE = "dense"
@@ -95,6 +102,26 @@ def rss_mb():
 
 def peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KB on Linux
+
+
+class _Clock:
+    """Wall time, process CPU time (all threads), its system part, and minor page faults of a stretch of code.
+
+    System time and page faults show the cost of touching freshly allocated memory (a new (d, C) buffer is
+    2 GB at C = 10^6: half a million 4 KB pages faulted in by the kernel)."""
+
+    def __enter__(self):
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        self._start = (time.perf_counter(), time.process_time(), usage.ru_stime, usage.ru_minflt)
+        return self
+
+    def __exit__(self, *exc_info):
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        wall, cpu, sys_s, faults = self._start
+        self.wall = time.perf_counter() - wall
+        self.cpu = time.process_time() - cpu
+        self.sys = usage.ru_stime - sys_s
+        self.faults = usage.ru_minflt - faults
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -215,20 +242,152 @@ def run_worker(name, num_classes):
     compile_s = time.perf_counter() - start
     for _ in range(FLAGS.warmup):
         case.step()
-    times, loss = [], None
+    times, cpu_times, sys_times, faults, loss = [], [], [], [], None
     for _ in range(FLAGS.steps):
-        start = time.perf_counter()
-        loss = case.step()
-        times.append(time.perf_counter() - start)
+        with _Clock() as clock:
+            loss = case.step()
+        times.append(clock.wall)
+        cpu_times.append(clock.cpu)
+        sys_times.append(clock.sys)
+        faults.append(clock.faults)
     columns = columns_per_step(kind, rate, num_classes, FLAGS.batch_size)
     return {
         "case": name, "num_classes": num_classes, "batch_size": FLAGS.batch_size, "feature_dim": FLAGS.feature_dim,
-        "loss_type": FLAGS.loss_type, "columns": columns, "step_s": times, "compile_s": compile_s,
+        "loss_type": FLAGS.loss_type, "columns": columns, "step_s": times, "cpu_step_s": cpu_times,
+        "sys_step_s": sys_times, "minor_faults_per_step": faults, "compile_s": compile_s,
         "first_loss": first_loss, "last_loss": loss,
         "rss_before_mb": rss_before, "peak_rss_mb": peak_rss_mb(),
         "logits_mb": FLAGS.batch_size * columns * 4 / 2**20,
         "kernel_mb": FLAGS.feature_dim * num_classes * 4 / 2**20,
     }
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The pieces of a step (--parts, JAX).
+
+
+def _time_jitted(fn, args, donate=False):
+    """Compiles `fn`, runs it `--warmup` more times, then times `--steps` calls: medians of `_Clock`'s fields."""
+    import jax  # noqa: PLC0415
+
+    jitted = jax.jit(fn, donate_argnums=0 if donate else ())
+    out = jitted(*args)
+    jax.block_until_ready(out)
+    if donate:
+        args = (out,) + tuple(args[1:])
+    clocks = []
+    for _ in range(FLAGS.warmup + FLAGS.steps):
+        with _Clock() as clock:
+            out = jitted(*args)
+            jax.block_until_ready(out)
+        clocks.append(clock)
+        if donate:
+            args = (out,) + tuple(args[1:])
+    del out, args
+    timed = clocks[FLAGS.warmup:]
+    return {"median_step_s": statistics.median(c.wall for c in timed),
+            "median_cpu_step_s": statistics.median(c.cpu for c in timed),
+            "median_sys_step_s": statistics.median(c.sys for c in timed),
+            "median_minor_faults": statistics.median(c.faults for c in timed)}
+
+
+def measure_parts(num_classes):
+    """Rows of the pieces of one step at C = `num_classes`, K = the sampled columns at r = 0.1."""
+    import jax  # noqa: PLC0415
+    import jax.numpy as jnp  # noqa: PLC0415
+    import keras  # noqa: PLC0415
+
+    from bench.synthetic_identities import synthetic_identities  # noqa: PLC0415
+    from sphere_tf.layers import MarginHead  # noqa: PLC0415
+    from sphere_tf.ops import sampling  # noqa: PLC0415
+
+    b, d, c = FLAGS.batch_size, FLAGS.feature_dim, num_classes
+    k = sampling.block_sample_size(c, 0.1, b)
+    x, y = synthetic_identities(b, c, d, noise=FLAGS.noise, seed=0)
+    x = jnp.asarray(x)
+    rows = []
+
+    def add(part, columns, fn, args, donate=False):
+        if FLAGS.parts_list and not any(part.startswith(p) for p in FLAGS.parts_list):
+            return
+        rows.append({"part": part, "num_classes": c, "columns": columns, "batch_size": b, "feature_dim": d,
+                     **_time_jitted(fn, args, donate=donate)})
+        print(json.dumps(rows[-1]), flush=True)
+
+    def head_fwd_bwd(columns):
+        # The margin head's forward and backward on `columns` columns (matmuls, normalisation, margin, softmax).
+        head = MarginHead(columns, loss_type=FLAGS.loss_type)
+        head.build((None, d))
+        labels = jnp.asarray(y % columns)
+        non_trainable = [v.value for v in head.non_trainable_variables]
+
+        def fn(trainable, features):
+            def loss_of(trainable, features):
+                logits, _ = head.stateless_call(trainable, non_trainable, features, labels=labels, training=True)
+                return jnp.mean(sampling.softmax_cross_entropy(logits, labels))
+
+            return jax.grad(loss_of, argnums=(0, 1))(trainable, features)
+
+        trainable = [v.value for v in head.trainable_variables]
+        add(f"head forward+backward, {columns} columns", columns, fn, (trainable, x))
+
+    keras.utils.set_random_seed(0)
+    head_fwd_bwd(k)
+    head_fwd_bwd(c)
+    w = jax.random.normal(jax.random.PRNGKey(0), (d, c), jnp.float32)
+    index = jnp.sort(jax.random.choice(jax.random.PRNGKey(1), c, (k,), replace=False)).astype(jnp.int32)
+    sub_grad = jnp.ones((d, k), jnp.float32)
+
+    def gather_scatter(w, index, sub_grad):
+        sub, vjp = jax.vjp(lambda w: jnp.take(w, index, axis=1), w)
+        return sub, vjp(sub_grad)[0]  # the (d, C) gradient: zeros plus the scattered K columns
+
+    add("gather K columns + its (d, C) scatter gradient", k, gather_scatter, (w, index, sub_grad))
+    w_rows, sub_grad_rows = w.T + 0.0, sub_grad.T + 0.0
+
+    def gather_scatter_rows(w, index, sub_grad):
+        # The same with classes on axis 0 (upstream's (C, d) weight): each class a contiguous row of d floats.
+        sub, vjp = jax.vjp(lambda w: jnp.take(w, index, axis=0), w)
+        return sub, vjp(sub_grad)[0]
+
+    add("gather K rows of a (C, d) kernel + its (C, d) scatter gradient", k, gather_scatter_rows,
+        (w_rows, index, sub_grad_rows))
+    del w_rows, sub_grad_rows
+
+    def sample(labels):
+        index, remapped, mask, _ = sampling.sample_classes(labels, c, 1, k, sampling.step_seed(0, 1))
+        return index, remapped, mask
+
+    add("class sampling (scores over C, top_k, sort, searchsorted, mask)", k, sample, (jnp.asarray(y),))
+    grad = jnp.zeros((d, c), jnp.float32).at[:, index].set(1.0)
+
+    def sgd(state, grad):
+        w, m = state
+        m = 0.9 * m - 0.1 * grad
+        return w + m, m
+
+    # Donated state: fresh copies of w each time.
+    add("SGD momentum update of (d, C) (kernel and momentum)", c, sgd, ((w + 0.0, jnp.zeros_like(w)), grad),
+        donate=True)
+    mask = jnp.zeros((c,), bool).at[index].set(True)
+
+    def restore(state, before, mask):
+        w, m = state
+        return jnp.where(mask[None, :], w, before[0]), jnp.where(mask[None, :], m, before[1])
+
+    add("PartialFCOptimizer restore: where() over kernel and momentum", c, restore,
+        ((w + 1.0, jnp.ones_like(w)), (w, jnp.zeros_like(w)), mask), donate=True)
+
+    def sgd_with_restore(state, grad, mask):
+        # What the wrapper's step is: the update and the restore in one trace (XLA may fuse them).
+        w, m = state
+        new_m = 0.9 * m - 0.1 * grad
+        new_w = w + new_m
+        return jnp.where(mask[None, :], new_w, w), jnp.where(mask[None, :], new_m, m)
+
+    add("SGD momentum + restore in one trace", c, sgd_with_restore, ((w + 0.0, jnp.zeros_like(w)), grad, mask),
+        donate=True)
+    return rows
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -304,7 +463,9 @@ def measure(num_classes, cases):
             rows.append({**runs[name][-1], "passes": len(runs[name])})
             continue
         steps = [t for r in ok for t in r["step_s"]]
+        cpu_steps = [t for r in ok for t in r.get("cpu_step_s", [])]
         row = {**ok[-1], "step_s": steps, "passes": len(ok), "median_step_s": statistics.median(steps),
+               "cpu_step_s": cpu_steps, "median_cpu_step_s": statistics.median(cpu_steps) if cpu_steps else None,
                "min_step_s": min(steps), "max_step_s": max(steps),
                "pass_medians_s": [statistics.median(r["step_s"]) for r in ok],
                "peak_rss_mb": max(r["peak_rss_mb"] for r in ok),
@@ -315,19 +476,23 @@ def measure(num_classes, cases):
     for row in rows:
         if base is not None and "median_step_s" in row:
             row["ratio_to_dense"] = row["median_step_s"] / base["median_step_s"]
+            if row["median_cpu_step_s"] and base["median_cpu_step_s"]:
+                row["cpu_ratio_to_dense"] = row["median_cpu_step_s"] / base["median_cpu_step_s"]
     return rows
 
 
 def _print_table(rows):
-    print("\n| backend | C | case | columns | ms/step (median) | ratio to dense | peak RSS MB | over start MB "
-          "| logits MB | kernel MB |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("\n| backend | C | case | columns | ms/step (median) | ratio to dense | CPU ms/step | CPU ratio "
+          "| peak RSS MB | over start MB | logits MB | kernel MB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if "median_step_s" not in r:
-            print(f"| {r.get('backend')} | {r['num_classes']} | {r['case']} | | {r.get('error')} | | | | | |")
+            print(f"| {r.get('backend')} | {r['num_classes']} | {r['case']} | | {r.get('error')} | | | | | | | |")
             continue
         print(f"| {r['backend']} | {r['num_classes']} | {r['case']} | {r['columns']} | {1e3 * r['median_step_s']:.0f} "
-              f"| {r.get('ratio_to_dense', float('nan')):.3f} | {r['peak_rss_mb']:.0f} | {r['peak_over_start_mb']:.0f} "
+              f"| {r.get('ratio_to_dense', float('nan')):.3f} | {1e3 * (r['median_cpu_step_s'] or float('nan')):.0f} "
+              f"| {r.get('cpu_ratio_to_dense', float('nan')):.3f} | {r['peak_rss_mb']:.0f} "
+              f"| {r['peak_over_start_mb']:.0f} "
               f"| {r['logits_mb']:.1f} | {r['kernel_mb']:.0f} |")
 
 
@@ -341,6 +506,17 @@ def main(argv):
         parse_case(name)
     env = environment()
     print(json.dumps({"environment": env}), flush=True)
+    if FLAGS.parts:
+        if env["backend"] != "jax":
+            raise ValueError("--parts runs on the JAX backend.")
+        for num_classes in (int(c) for c in FLAGS.num_classes):
+            for row in measure_parts(num_classes):
+                row.update(env)
+                row["load_avg_1m_end"] = os.getloadavg()[0]
+                if FLAGS.results_file:
+                    with open(FLAGS.results_file, "a") as f:
+                        f.write(json.dumps(row, sort_keys=True) + "\n")
+        return
     cases = [BASELINE] + [c for c in FLAGS.cases if c != BASELINE] if BASELINE in FLAGS.cases else list(FLAGS.cases)
     rows = []
     for num_classes in (int(c) for c in FLAGS.num_classes):
