@@ -340,6 +340,11 @@ class MarginHead(keras.layers.Layer):
             )
         else:
             self.bias = None
+        self._add_step_state()
+        self.input_spec = keras.layers.InputSpec(ndim=2, axes={-1: feature_dim})
+
+    def _add_step_state(self):
+        """The annealing step counter `iteration` and the count of out-of-range training labels."""
         self.iteration = self.add_weight(
             name="iteration", shape=(), dtype="int", initializer="zeros", trainable=False
         )
@@ -356,7 +361,6 @@ class MarginHead(keras.layers.Layer):
                 name="invalid_labels",
             )
         )
-        self.input_spec = keras.layers.InputSpec(ndim=2, axes={-1: feature_dim})
 
     # -- helpers ----------------------------------------------------------------------
 

@@ -397,15 +397,7 @@ class PartialFCHead(margin_head.MarginHead):
             setattr(self.bias, partial_fc_optimizer.COLUMNS_ATTRIBUTE, (weakref.ref(self), 0))
         else:
             self.bias = None
-        self.iteration = self.add_weight(
-            name="iteration", shape=(), dtype="int", initializer="zeros", trainable=False
-        )
-        self._invalid_labels = random_state.LayerState(
-            keras.Variable(
-                keras.initializers.Zeros(), shape=(), dtype="float32", trainable=False, aggregation="sum",
-                name="invalid_labels",
-            )
-        )
+        self._add_step_state()
         # Per-step layer state (see the class docstring), not a weight.
         self._sampled = random_state.LayerState(
             keras.Variable(

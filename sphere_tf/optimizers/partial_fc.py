@@ -18,6 +18,8 @@ per-variable slots have the variable's shape.
 import keras
 from keras import ops
 
+from sphere_tf.optimizers import wrapping
+
 # Marker attribute a PartialFCHead sets on its kernel and bias: `(weakref to the head, class axis)`.
 COLUMNS_ATTRIBUTE = "_partial_fc_columns"
 
@@ -53,7 +55,7 @@ def _optimizer_chain(optimizer):
 
 
 @keras.saving.register_keras_serializable(package="sphere_tf")
-class PartialFCOptimizer(keras.optimizers.Optimizer):
+class PartialFCOptimizer(wrapping.WrappingOptimizer):
     """`optimizer`, except that the unsampled classes of `PartialFCHead`s keep their weights and slots.
 
     Every variable goes to `optimizer` as usual. For the kernel and bias of each
@@ -100,8 +102,7 @@ class PartialFCOptimizer(keras.optimizers.Optimizer):
                 "PartialFCOptimizer does not take base optimizer arguments; set them on `optimizer`. "
                 f"Received: {sorted(kwargs)}"
             )
-        super().__init__(learning_rate=0.0, name=name)
-        self.optimizer = keras.optimizers.get(optimizer)
+        super().__init__(optimizer, name=name)
         for inner in _optimizer_chain(self.optimizer):
             if isinstance(inner, PartialFCOptimizer):
                 raise ValueError("Invalid value for argument `optimizer`: it already is a PartialFCOptimizer.")
@@ -183,25 +184,7 @@ class PartialFCOptimizer(keras.optimizers.Optimizer):
         for target, before, sampled in kept:
             target.assign(ops.where(sampled, target.value, before))
 
-    def apply_gradients(self, grads_and_vars):
-        grads, trainable_variables = zip(*grads_and_vars)
-        self.apply(grads, trainable_variables)
-        return self.iterations
 
-    @property
-    def learning_rate(self):
-        return self.optimizer.learning_rate
-
-    @learning_rate.setter
-    def learning_rate(self, learning_rate):
-        self.optimizer.learning_rate = learning_rate
-
-    @property
-    def iterations(self):
-        return self.optimizer.iterations
-
-    def finalize_variable_values(self, var_list):
-        self.optimizer.finalize_variable_values(var_list)
 
     def get_config(self):
         return {"name": self.name, "optimizer": keras.optimizers.serialize(self.optimizer)}

@@ -10,6 +10,7 @@ experiments do the same with "the original optimizer" for the other variables.
 import keras
 
 from sphere_tf.optimizers import cayley_sgd
+from sphere_tf.optimizers import wrapping
 
 # Name of the raw rotation variable of OPT layers with orthogonalization='ogd'
 # (`sphere_tf.layers.OPTConv2D` / `OPTDense` name their variable from this constant).
@@ -22,7 +23,7 @@ def is_rotation_variable(variable):
 
 
 @keras.saving.register_keras_serializable(package="sphere_tf")
-class OPTOptimizer(keras.optimizers.Optimizer):
+class OPTOptimizer(wrapping.WrappingOptimizer):
     """Route OGD rotation variables to a Cayley-SGD optimizer, the rest to `optimizer`.
 
     Variables named ``'ogd_rotation'`` (the raw rotations of OPT layers with
@@ -48,8 +49,7 @@ class OPTOptimizer(keras.optimizers.Optimizer):
                 "OPTOptimizer does not take base optimizer arguments; set them on `optimizer` or "
                 f"`rotation_optimizer`. Received: {sorted(kwargs)}"
             )
-        super().__init__(learning_rate=0.0, name=name)
-        self.optimizer = keras.optimizers.get(optimizer)
+        super().__init__(optimizer, name=name)
         self.rotation_optimizer = (
             cayley_sgd.CayleySGD() if rotation_optimizer is None else keras.optimizers.get(rotation_optimizer)
         )
@@ -89,22 +89,6 @@ class OPTOptimizer(keras.optimizers.Optimizer):
         if rotation:
             self.rotation_optimizer.apply([g for g, _ in rotation], [v for _, v in rotation])
 
-    def apply_gradients(self, grads_and_vars):
-        grads, trainable_variables = zip(*grads_and_vars)
-        self.apply(grads, trainable_variables)
-        return self.iterations
-
-    @property
-    def learning_rate(self):
-        return self.optimizer.learning_rate
-
-    @learning_rate.setter
-    def learning_rate(self, learning_rate):
-        self.optimizer.learning_rate = learning_rate
-
-    @property
-    def iterations(self):
-        return self.optimizer.iterations
 
     def finalize_variable_values(self, var_list):
         self.optimizer.finalize_variable_values([v for v in var_list if not is_rotation_variable(v)])
