@@ -8,6 +8,15 @@ if os.environ.get("KERAS_BACKEND") == "jax" and "xla_backend_optimization_level"
     # optimisation passes cost more than they save (the model zoo's ResNet-18 train step: 52 s -> 36 s).
     # Code generation only: the numerics are XLA's either way.
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
+if os.environ.get("KERAS_BACKEND") == "jax" and "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    # JAX's persistent compilation cache, shared by the xdist workers (both compile the same op shapes) and by
+    # tests repeating a program: the JAX suite's layer and model tests take 22 % less time (205 s -> 160 s, cold).
+    # Keyed by JAX/XLA version, program and flags, so a stale entry is never reused.
+    import tempfile
+
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), "sphere_tf_jax_test_cache")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402

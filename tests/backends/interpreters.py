@@ -6,6 +6,7 @@ which `scripts/setup.sh` makes without TensorFlow. A missing venv is an error th
 
 import os
 import sys
+import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NO_TENSORFLOW_PYTHON = os.path.join(REPO, ".venv-torch", "bin", "python")
@@ -28,4 +29,7 @@ def environment(backend):
     if backend == "jax" and "xla_backend_optimization_level" not in env.get("XLA_FLAGS", ""):
         # As tests/conftest.py does for the JAX suite: compile fast, the numerics are XLA's either way.
         env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
+        env.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(tempfile.gettempdir(), "sphere_tf_jax_test_cache"))
+        env.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+        env.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
     return env
