@@ -104,6 +104,15 @@ def _check_labels(labels, features_shape, num_classes):
         )
 
 
+def _check_features_shape(layer_kind, input_shape):
+    """Features must be `(batch, feature_dim)` with a known feature_dim."""
+    if len(input_shape) != 2 or input_shape[-1] is None:
+        raise ValueError(
+            f"{layer_kind} expects features of shape (batch, feature_dim) with a known feature_dim "
+            f"(flatten or pool conv features first). Received: input_shape={tuple(input_shape)}"
+        )
+
+
 def _checked_labels(labels, num_classes):
     """`labels` as int32 `(batch,)`, with a run-time check that every id is in [0, num_classes).
 
@@ -315,11 +324,7 @@ class MarginHead(keras.layers.Layer):
         self.input_spec = keras.layers.InputSpec(ndim=2)
 
     def build(self, input_shape):
-        if len(input_shape) != 2 or input_shape[-1] is None:
-            raise ValueError(
-                "MarginHead expects features of shape (batch, feature_dim) with a known feature_dim "
-                f"(flatten or pool conv features first). Received: input_shape={tuple(input_shape)}"
-            )
+        _check_features_shape(type(self).__name__, input_shape)
         feature_dim = input_shape[-1]
         self.kernel = self.add_weight(
             name="kernel",
@@ -384,16 +389,20 @@ class MarginHead(keras.layers.Layer):
         return angles.normalize(self.kernel, axis=0, epsilon=self.epsilon)[0]
 
     def _logits(self, features, labels, lam):
+        return self._margin_logits(features, self.kernel, self.bias, labels, lam)
+
+    def _margin_logits(self, features, kernel, bias, labels, lam):
+        """`margin_logits` with this head's loss hyperparameters, on the given class columns `kernel` / `bias`."""
         return margin_lib.margin_logits(
             features,
-            self.kernel,
+            kernel,
             labels,
             loss_type=self.loss_type,
             margin=self.margin,
             angular=self.angular,
             k=self.k,
             scale=self.scale,
-            bias=self.bias,
+            bias=bias,
             lam=lam,
             epsilon=self.epsilon,
         )

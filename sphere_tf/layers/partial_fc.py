@@ -27,7 +27,6 @@ from sphere_tf import validation
 from sphere_tf.layers import margin_head
 from sphere_tf.ops import acceleration
 from sphere_tf.ops import angles
-from sphere_tf.ops import margin as margin_lib
 from sphere_tf.ops import sampling
 from sphere_tf.optimizers import partial_fc as partial_fc_optimizer
 from sphere_tf.regularizers import random_state
@@ -364,11 +363,7 @@ class PartialFCHead(margin_head.MarginHead):
 
     def build(self, input_shape):
         # MarginHead.build with C_padded class columns (padding zero-initialised) and the sampled mask.
-        if len(input_shape) != 2 or input_shape[-1] is None:
-            raise ValueError(
-                "PartialFCHead expects features of shape (batch, feature_dim) with a known feature_dim "
-                f"(flatten or pool conv features first). Received: input_shape={tuple(input_shape)}"
-            )
+        margin_head._check_features_shape(type(self).__name__, input_shape)
         feature_dim = input_shape[-1]
         self._sharding = self._class_sharding()
         padded = self.num_padded_classes != self.num_classes
@@ -458,19 +453,7 @@ class PartialFCHead(margin_head.MarginHead):
         return angles.normalize(self.real_kernel(), axis=0, epsilon=self.epsilon)[0]
 
     def _logits(self, features, labels, lam):
-        return margin_lib.margin_logits(
-            features,
-            self.real_kernel(),
-            labels,
-            loss_type=self.loss_type,
-            margin=self.margin,
-            angular=self.angular,
-            k=self.k,
-            scale=self.scale,
-            bias=self._real_bias(),
-            lam=lam,
-            epsilon=self.epsilon,
-        )
+        return self._margin_logits(features, self.real_kernel(), self._real_bias(), labels, lam)
 
     def sample_size(self, batch_size):
         """k_block for a batch of `batch_size` (an int, or a scalar tensor in a graph with unknown batch)."""
@@ -518,10 +501,8 @@ class PartialFCHead(margin_head.MarginHead):
             if sharding is None:
                 logits = self._logits(inputs, None, 0.0)
             else:  # class-sharded: the padded kernel as it lies, the padding's columns sliced off the logits
-                logits = margin_lib.margin_logits(
-                    inputs, self.kernel.value, None, loss_type=self.loss_type, margin=self.margin,
-                    angular=self.angular, k=self.k, scale=self.scale,
-                    bias=None if self.bias is None else self.bias.value, lam=0.0, epsilon=self.epsilon,
+                logits = self._margin_logits(
+                    inputs, self.kernel.value, None if self.bias is None else self.bias.value, None, 0.0
                 )
                 logits = sharding.constrain(logits, class_dim=1, batch_dim=0)[:, : self.num_classes]
             if training:  # plain logits in training: every real column takes part
@@ -561,19 +542,7 @@ class PartialFCHead(margin_head.MarginHead):
             # A fixed unit column in place of padding: finite even with epsilon=0 and a zero column, and the
             # select passes no gradient to the padding.
             kernel = ops.where(real_columns[None, :], kernel, ops.ones_like(kernel))
-        logits = margin_lib.margin_logits(
-            inputs,
-            kernel,
-            labels,
-            loss_type=self.loss_type,
-            margin=self.margin,
-            angular=self.angular,
-            k=self.k,
-            scale=self.scale,
-            bias=bias,
-            lam=self.lambda_at(step),
-            epsilon=self.epsilon,
-        )
+        logits = self._margin_logits(inputs, kernel, bias, labels, self.lambda_at(step))
         logits = shard.constrain(logits, class_dim=1, batch_dim=0)  # per-device columns: no full (B, K) anywhere
         if padded:
             logits = ops.where(real_columns[None, :], logits, sampling.MASKED_LOGIT)
