@@ -4,6 +4,8 @@ import copy
 
 import ml_collections
 
+from sphere_tf.training import recipe
+
 
 def parse_arg(arg, **defaults):
     """Parses a config argument `"quick,key=value"` into a ConfigDict over `defaults`.
@@ -58,13 +60,11 @@ def config_over(defaults, sections, whole=("model", "optimizer")):
 
 
 def base_config(**sections):
-    """A ConfigDict holding every key of the runner's schema (`classifier.DEFAULTS`), then `sections` over it.
+    """A ConfigDict holding every key of the runner's schema (`recipe.DEFAULTS`), then `sections` over it.
 
     Every key exists, so `--config.data.manual_dir=...`, `--config.data.data_dir=...`,
     `--config.strategy=...` etc. work from the command line for every config.
     Sections given as dicts replace the defaults key by key (`model` and
     `optimizer` wholly: their keys are the model's / optimizer's arguments).
     """
-    from sphere_tf.training import classifier  # noqa: PLC0415 (keeps `parse_arg` free of TensorFlow)
-
-    return config_over(classifier.DEFAULTS, sections)
+    return config_over(recipe.DEFAULTS, sections)

@@ -1,19 +1,35 @@
-"""Data sets from local files (published archives or a tensorflow-datasets folder); nothing downloads unless asked."""
+"""Data sets from local files (published archives or a tensorflow-datasets folder); nothing downloads unless asked.
 
-from sphere_tf.data import archive_writers
-from sphere_tf.data import cifar
-from sphere_tf.data import faces
-from sphere_tf.data import fashion_mnist
-from sphere_tf.data import imagenet
-from sphere_tf.data import mnist
-from sphere_tf.data import preprocessing
-from sphere_tf.data import tfds_source
-from sphere_tf.data.datasets import DATASETS
-from sphere_tf.data.datasets import DatasetSpec
-from sphere_tf.data.datasets import check_class_limits
-from sphere_tf.data.datasets import get_datasets
-from sphere_tf.data.datasets import register_dataset
-from sphere_tf.data.errors import CorruptDataError
-from sphere_tf.data.errors import DataNotFoundError
-from sphere_tf.data.fashion_mnist import load_fashion_mnist
-from sphere_tf.data.pipeline import fashion_mnist_datasets
+The pipelines are `tf.data` (they feed every Keras backend), so most of this package needs TensorFlow; the array
+readers (`fashion_mnist`, `mnist`, `errors`) and `normalization` do not. Every name below is imported on first
+access, so `sphere_tf.data.fashion_mnist.load_fashion_mnist` works on a host without TensorFlow.
+"""
+
+import importlib
+
+# name -> the module that defines it (imported on first access).
+_LAZY = {
+    "DATASETS": "sphere_tf.data.datasets",
+    "DatasetSpec": "sphere_tf.data.datasets",
+    "check_class_limits": "sphere_tf.data.datasets",
+    "get_datasets": "sphere_tf.data.datasets",
+    "register_dataset": "sphere_tf.data.datasets",
+    "CorruptDataError": "sphere_tf.data.errors",
+    "DataNotFoundError": "sphere_tf.data.errors",
+    "load_fashion_mnist": "sphere_tf.data.fashion_mnist",
+    "fashion_mnist_datasets": "sphere_tf.data.pipeline",
+}
+_SUBMODULES = ("archive_writers", "cifar", "datasets", "errors", "faces", "fashion_mnist", "imagenet", "mnist",
+               "normalization", "pipeline", "preprocessing", "tfds_source")
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _SUBMODULES:
+        return importlib.import_module(f"sphere_tf.data.{name}")
+    raise AttributeError(f"module 'sphere_tf.data' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_LAZY) + list(_SUBMODULES))

@@ -30,16 +30,16 @@ Augmentations (`AUGMENTATIONS`, `fn(image, seed) -> image` on float32 HWC):
   the shorter-side versions keep the aspect ratio, and both agree on square
   images.
 
-Normalisations (`NORMALIZATIONS`, `fn(image, channel_mean) -> image`):
-`none` (pixels 0..255 as float32), `centered_128` ((x − 127.5)/128, the
-authors' TF repositories: `feat = (rgb - 127.5) / 128.0`), `mean_subtraction`
-(x − per-channel mean; the L-Softmax recipe the papers follow subtracts the
-training set's mean, `mean_file` in the authors' Caffe prototxts).
+Normalisations (`NORMALIZATIONS`, `fn(image, channel_mean) -> image`) are defined in
+`sphere_tf.data.normalization` (no TensorFlow there) and re-exported here.
 """
 
 import tensorflow as tf
 
 from sphere_tf import registry
+from sphere_tf.data.normalization import NORMALIZATIONS
+from sphere_tf.data.normalization import get_normalization
+from sphere_tf.data.normalization import register_normalization
 
 IMAGENET_RESIZE = 256
 IMAGENET_CROP = 224
@@ -172,27 +172,6 @@ FIXED_SIZE_AUGMENTATIONS = frozenset(
 )
 
 
-def _no_normalization(image, channel_mean):
-    del channel_mean
-    return image
-
-
-def _centered_128(image, channel_mean):
-    del channel_mean
-    return (image - 127.5) / 128.0
-
-
-def _mean_subtraction(image, channel_mean):
-    return image - tf.constant(channel_mean, tf.float32)
-
-
-NORMALIZATIONS = {
-    "none": _no_normalization,
-    "centered_128": _centered_128,
-    "mean_subtraction": _mean_subtraction,
-}
-
-
 def _resolve(table, name, kind):
     return name if callable(name) else registry.lookup(table, name, kind)
 
@@ -202,16 +181,8 @@ def register_augmentation(name, fn):
     return registry.register(AUGMENTATIONS, name, fn, "augmentation")
 
 
-def register_normalization(name, fn):
-    """Adds `fn(image, channel_mean) -> image` as normalisation `name` (a taken name raises `KeyError`)."""
-    return registry.register(NORMALIZATIONS, name, fn, "normalization")
-
-
 def get_augmentation(name):
     """The augmentation registered as `name`; a callable passes through."""
     return _resolve(AUGMENTATIONS, name, "augmentation")
 
 
-def get_normalization(name):
-    """The normalisation registered as `name`; a callable passes through."""
-    return _resolve(NORMALIZATIONS, name, "normalization")

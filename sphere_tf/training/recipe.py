@@ -1,0 +1,263 @@
+"""The recipe of a classification run, free of TensorFlow: the config schema and how a config becomes a model,
+an optimizer, the training callbacks and the evaluated statistics.
+
+`training.classifier` (the runner: data pipelines, checkpoints, strategies, export) builds every run through these
+functions, and so does any loop that feeds in-memory arrays on a host without TensorFlow
+(`bench/gpu/reproduce.py`, the JAX GPU reproductions of docs/reproductions.md). The schema's documentation is
+docs/runner.md.
+"""
+
+import copy
+import functools
+import os
+
+import keras
+from absl import logging
+
+from sphere_tf import callbacks as callbacks_lib
+from sphere_tf import layers as layers_lib
+from sphere_tf import models as models_lib
+from sphere_tf import optimizers as optimizers_lib
+from sphere_tf import regularizers as regularizers_lib
+from sphere_tf import validation
+from sphere_tf.training import model as sphere_model_lib
+from sphere_tf.training import optimization
+from sphere_tf.training import precise_bn
+from sphere_tf.training import pretrain
+from sphere_tf.training import regularization
+
+MIXED_PRECISION = ("float32", "mixed_float16", "mixed_bfloat16")
+# `train.verbose`: Keras's `fit` values, or 'auto' (the bar on a terminal, `progress.EpochLogger` otherwise).
+FIT_VERBOSITY = ("auto", 0, 1, 2)
+# The schema: every section, every key, its default. `model` holds the model
+# function's keyword arguments (checked against its signature) besides `name`.
+DEFAULTS = {
+    "seed": 0,
+    "data": {
+        "name": "fashion_mnist", "source": "auto", "manual_dir": "", "data_dir": "", "augmentation": "none",
+        "eval_augmentation": "", "normalization": "centered_128", "train_limit": 0, "test_limit": 0,
+        "label_mode": "fine", "val_labels_file": "", "class_limits": [],
+    },
+    "model": {"name": "small_cnn"},
+    "loss": {"label_smoothing": 0.0, "data_dependent_mhe": 0.0},
+    "regularizers": [],
+    "paradigm": {
+        "weight_projection_every": 0, "projection_scale": sphere_model_lib.DEFAULT_PROJECTION_SCALE,
+        "weighted_gradients": False, "pretrained": "", "pretrained_match": "position",
+        "opt_optimizer": False, "sopt_episode_length": 0,
+    },
+    "optimizer": {"name": "adam", "learning_rate": 1e-3},
+    "schedule": {
+        "name": "constant", "boundaries": [], "decay_factor": 0.1, "decay_steps": 0, "alpha": 0.0,
+        "patience": 10, "min_lr": 0.0, "monitor": "loss",
+    },
+    "train": {
+        "batch_size": 128, "epochs": 1, "steps": 0, "steps_per_epoch": 0, "checkpoint_every_steps": 0,
+        "verbose": "auto", "energy_every_epochs": 1,
+    },
+    "evaluation": {"precise_bn_batches": "auto"},
+    "mixed_precision": "float32",
+    "strategy": "auto",
+    "export": True,
+}
+# Sections with free-form keys: the model function's and the optimizer class's keyword arguments.
+_OPEN_SECTIONS = ("model", "optimizer")
+
+
+class ConfigError(ValueError):
+    """A bad config: an unknown key or a bad value, named in the message (which is complete: the trainers
+    print it alone, without a traceback)."""
+
+
+def config_errors(check):
+    """Decorates a config check so that each `ValueError` it raises becomes a `ConfigError` (same message)."""
+
+    @functools.wraps(check)
+    def checked(*args, **kwargs):
+        try:
+            return check(*args, **kwargs)
+        except ConfigError:
+            raise
+        except ValueError as error:
+            raise ConfigError(str(error)) from None
+
+    return checked
+
+
+def plain_config(value):
+    """ConfigDict / FrozenConfigDict / nested tuples -> plain dicts and lists."""
+    if hasattr(value, "to_dict"):
+        value = value.to_dict()
+    if isinstance(value, dict):
+        return {k: plain_config(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain_config(v) for v in value]
+    return value
+
+
+def merge_config(defaults, config, open_sections=_OPEN_SECTIONS, replaced_sections=(), prefix=""):
+    """`config` over the schema `defaults`; a key the schema does not have raises, naming it and the valid ones.
+
+    Args:
+        defaults: dict, the schema with its defaults (nested dicts are sections).
+        config: dict (plain, see `plain_config`).
+        open_sections: top-level sections with free-form keys, merged key by key over their defaults
+            unchecked (the caller checks them: a model's or optimizer's keyword arguments).
+        replaced_sections: top-level sections a config replaces whole.
+        prefix: the dotted path of `defaults` in the whole config (for messages).
+
+    Returns:
+        dict, the merged config.
+    """
+    merged = copy.deepcopy(defaults)
+    for key, value in config.items():
+        dotted = f"{prefix}{key}"
+        if key not in defaults:
+            raise ValueError(f"Unknown config key {dotted!r}; expected one of {sorted(defaults)}."
+                             + validation.did_you_mean(key, defaults))
+        if isinstance(defaults[key], dict):
+            if not isinstance(value, dict):
+                raise validation.invalid_argument(dotted, "a dict", value)
+            if not prefix and key in replaced_sections:
+                merged[key] = dict(value)
+            elif not prefix and key in open_sections:
+                merged[key] = {**defaults[key], **value}
+            else:
+                merged[key] = merge_config(defaults[key], value, prefix=dotted + ".")
+        else:
+            merged[key] = value
+    return merged
+
+
+def is_margin_head(model_cfg):
+    head = model_cfg.get("head")
+    return isinstance(head, dict) and head.get("layer") == "margin"
+
+
+def training_accuracy(model_cfg):
+    """The training accuracy metric, named for what it measures: in training a margin head's logits carry the
+    margin on the target class (ArcFace's cos(θ + m)), so their argmax is `margin_accuracy`, below the plain
+    logits' accuracy that the test evaluation (inference: no margin) reports."""
+    name = "margin_accuracy" if is_margin_head(model_cfg) else "accuracy"
+    return keras.metrics.SparseCategoricalAccuracy(name=name)
+
+
+def pretrained_model_path(workdir):
+    """The model file a run leaves in `workdir` (read by `paradigm.pretrained`)."""
+    return os.path.join(workdir, "checkpoints", "model.keras")
+
+
+def run_length(train_cfg, data_steps_per_epoch):
+    """`(steps_per_epoch, epochs)` of a run from the `train` section.
+
+    `train.steps` > 0 sets the budget in optimizer steps as the papers count
+    iterations; the epochs are then log/evaluation intervals of
+    `train.steps_per_epoch` steps (0: the largest divisor of `steps` not above
+    one pass over the data). Otherwise `train.epochs` epochs of
+    `train.steps_per_epoch` (0: one pass) steps.
+    """
+    steps, per_epoch = train_cfg["steps"], train_cfg["steps_per_epoch"]
+    if steps:
+        if not per_epoch:
+            per_epoch = max(d for d in range(1, min(steps, data_steps_per_epoch) + 1) if steps % d == 0)
+        if steps % per_epoch:
+            raise ValueError(f"train.steps={steps} is not a multiple of train.steps_per_epoch={per_epoch}.")
+        return per_epoch, steps // per_epoch
+    return per_epoch or data_steps_per_epoch, train_cfg["epochs"]
+
+
+class ScheduleLogger(keras.callbacks.Callback):
+    """Adds `learning_rate` and each margin head's λ (`lambda/<layer>`) to the epoch logs (for TensorBoard)."""
+
+    def __init__(self, heads=()):
+        super().__init__()
+        self.heads = list(heads)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is None:
+            return
+        logs["learning_rate"] = optimization.current_learning_rate(self.model.optimizer)
+        for head in self.heads:
+            logs[f"lambda/{head.name}"] = float(keras.ops.convert_to_numpy(head.current_lambda()))
+
+
+def build_model(config, info):
+    model_cfg = dict(config["model"])
+    name = model_cfg.pop("name")
+    if model_cfg.get("head") is not None:
+        model_cfg["head"] = dict(model_cfg["head"])
+        if config["loss"]["data_dependent_mhe"]:
+            model_cfg["head"]["label_penalty"] = regularizers_lib.DataDependentMHE(
+                factor=config["loss"]["data_dependent_mhe"])
+    model = models_lib.create_model(name, input_shape=info["input_shape"], num_classes=info["num_classes"],
+                                    **model_cfg)
+    paradigm = config["paradigm"]
+    if paradigm["pretrained"]:
+        source = keras.models.load_model(pretrained_model_path(paradigm["pretrained"]))
+        pretrain.initialize_from_pretrained(model, source, match=paradigm["pretrained_match"], verbose=False)
+    if paradigm["weight_projection_every"] or paradigm["weighted_gradients"]:
+        model = sphere_model_lib.wrap(
+            model, weight_projection_every=paradigm["weight_projection_every"] or None,
+            projection_scale=paradigm["projection_scale"], weighted_gradients=paradigm["weighted_gradients"],
+        )
+    attached = regularization.attach(model, config["regularizers"])
+    return model, attached
+
+
+def build_optimizer(config, total_steps):
+    rate = optimization.build_learning_rate(config["optimizer"].get("learning_rate"), config["schedule"], total_steps)
+    optimizer = optimization.build_optimizer(config["optimizer"], rate)
+    if config["paradigm"]["opt_optimizer"]:
+        optimizer = optimizers_lib.OPTOptimizer(optimizer)
+    return optimizer
+
+
+def margin_heads(model):
+    return [layer for layer in model.layers if isinstance(layer, layers_lib.MarginHead)]
+
+
+def recompute_batch_statistics(model, evaluation_cfg, batches, steps, batches_per_pass):
+    """Precise BN before evaluation as `evaluation.precise_bn_batches` says; returns what `results.json` records
+    as `bn_statistics`: 'precise (N batches)', 'moving_average' or 'none' (no BN or E{‖x‖} average).
+
+    'auto' recomputes over min(200, one pass) training batches when a moving average is young
+    (`precise_bn.young_averages`), and keeps well-converged averages; 0 never recomputes (warning when young).
+    """
+    if not precise_bn.tracked_layers(model):
+        return "none"
+    young = precise_bn.young_averages(model, steps)
+    wanted = evaluation_cfg["precise_bn_batches"]
+    if wanted == "auto":
+        wanted = min(precise_bn.DEFAULT_BATCHES, batches_per_pass) if young else 0
+    if not wanted:
+        if young:
+            name, momentum, needed = young[0]
+            logging.warning(
+                "%d moving averages are young after %d steps (e.g. %r: momentum %g wants >= %d): test accuracy "
+                "may be far below the weights'. Set evaluation.precise_bn_batches (or model.bn_momentum).",
+                len(young), steps, name, momentum, needed)
+        return "moving_average"
+    used = precise_bn.recompute_statistics(model, batches, wanted)
+    print(f"Precise BN: recomputed the BN / E{{‖x‖}} statistics over {used} training batches.")
+    return f"precise ({used} batches)"
+
+
+def training_callbacks(config, model, attached):
+    """The callbacks every run of `config` trains with, before the runner's own (checkpoints, TensorBoard, output):
+    the learning-rate and λ logger, the schedule's callbacks, the E{‖x‖} skip warning, the hyperspherical energy
+    of the regularized layers (`attached`, from `build_model`) and S-OPT's episodes."""
+    run_callbacks = [ScheduleLogger(margin_heads(model))] + optimization.schedule_callbacks(config["schedule"])
+    run_callbacks.append(callbacks_lib.WarnOnSkippedNormMean())  # non-finite batches left out of E{‖x‖}
+    if attached:
+        run_callbacks.append(callbacks_lib.HypersphericalEnergy(
+            layer_names=sorted(attached), frequency=config["train"]["energy_every_epochs"]))
+    if config["paradigm"]["sopt_episode_length"]:
+        run_callbacks.append(callbacks_lib.SOPTEpisodes(config["paradigm"]["sopt_episode_length"],
+                                                        seed=config["seed"]))
+    return run_callbacks
+
+
+__all__ = ["DEFAULTS", "FIT_VERBOSITY", "MIXED_PRECISION", "ConfigError", "ScheduleLogger", "build_model",
+           "build_optimizer", "config_errors", "is_margin_head", "margin_heads", "merge_config", "plain_config",
+           "pretrained_model_path", "recompute_batch_statistics", "run_length", "training_accuracy",
+           "training_callbacks"]
