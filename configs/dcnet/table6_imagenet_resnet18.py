@@ -16,8 +16,9 @@ initialisation of SphereFace / He et al. (He-normal), (x − 127.5)/128 preproce
 Variants: `arch` = standard_bn, modified_bn, modified_no_bn; `operator` = baseline, sphere, linear, tanh;
 `pretrained` = '' or the workdir of a finished run (the baseline) to initialise from.
 
-Paper's centre-crop **top-5** error (%) (* initialised from the pre-trained CNN; N/C: does not converge).
-The runner reports top-1 accuracy and error, not top-5:
+Paper's centre-crop **top-5** error (%) (* initialised from the pre-trained CNN; N/C: does not converge);
+`results.json` holds it as `test_top5_error` (the runner records it for every data set of more than 5
+classes), beside the top-1 `test_error`:
 
 | operator | standard_bn | modified_bn | modified_no_bn |
 |---|---|---|---|

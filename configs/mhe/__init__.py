@@ -108,8 +108,9 @@ def mhe_entries(method, power=2, hidden=PLAIN_HIDDEN, output=OUTPUT, placement="
 
 
 def cifar_config(*, dataset, model, regularizers, steps, boundaries, decay=CODE_WEIGHT_DECAY, class_limits=(),
-                 label_smoothing=0.01, augmentation="cifar_plus_symmetric"):
-    """The CIFAR recipe of the module docstring around `model` and the method's `regularizers`."""
+                 minority_classes=(), label_smoothing=0.01, augmentation="cifar_plus_symmetric"):
+    """The CIFAR recipe of the module docstring around `model` and the method's `regularizers`; with
+    `minority_classes`, `results.json` also records their error (`test_minority_error`)."""
     check(dataset, "data", ("cifar10", "cifar100"))
     return common.base_config(
         seed=0,
@@ -121,6 +122,7 @@ def cifar_config(*, dataset, model, regularizers, steps, boundaries, decay=CODE_
         optimizer=dict(name="sgd", learning_rate=0.1, momentum=0.9),
         schedule=dict(name="step", boundaries=list(boundaries), decay_factor=0.1),
         train=dict(batch_size=128, steps=steps, steps_per_epoch=0, checkpoint_every_steps=1000),
+        evaluation=dict(minority_classes=list(minority_classes)),
         export=True,
     )
 

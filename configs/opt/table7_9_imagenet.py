@@ -8,7 +8,7 @@ thesis (2020), Table 7.9 and App. F.3. Top-1 / top-5 error % (paper):
 | baseline | 44.32 | 21.13 |
 | cp       | 43.67 | 20.26 |
 
-`results.json` reports the top-1 error.
+`results.json` reports the top-1 error (`test_error`) and the top-5 error (`test_top5_error`).
 
 CNN-10 (Table F.1): 7×7, 64, stride 2 → 3×3 max-pool stride 2 → [3×3, 64] × 3 →
 [3×3, 128] × 3 → [3×3, 256] × 3 → FC 256 (the zoo's plain CNN with `stem='imagenet'`).

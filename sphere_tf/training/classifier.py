@@ -26,9 +26,11 @@ from sphere_tf import models as models_lib
 from sphere_tf import validation
 from sphere_tf.data import datasets as datasets_lib
 from sphere_tf.data import preprocessing
+from sphere_tf.metrics import classification
 from sphere_tf.models import blocks
 from sphere_tf.training import checkpoint as checkpoint_lib
 from sphere_tf.training import distribute
+from sphere_tf.training import error_rates
 from sphere_tf.training import optimization
 from sphere_tf.training import progress
 from sphere_tf.training import recipe
@@ -155,6 +157,8 @@ def validate(config):
     batches = config["evaluation"]["precise_bn_batches"]
     if batches != "auto":
         validation.integer(batches, "evaluation.precise_bn_batches", minimum=0)
+    if config["evaluation"]["minority_classes"]:
+        classification.check_classes(config["evaluation"]["minority_classes"], classes, "evaluation.minority_classes")
     validation.one_of(config["mixed_precision"], "mixed_precision", MIXED_PRECISION)
     validation.one_of(config["strategy"], "strategy", distribute.STRATEGIES)
     _probe_model(config)
@@ -331,6 +335,8 @@ def train_and_evaluate(config, workdir, strategy=None):
             model.save(os.path.join(local_dir, "checkpoints", "model.keras"))
         with distribute.distributed_fit(model):  # evaluate needs the multi-worker workarounds of fit
             test_loss, test_accuracy = model.evaluate(pack(test_ds), verbose=0)
+            test_rates = error_rates.test_error_rates(model, pack(test_ds), info["num_classes"],
+                                                      config["evaluation"]["minority_classes"])
         print(f"Test accuracy: {100 * test_accuracy:.2f}% (loss {test_loss:.4f}, {info['test_size']} images)")
 
         export_dir = None
@@ -344,6 +350,7 @@ def train_and_evaluate(config, workdir, strategy=None):
         "test_accuracy": 100.0 * float(test_accuracy),
         "test_error": 100.0 * (1.0 - float(test_accuracy)),
         "test_loss": float(test_loss),
+        **test_rates,
         "steps": total_steps,
         "epochs": epochs,
         "steps_per_epoch": steps_per_epoch,

@@ -188,6 +188,27 @@ def test_class_limits_keep_that_many_images_per_class(tmp_path):
         classifier.validate(bad)
 
 
+def test_imbalanced_configs_name_the_minority_classes(archives, tmp_path):
+    """Table 5.7's Err. (S) is the error on the class kept at 10% (class 0; App. D.1), D.6's single setting cuts
+    classes 0-9 (App. D.8.1), Fig. 5.4 keeps 100 zeros; the multiple settings name none."""
+    module = _load(os.path.join(ROOT, "configs", "mhe", "table5_7_imbalanced.py"))
+    want = {("cifar10", "single"): [0], ("cifar100", "single"): list(range(10)),
+            ("cifar10", "multiple"): [], ("cifar100", "multiple"): []}
+    for (data, setting), classes in want.items():
+        config = module.get_config(f"data={data},setting={setting},method=mhe")
+        assert list(config.evaluation.minority_classes) == classes
+        limits = list(config.data.class_limits)
+        if classes:  # the minority classes are exactly the cut ones
+            assert [c for c, k in enumerate(limits) if k] == classes
+    fig = _load(os.path.join(ROOT, "configs", "mhe", "fig5_4_mnist_imbalance.py")).get_config()
+    assert list(fig.evaluation.minority_classes) == [0] and list(fig.data.class_limits) == [100]
+    config = module.get_config("quick")
+    config.data.manual_dir = archives["cifar10"][0]
+    results = classifier.train_and_evaluate(config, str(tmp_path))
+    assert "test_minority_error" in results and len(results["test_per_class_error"]) == 10
+    assert "test_top5_error" in results
+
+
 def test_plain_cnn_stem_and_first_operator():
     model = models_lib.create_model(
         "small_cnn", input_shape=(32, 32, 3), num_classes=4, widths=(8, 16), convs_per_stage=2, dense_units=6,

@@ -118,6 +118,8 @@ TYPOS = [
     ({"data": {"source": "tdfs"}}, "data.source", "tfds"),
     ({"paradigm": {"pretrained": "/no/such/run"}}, "paradigm.pretrained", "model.keras"),
     ({"paradigm": {"pretrained_match": "index"}}, "paradigm.pretrained_match", "position"),
+    ({"evaluation": {"minority_classes": [10]}}, "evaluation.minority_classes", "[0, 10)"),
+    ({"evaluation": {"minority_classes": [0, 0]}}, "evaluation.minority_classes", "distinct"),
 ]
 
 
@@ -334,6 +336,42 @@ def test_initialise_from_a_pretrained_run(mnist_dir, tmp_path):
     for name in ("conv1_1", "fc", "logits"):
         np.testing.assert_allclose(keras.ops.convert_to_numpy(target.get_layer(name).kernel),
                                    keras.ops.convert_to_numpy(source.get_layer(name).kernel), rtol=1e-6)
+
+
+def test_per_class_top5_and_minority_errors_are_recorded(mnist_dir, tmp_path):
+    """`test_per_class_error` (every run), `test_top5_error` (10 classes > 5) and `test_minority_error` (the
+    config names minority classes) match explicit counting over the saved model's test predictions."""
+    config = tiny_config(mnist_dir, evaluation={"minority_classes": [0, 3]})
+    workdir = str(tmp_path / "rates")
+    results = classifier.train_and_evaluate(config, workdir)
+    with open(os.path.join(workdir, "results.json")) as f:
+        assert json.load(f) == results
+    model = keras.models.load_model(os.path.join(workdir, "checkpoints", "model.keras"))
+    _, test_ds, _ = data_lib.get_datasets("mnist", batch_size=4, manual_dir=mnist_dir)
+    labels, scores = [], []
+    for x, y in test_ds:
+        scores.append(keras.ops.convert_to_numpy(model(x, training=False)))
+        labels.append(y.numpy())
+    labels, scores = np.concatenate(labels), np.concatenate(scores)
+    predictions = scores.argmax(axis=1)
+    per_class = results["test_per_class_error"]
+    assert len(per_class) == 10
+    for c in range(10):
+        members = [i for i in range(len(labels)) if labels[i] == c]
+        if not members:  # 6 test images: most classes have none, and say so with null
+            assert per_class[c] is None
+        else:
+            wrong = sum(1 for i in members if predictions[i] != c)
+            assert per_class[c] == pytest.approx(100.0 * wrong / len(members), abs=1e-4)
+    minority = [i for i in range(len(labels)) if labels[i] in (0, 3)]
+    if minority:
+        wrong = sum(1 for i in minority if predictions[i] != labels[i])
+        assert results["test_minority_error"] == pytest.approx(100.0 * wrong / len(minority), abs=1e-4)
+    else:
+        assert results["test_minority_error"] is None
+    top5_wrong = sum(1 for i in range(len(labels)) if np.sum(scores[i] > scores[i, labels[i]]) >= 5)
+    assert results["test_top5_error"] == pytest.approx(100.0 * top5_wrong / len(labels), abs=1e-4)
+    assert "test_minority_error" not in classifier.train_and_evaluate(tiny_config(mnist_dir), str(tmp_path / "b"))
 
 
 def test_precise_bn_statistics_are_recorded(mnist_dir, tmp_path, caplog):
