@@ -7,7 +7,7 @@ Table 1; W. Liu's PhD thesis (2020), Table 6.1. Error % (paper):
 |-------------------------------|-------|
 | baseline                      | 28.03 |
 | orthogonal                    | 27.01 |
-| SRIP                          | 25.80 |
+| srip                          | 25.80 |
 | mhe                           | 26.75 |
 | half_space_mhe                | 25.96 |
 | group (G-CoMHE)               | 25.08 |
@@ -17,7 +17,7 @@ Table 1; W. Liu's PhD thesis (2020), Table 6.1. Error % (paper):
 | angle_preserving_alternating  | 24.95 |
 | angle_preserving_unrolled     | 24.33 |
 
-The SRIP row (Bansal et al., 2018) has no regularizer in sphere_tf and no variant here.
+`method=srip` is SRIP (Bansal, Chen, Wang, NeurIPS 2018) with the authors' constants (configs/comhe/__init__.py).
 The authors' logs (rmlin/CoMHE `log/`, one run): RP 24.41, AP 24.87, Adv 25.26.
 
 Recipe (thesis App. E.1; rmlin/CoMHE `train.py`): the CNN-9 of MHE ([3×3] × 3 at
@@ -37,7 +37,7 @@ from configs import comhe
 from configs import common
 from configs import mhe
 
-METHODS = ("baseline", "orthogonal", "mhe", "half_space_mhe", "group", "adversarial", "random", "random_max",
+METHODS = ("baseline", "orthogonal", "srip", "mhe", "half_space_mhe", "group", "adversarial", "random", "random_max",
            "angle_preserving_alternating", "angle_preserving_unrolled")
 VARIANTS = {"method": METHODS}
 

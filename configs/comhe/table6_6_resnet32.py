@@ -8,13 +8,13 @@ at 64, 128 and 256, average pooling). Error % (paper):
 |------------------|---------|----------|
 | baseline         | 5.19    | 22.87    |
 | orthogonal       | 5.02    | 22.36    |
-| SRIP             | 4.75    | 22.08    |
+| srip             | 4.75    | 22.08    |
 | mhe              | 4.72    | 22.19    |
 | half_space_mhe   | 4.66    | 22.04    |
 | random           | 4.59    | 21.82    |
 | angle_preserving | 4.57    | 21.63    |
 
-SRIP has no regularizer in sphere_tf and no variant here.
+`method=srip` is SRIP (Bansal, Chen, Wang, NeurIPS 2018) with the authors' constants (configs/comhe/__init__.py).
 
 Recipe: as configs/comhe/table6_1_variants.py (SGD 0.1, batch 128, ×0.1 at 30k/50k/65k,
 75k iterations, weight decay 5e-4, λ = 1, s = 2). Not stated: the shortcut where the shape
@@ -30,7 +30,7 @@ from configs import comhe
 from configs import common
 from configs import mhe
 
-METHODS = ("baseline", "orthogonal", "mhe", "half_space_mhe", "random", "angle_preserving")
+METHODS = ("baseline", "orthogonal", "srip", "mhe", "half_space_mhe", "random", "angle_preserving")
 VARIANTS = {"data": ("cifar10", "cifar100"), "method": METHODS}
 
 

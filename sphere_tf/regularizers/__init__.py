@@ -1,4 +1,4 @@
-"""Weight regularizers on the hypersphere: MHE, CoMHE, orthogonality.
+"""Weight regularizers on the hypersphere: MHE, CoMHE, orthogonality, SRIP.
 
 `get(identifier)` resolves None, a registry name, a config dict or a callable,
 like `keras.regularizers.get`; unknown names fall through to Keras's own.
@@ -12,6 +12,8 @@ from sphere_tf.regularizers.mhe import MHE
 from sphere_tf.regularizers.mhe import DataDependentMHE
 from sphere_tf.regularizers.orthogonality import Orthogonality
 from sphere_tf.regularizers.random_state import track_state
+from sphere_tf.regularizers.srip import SRIP
+from sphere_tf.regularizers.srip import SRIPSchedule
 
 REGULARIZERS = {
     "mhe": MHE,
@@ -20,9 +22,10 @@ REGULARIZERS = {
     "comhe": CoMHE,
     "orthonormal": lambda: Orthogonality(mode="orthonormal"),
     "orthogonal": lambda: Orthogonality(mode="orthogonal"),
+    "srip": SRIP,
 }
 
-_CLASSES = {"MHE": MHE, "CoMHE": CoMHE, "Orthogonality": Orthogonality}
+_CLASSES = {"MHE": MHE, "CoMHE": CoMHE, "Orthogonality": Orthogonality, "SRIP": SRIP}
 
 
 def get(identifier):
@@ -30,7 +33,7 @@ def get(identifier):
 
     Args:
         identifier: None; a name from `REGULARIZERS` ('mhe', 'half_space_mhe',
-            'output_mhe', 'comhe', 'orthonormal', 'orthogonal') or a Keras
+            'output_mhe', 'comhe', 'orthonormal', 'orthogonal', 'srip') or a Keras
             built-in name ('l2'); a dict `{"class_name": ..., "config": ...}`
             (ours by bare or 'sphere_tf>' name, else Keras's); a callable.
 

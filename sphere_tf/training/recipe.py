@@ -245,12 +245,16 @@ def recompute_batch_statistics(model, evaluation_cfg, batches, steps, batches_pe
 def training_callbacks(config, model, attached):
     """The callbacks every run of `config` trains with, before the runner's own (checkpoints, TensorBoard, output):
     the learning-rate and λ logger, the schedule's callbacks, the E{‖x‖} skip warning, the hyperspherical energy
-    of the regularized layers (`attached`, from `build_model`) and S-OPT's episodes."""
+    of the regularized layers (`attached`, from `build_model`), SRIP's coefficient schedule and S-OPT's
+    episodes."""
     run_callbacks = [ScheduleLogger(margin_heads(model))] + optimization.schedule_callbacks(config["schedule"])
     run_callbacks.append(callbacks_lib.WarnOnSkippedNormMean())  # non-finite batches left out of E{‖x‖}
     if attached:
         run_callbacks.append(callbacks_lib.HypersphericalEnergy(
             layer_names=sorted(attached), frequency=config["train"]["energy_every_epochs"]))
+    if regularizers_lib.srip.srip_regularizers(model):  # SRIP's λ schedule (Bansal et al.'s code)
+        regularizers_lib.track_state(model)  # on JAX the scheduled λ travels with its layer
+        run_callbacks.append(regularizers_lib.SRIPSchedule())
     if config["paradigm"]["sopt_episode_length"]:
         run_callbacks.append(callbacks_lib.SOPTEpisodes(config["paradigm"]["sopt_episode_length"],
                                                         seed=config["seed"]))

@@ -12,6 +12,9 @@ layer names, e.g. `'conv*'`, `'logits'`. NAME is one of `REGULARIZERS`:
   (CVPR 2020), Eq. 6.4-6.9 of Liu's thesis (2020);
 - `orthogonality`: `sphere_tf.regularizers.Orthogonality` (`mode`
   'orthonormal' | 'orthogonal');
+- `srip`: `sphere_tf.regularizers.SRIP` (`factor`, `power_iterations`,
+  `squared`, `gram`); Bansal, Chen, Wang, "Can We Gain More from
+  Orthogonality Regularizations in Training Deep CNNs?" (NeurIPS 2018);
 - `weight_decay`: `keras.regularizers.L2(factor)` (plain weight decay).
 
 SphereFace+'s data-dependent MHE needs the labels and goes on the margin head
@@ -37,6 +40,7 @@ REGULARIZERS = {
     "mhe": regularizers_lib.MHE,
     "comhe": regularizers_lib.CoMHE,
     "orthogonality": regularizers_lib.Orthogonality,
+    "srip": regularizers_lib.SRIP,
     "weight_decay": lambda factor=5e-4: keras.regularizers.L2(factor),
 }
 

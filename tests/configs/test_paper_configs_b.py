@@ -209,6 +209,26 @@ def test_imbalanced_configs_name_the_minority_classes(archives, tmp_path):
     assert "test_top5_error" in results
 
 
+def test_srip_rows_carry_the_authors_constants(archives, tmp_path):
+    """CoMHE Tables 6.1 / 6.6 / 6.7's SRIP rows: λ = 0.01, two power-iteration products, the schedule of
+    VITA-Group/Orthogonality-in-CNNs (×1e-3 after epoch 20, ×1e-4 after 50, ×1e-6 after 70, 0 after 120 of
+    200), typed here from the authors' code; the 75k-iteration CIFAR runs are 200 runner epochs."""
+    authors = [[1, 1.0], [21, 1e-3], [51, 1e-4], [71, 1e-6], [121, 0.0]]
+    for name in ("table6_1_variants.py", "table6_6_resnet32.py"):
+        config = _load(os.path.join(ROOT, "configs", "comhe", name)).get_config("method=srip")
+        entry = config.regularizers[-1]
+        assert (entry["name"], entry["factor"], entry["power_iterations"]) == ("srip", 0.01, 2)
+        assert [list(p) for p in entry["schedule"]] == authors
+        assert classifier.run_length(config.train, 50000 // 128) == (375, 200)
+    imagenet = _load(os.path.join(ROOT, "configs", "comhe", "table6_7_imagenet.py")).get_config("method=srip")
+    assert [p[0] for p in imagenet.regularizers[-1]["schedule"]] == [1, 6, 13, 18, 31]  # 50 epochs of 10k
+    config = _load(os.path.join(ROOT, "configs", "comhe", "table6_1_variants.py")).get_config("quick,method=srip")
+    config.data.manual_dir = archives["cifar100"][0]
+    results = classifier.train_and_evaluate(config, str(tmp_path))
+    assert "weight_decay+srip" in set(results["regularized_layers"].values())  # summed with weight decay
+    assert results["history"]["srip_factor"] == pytest.approx([0.01])
+
+
 def test_plain_cnn_stem_and_first_operator():
     model = models_lib.create_model(
         "small_cnn", input_shape=(32, 32, 3), num_classes=4, widths=(8, 16), convs_per_stage=2, dense_units=6,

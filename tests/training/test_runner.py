@@ -233,6 +233,7 @@ RUNS = {
         model={"operator": {"layer": "decoupled", "magnitude": "tanh", "angular": "cosine"}},
         regularizers=[{"name": "comhe", "layers": "conv*"}, {"name": "weight_decay", "layers": "logits"}],
         paradigm={"weighted_gradients": True}, optimizer={"name": "adamw", "learning_rate": 0.01}),
+    "srip_authors_schedule": dict(regularizers=[{"name": "srip", "layers": ["conv*", "fc*"], "schedule": "authors"}]),
     "opt_sopt": dict(model={"operator": {"layer": "opt", "stochastic_dims": 2}},
                      paradigm={"opt_optimizer": True, "sopt_episode_length": 1}),
 }
@@ -270,6 +271,8 @@ def test_two_step_run(name, mnist_dir, tmp_path):
         assert history[f"lambda/{head.name}"] == pytest.approx(_scalars(workdir, f"epoch_lambda/{head.name}"))
     for layer in results["regularized_layers"]:
         assert history[f"energy/{layer}"] == pytest.approx(_scalars(workdir, f"epoch_energy/{layer}"))
+    if name.startswith("srip"):  # λ of epoch 1 under the authors' schedule (Bansal et al.'s code: 0.01)
+        assert history["srip_factor"] == pytest.approx([0.01])
 
 
 def test_step_schedule_rate_is_logged_after_the_boundary(mnist_dir, tmp_path):
