@@ -28,9 +28,18 @@ def collect_predictions(model, batches):
     Returns:
         `(labels, scores)`: NumPy int32 `(N,)` and float32 `(N, C)`.
     """
+    strategy = getattr(model, "distribute_strategy", None)  # TensorFlow: the run's tf.distribute strategy
+    if strategy is not None and strategy.num_replicas_in_sync > 1:
+        # `predict_on_batch` would split each batch over the replicas; one plain forward pass per batch
+        # sees every example once, in order, on every worker.
+        def forward(inputs):
+            return model(inputs, training=False)
+    else:
+        forward = model.predict_on_batch  # compiled
     labels, scores = [], []
     for inputs, batch_labels in batches:
-        scores.append(np.asarray(keras.ops.convert_to_numpy(model.predict_on_batch(inputs)), np.float32))
+        inputs = keras.tree.map_structure(np.asarray, inputs)  # tf.data tensors -> NumPy for any backend
+        scores.append(np.asarray(keras.ops.convert_to_numpy(forward(inputs)), np.float32))
         labels.append(np.asarray(keras.ops.convert_to_numpy(batch_labels)).reshape(-1).astype(np.int32))
     if not labels:
         return np.zeros((0,), np.int32), np.zeros((0, 0), np.float32)

@@ -270,6 +270,7 @@ _RUNNER = textwrap.dedent(
         results = classifier.train_and_evaluate(config, f"{workdir}/{strategy}")
         runs.append({"strategy": strategy, "replicas": models[-1].distribute_strategy.num_replicas_in_sync,
                      "test_accuracy": results["test_accuracy"], "test_loss": results["test_loss"],
+                     "test_per_class_error": results["test_per_class_error"],
                      "chief": distribute.is_chief(models[-1].distribute_strategy)})
     np.savez(out, *[w for model in models for w in model.get_weights()])
     print(json.dumps(runs))
@@ -306,6 +307,8 @@ def test_runner_mirrored_on_two_logical_cpus_matches_one_device(tmp_path):
     for a, b in zip(single, mirrored):
         np.testing.assert_allclose(b, a, rtol=0, atol=1e-5)
     assert runs[0]["test_loss"] == pytest.approx(runs[1]["test_loss"], abs=1e-5)
+    # Every test image counted once under both strategies (error_rates' forward pass on 2 replicas).
+    assert runs[0]["test_per_class_error"] == runs[1]["test_per_class_error"]
     for strategy in ("one_device", "mirrored"):
         with open(tmp_path / "run" / strategy / "results.json") as f:
             assert json.load(f)["steps"] == 4
@@ -337,6 +340,7 @@ def test_runner_on_two_workers(tmp_path):
     runs = [json.loads(stdout.strip().splitlines()[-1])[0] for stdout, _ in outputs]
     assert [r["chief"] for r in runs] == [True, False] and [r["replicas"] for r in runs] == [2, 2]
     assert runs[0]["test_accuracy"] == runs[1]["test_accuracy"] and runs[0]["test_loss"] == runs[1]["test_loss"]
+    assert runs[0]["test_per_class_error"] == runs[1]["test_per_class_error"]
     (first,), (second,) = _weights(tmp_path / "w0.npz", 1), _weights(tmp_path / "w1.npz", 1)
     for a, b in zip(first, second):
         np.testing.assert_array_equal(a, b)

@@ -57,6 +57,7 @@ def test_two_step_run_on_jax_exports_under_tensorflow(archives, tmp_path):
         results = json.load(f)
     assert results["backend"] == "jax"
     assert "on Keras backend jax" in proc.stdout
+    assert len(results["test_per_class_error"]) == 10 and "test_top5_error" in results  # error_rates on JAX
     # The JAX run's state is an array checkpoint; its step and optimizer count are the run's two steps.
     step, path = array_checkpoint.latest(os.path.join(workdir, "checkpoints", "train"))
     state = array_checkpoint.read(path)
