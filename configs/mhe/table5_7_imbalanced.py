@@ -22,8 +22,8 @@ Error % (paper); Err.(S) is the error on the minority class (class 0) alone:
 
 `results.json` reports the whole test set's error as `test_error` and, in the single
 setting, the minority-class error as `test_minority_error`: the error over the test
-images of the classes kept at 10% (thesis §5.4.3: "the error rate on the imbalance class
-(single imbalance setting) in the full testing set"; class 0 for CIFAR-10, classes 0-9
+images of the classes kept at 10% (thesis §5.5.1: "the error rate (denoted by Err. (S)) on
+the imbalance class (single imbalance setting) in the full testing set"; class 0 for CIFAR-10, classes 0-9
 for CIFAR-100, whose Table D.6 reports no such column). `test_per_class_error` lists
 every class's error. The multiple setting names no minority classes (every class but
 the last is cut).

@@ -3,8 +3,8 @@
 * `per_class_error`: the error rate of each class over its test examples;
 * `class_set_error`: the error rate over the test examples whose label is in a set of classes, the
   minority-class error "Err. (S)" of W. Liu's thesis (2020), Table 5.7 (imbalanced CIFAR-10: "the error rate
-  on the imbalance class (single imbalance setting) in the full testing set", §5.4.3; the minority class is
-  class 0, App. D.1);
+  (denoted by Err. (S)) on the imbalance class (single imbalance setting) in the full testing set", §5.5.1;
+  the minority class is class 0, App. D.1);
 * `top_k_error`: the fraction of examples whose label is not among the k highest scores, the top-5 error of
   Decoupled Networks (Liu et al., CVPR 2018), Table 6 (ImageNet-2012).
 

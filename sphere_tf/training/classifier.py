@@ -335,8 +335,8 @@ def train_and_evaluate(config, workdir, strategy=None):
             model.save(os.path.join(local_dir, "checkpoints", "model.keras"))
         with distribute.distributed_fit(model):  # evaluate needs the multi-worker workarounds of fit
             test_loss, test_accuracy = model.evaluate(pack(test_ds), verbose=0)
-            test_rates = error_rates.test_error_rates(model, pack(test_ds), info["num_classes"],
-                                                      config["evaluation"]["minority_classes"])
+            test_rates = error_rates.evaluate_error_rates(model, pack(test_ds), info["num_classes"],
+                                                          config["evaluation"]["minority_classes"])
         print(f"Test accuracy: {100 * test_accuracy:.2f}% (loss {test_loss:.4f}, {info['test_size']} images)")
 
         export_dir = None

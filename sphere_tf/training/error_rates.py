@@ -83,13 +83,10 @@ def error_rates(labels, scores, num_classes, minority_classes=()):
     return results
 
 
-def test_error_rates(model, batches, num_classes, minority_classes=()):
+def evaluate_error_rates(model, batches, num_classes, minority_classes=()):
     """`error_rates` of `model` over the test `batches` (`collect_predictions`)."""
     labels, scores = collect_predictions(model, batches)
     return error_rates(labels, scores, num_classes, minority_classes)
 
 
-test_error_rates.__test__ = False  # not a pytest test
-
-
-__all__ = ["TOP_K", "collect_predictions", "error_rates", "test_error_rates"]
+__all__ = ["TOP_K", "collect_predictions", "error_rates", "evaluate_error_rates"]
