@@ -158,6 +158,10 @@ class SRIP(keras.regularizers.Regularizer):
             1, 21, 51, 71, 121) or a list of `[first_epoch, multiplier]` pairs (epochs counted from 1); applied
             by the `SRIPSchedule` callback at the start of each epoch.
 
+    Reference:
+        N. Bansal, X. Chen, Z. Wang, "Can We Gain More from Orthogonality Regularizations in Training Deep
+        CNNs?", NeurIPS 2018, https://arxiv.org/abs/1810.09102; code VITA-Group/Orthogonality-in-CNNs.
+
     Example:
 
     >>> reg = SRIP(factor=0.01)
