@@ -235,9 +235,20 @@ class StepCheckpoint(keras.callbacks.Callback):
         self._carried = self._read_partial(self._saved_step)
         return self.step
 
-    def keep_epochs(self, count):
-        """Drops history entries past the first `count` epochs (ones a restored checkpoint predates)."""
-        self._history = {key: values[:count] for key, values in self._history.items()}
+    def keep_epochs(self, count, steps_per_epoch=None):
+        """Drops history entries past the first `count` epochs (ones a restored checkpoint predates).
+
+        Test evaluations (`val_*` keys) are sparse when `fit` evaluates every few epochs; where the history
+        records their global steps (`val_step`, `callbacks.TestErrorLog`) the ones up to step
+        `count · steps_per_epoch` are kept, otherwise every epoch is taken to have one.
+        """
+        evaluated = self._history.get("val_step")
+        if evaluated is not None and steps_per_epoch:
+            evaluations = sum(1 for step in evaluated if step <= count * steps_per_epoch)
+        else:
+            evaluations = count
+        self._history = {key: values[:evaluations if key.startswith("val_") else count]
+                         for key, values in self._history.items()}
 
     def save(self):
         """Writes a checkpoint at the current step now; returns its prefix."""
@@ -468,7 +479,7 @@ def fit_resumable(model, train_data, epochs, directory, steps_per_epoch=None, ev
                            extra={**(extra or {}), **callback_states(callbacks)})
     saver.set_model(model)
     initial_step = saver.restore()
-    saver.keep_epochs(initial_step // steps_per_epoch)
+    saver.keep_epochs(initial_step // steps_per_epoch, steps_per_epoch)
     if initial_step:
         logging.info("Resuming from step %d (%s).", initial_step, saver.latest_checkpoint)
     total = epochs * steps_per_epoch

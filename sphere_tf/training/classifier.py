@@ -16,8 +16,10 @@ import sys
 import time
 
 import keras
+import numpy as np
 from absl import logging
 
+from sphere_tf import callbacks as callbacks_lib
 from sphere_tf import data as data_lib
 from sphere_tf import export as export_lib
 from sphere_tf import json_files
@@ -68,6 +70,27 @@ def _check_model(model_cfg):
     if head is not None:
         blocks.make_head(dict(head), 2)
     return fn
+
+
+def _check_periodic_evaluation(evaluation_cfg, train_cfg):
+    """`evaluation.eval_every_steps` and `evaluation.select_best`, as far as they can be checked before the data
+    is read (the epoch length may come from the data: then `train_and_evaluate` checks the multiple)."""
+    every = validation.integer(evaluation_cfg["eval_every_steps"], "evaluation.eval_every_steps", minimum=0)
+    validation.one_of(evaluation_cfg["select_best"], "evaluation.select_best", (True, False))
+    if evaluation_cfg["select_best"] and not every:
+        raise validation.invalid_argument(
+            "evaluation.select_best", "False unless evaluation.eval_every_steps > 0 (the best of which evaluations?)",
+            evaluation_cfg["select_best"])
+    if every and train_cfg["steps_per_epoch"]:
+        callbacks_lib.evaluation.evaluation_freq(every, train_cfg["steps_per_epoch"])
+
+
+def _test_curve(history, accuracy_name):
+    """`[{'step', 'test_accuracy', 'test_error', 'test_loss'}, ...]` of the periodic evaluations in `history`."""
+    steps = history.get("val_step", [])
+    return [{"step": int(step), "test_accuracy": 100.0 * accuracy, "test_error": error, "test_loss": loss}
+            for step, accuracy, error, loss in zip(steps, history[f"val_{accuracy_name}"], history["val_error"],
+                                                   history["val_loss"])]
 
 
 def _probe_model(config):
@@ -155,6 +178,7 @@ def validate(config):
     batches = config["evaluation"]["precise_bn_batches"]
     if batches != "auto":
         validation.integer(batches, "evaluation.precise_bn_batches", minimum=0)
+    _check_periodic_evaluation(config["evaluation"], train)
     validation.one_of(config["mixed_precision"], "mixed_precision", MIXED_PRECISION)
     validation.one_of(config["strategy"], "strategy", distribute.STRATEGIES)
     _probe_model(config)
@@ -203,6 +227,105 @@ def summary_lines(config, info, results, seconds, workdir):
         f"workdir {workdir}",
         "=" * 64,
     ]
+
+
+@config_errors
+def dry_run(config, probe_steps=3):
+    """What a run of `config` would do, before anything trains or any file is written: the resolved config, the
+    step count and an estimated training time on this machine.
+
+    The step count comes from the data set's published training size (`DatasetSpec.train_size`, with
+    `data.train_limit`); where that is unknown (a folder of identities) and the config does not fix the steps,
+    it is None. The time is measured: the model is built and compiled as the run builds it (no strategy), one
+    step on a synthetic batch of the run's shape compiles it (`compile_seconds`), then `probe_steps` more are
+    timed; the estimate is compile + steps × the measured step time (test evaluations, data loading and
+    export are not counted).
+
+    Args:
+        config: ConfigDict or dict following `DEFAULTS`.
+        probe_steps: int >= 0, timed steps (0: no model is built, no time estimate).
+
+    Returns:
+        dict: `config` (resolved), `train_images`, `steps_per_epoch`, `epochs`, `total_steps`, `evaluations`,
+        and with `probe_steps` > 0 `parameters`, `compile_seconds`, `seconds_per_step`,
+        `estimated_train_seconds`, `backend`.
+
+    Raises:
+        ConfigError: a bad config (as `validate`).
+    """
+    config = validate(config)
+    probe_steps = validation.integer(probe_steps, "probe_steps", minimum=0)
+    data_cfg, train_cfg = config["data"], config["train"]
+    spec = datasets_lib.DATASETS[data_cfg["name"]]
+    train_images = spec.train_size
+    if train_images is not None and data_cfg["train_limit"]:
+        train_images = min(train_images, data_cfg["train_limit"])
+    data_steps = train_images // train_cfg["batch_size"] if train_images else None  # drop_remainder, as the run
+    plan = {"config": config, "train_images": train_images, "steps_per_epoch": None, "epochs": None,
+            "total_steps": None, "evaluations": None}
+    if data_steps or train_cfg["steps_per_epoch"]:  # else the epoch is one pass over data of unknown size
+        steps_per_epoch, epochs = run_length(train_cfg, data_steps or 0)
+        every = config["evaluation"]["eval_every_steps"]
+        if every:
+            config_errors(callbacks_lib.evaluation.evaluation_freq)(every, steps_per_epoch)
+        plan.update(steps_per_epoch=steps_per_epoch, epochs=epochs, total_steps=steps_per_epoch * epochs,
+                    evaluations=(steps_per_epoch * epochs) // every if every else 1)
+    if not probe_steps:
+        return plan
+    classes = 20 if data_cfg["label_mode"] == "coarse" else spec.num_classes
+    input_shape = spec.input_shape or (preprocessing.IMAGENET_CROP, preprocessing.IMAGENET_CROP, 3)
+    info = {"input_shape": input_shape, "num_classes": classes}
+    previous_policy = keras.mixed_precision.global_policy().name
+    keras.mixed_precision.set_global_policy(config["mixed_precision"])
+    try:
+        model, _ = recipe.build_model(config, info)
+        model.compile(optimizer=recipe.build_optimizer(config, plan["total_steps"] or 1),
+                      loss=losses_lib.SparseCrossentropy(label_smoothing=config["loss"]["label_smoothing"]),
+                      metrics=[recipe.training_accuracy(config["model"])])
+        rng = np.random.default_rng(config["seed"])
+        images = rng.normal(size=(train_cfg["batch_size"], *input_shape)).astype("float32")
+        labels = rng.integers(0, classes, size=train_cfg["batch_size"]).astype("int32")
+        inputs = models_lib.pack_inputs(images, labels) if models_lib.needs_labels(model) else images
+        started = time.perf_counter()
+        model.train_on_batch(inputs, labels)
+        compile_seconds = time.perf_counter() - started
+        started = time.perf_counter()
+        for _ in range(probe_steps):
+            model.train_on_batch(inputs, labels)
+        seconds_per_step = (time.perf_counter() - started) / probe_steps
+    finally:
+        keras.mixed_precision.set_global_policy(previous_policy)
+    plan.update(parameters=int(model.count_params()), compile_seconds=compile_seconds,
+                seconds_per_step=seconds_per_step, backend=keras.backend.backend(),
+                estimated_train_seconds=(compile_seconds + seconds_per_step * plan["total_steps"]
+                                         if plan["total_steps"] else None))
+    return plan
+
+
+def dry_run_lines(plan):
+    """The dry run's summary, printed after the resolved config."""
+    def duration(seconds):
+        if seconds is None:
+            return "unknown"
+        return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min" if seconds >= 120 \
+            else f"{seconds:.0f} s"
+
+    total = plan["total_steps"]
+    lines = [
+        f"training images  {plan['train_images'] if plan['train_images'] is not None else 'unknown until read'}",
+        f"steps            {total if total is not None else 'unknown until the data is read'}"
+        + (f" ({plan['epochs']} epochs of {plan['steps_per_epoch']})" if total else ""),
+        f"test evaluations {plan['evaluations']}",
+    ]
+    if "seconds_per_step" in plan:
+        lines += [
+            f"model            {plan['parameters']:,} parameters; backend {plan['backend']}",
+            f"step time        {plan['seconds_per_step'] * 1000:.1f} ms measured on a synthetic batch "
+            f"(compile {plan['compile_seconds']:.1f} s)",
+            f"estimated time   {duration(plan['estimated_train_seconds'])} of training on this machine "
+            "(data loading, evaluations and export not counted)",
+        ]
+    return lines
 
 
 @config_errors
@@ -282,6 +405,10 @@ def train_and_evaluate(config, workdir, strategy=None):
     local_dir = distribute.checkpoint_directory(workdir, strategy)
     steps_per_epoch, epochs = run_length(train_cfg, info["steps_per_epoch"])
     total_steps = steps_per_epoch * epochs
+    evaluation_cfg = config["evaluation"]
+    if evaluation_cfg["eval_every_steps"]:
+        validation_freq = config_errors(callbacks_lib.evaluation.evaluation_freq)(
+            evaluation_cfg["eval_every_steps"], steps_per_epoch)
     if os.path.exists(results_path) and checkpoint_lib.latest_step(state_dir) == total_steps:
         with open(results_path) as f:
             results = json.load(f)
@@ -310,7 +437,17 @@ def train_and_evaluate(config, workdir, strategy=None):
         def stream(step):
             return pack(train_ds if step == 0 else load(step)[0])
 
-        run_callbacks = recipe.training_callbacks(config, model, attached) + epoch_lines
+        run_callbacks = recipe.training_callbacks(config, model, attached)
+        accuracy_name = recipe.training_accuracy(config["model"]).name
+        periodic = {}
+        best_path = os.path.join(local_dir, "checkpoints", "best.weights.h5")
+        if evaluation_cfg["eval_every_steps"]:
+            # Keras's own validation pass, every `validation_freq` epochs; logged before anything reads the logs.
+            periodic = {"validation_data": pack(test_ds), "validation_freq": validation_freq}
+            run_callbacks.append(callbacks_lib.TestErrorLog(accuracy_name, steps_per_epoch))
+            if evaluation_cfg["select_best"]:
+                run_callbacks.append(callbacks_lib.BestCheckpoint(best_path, monitor=f"val_{accuracy_name}"))
+        run_callbacks += epoch_lines
         os.makedirs(os.path.join(local_dir, "checkpoints"), exist_ok=True)
         run_callbacks += [
             keras.callbacks.ModelCheckpoint(os.path.join(local_dir, "checkpoints", "model.keras")),
@@ -322,11 +459,18 @@ def train_and_evaluate(config, workdir, strategy=None):
         fitted = checkpoint_lib.fit_resumable(
             model, stream, epochs=epochs, directory=state_dir, steps_per_epoch=steps_per_epoch,
             every_steps=train_cfg["checkpoint_every_steps"] or checkpoint_lib.DEFAULT_EVERY_STEPS,
-            callbacks=run_callbacks, verbose=verbose,
+            callbacks=run_callbacks, verbose=verbose, **periodic,
         )
-        bn_statistics = recipe.recompute_batch_statistics(model, config["evaluation"], stream(0), total_steps,
-                                                    info["steps_per_epoch"])
-        if bn_statistics.startswith("precise") and chief:
+        test_curve = _test_curve(fitted["history"], accuracy_name) if periodic else []
+        selection = "final"
+        if evaluation_cfg["select_best"]:
+            best = max(test_curve, key=lambda point: point["test_accuracy"])
+            model.load_weights(best_path)
+            selection = f"best of {len(test_curve)} evaluations (step {best['step']})"
+            print(f"Selected the weights of step {best['step']} (test accuracy {best['test_accuracy']:.2f}%).")
+        bn_statistics = recipe.recompute_batch_statistics(model, evaluation_cfg, stream(0), total_steps,
+                                                          info["steps_per_epoch"])
+        if (bn_statistics.startswith("precise") or selection != "final") and chief:
             # The saved model is the evaluated and exported one.
             model.save(os.path.join(local_dir, "checkpoints", "model.keras"))
         with distribute.distributed_fit(model):  # evaluate needs the multi-worker workarounds of fit
@@ -350,6 +494,8 @@ def train_and_evaluate(config, workdir, strategy=None):
         "regularized_layers": attached,
         "bn_statistics": bn_statistics,
         "history": fitted["history"],
+        "test_curve": test_curve,
+        "selection": selection,
         "export_dir": export_dir,
         "backend": keras.backend.backend(),
     }
@@ -363,5 +509,5 @@ def train_and_evaluate(config, workdir, strategy=None):
     return results
 
 
-__all__ = ["DEFAULTS", "ConfigError", "ScheduleLogger", "config_errors", "data_kwargs", "make_run_strategy", "merge_config", "plain_config", "run_length", "summary_lines", "train_and_evaluate",
+__all__ = ["DEFAULTS", "ConfigError", "ScheduleLogger", "config_errors", "data_kwargs", "dry_run", "dry_run_lines", "make_run_strategy", "merge_config", "plain_config", "run_length", "summary_lines", "train_and_evaluate",
            "validate"]

@@ -55,7 +55,7 @@ DEFAULTS = {
         "batch_size": 128, "epochs": 1, "steps": 0, "steps_per_epoch": 0, "checkpoint_every_steps": 0,
         "verbose": "auto", "energy_every_epochs": 1,
     },
-    "evaluation": {"precise_bn_batches": "auto"},
+    "evaluation": {"precise_bn_batches": "auto", "eval_every_steps": 0, "select_best": False},
     "mixed_precision": "float32",
     "strategy": "auto",
     "export": True,
