@@ -16,7 +16,6 @@ import sys
 import time
 
 import keras
-import numpy as np
 from absl import logging
 
 from sphere_tf import callbacks as callbacks_lib
@@ -282,17 +281,8 @@ def dry_run(config, probe_steps=3):
         model.compile(optimizer=recipe.build_optimizer(config, plan["total_steps"] or 1),
                       loss=losses_lib.SparseCrossentropy(label_smoothing=config["loss"]["label_smoothing"]),
                       metrics=[recipe.training_accuracy(config["model"])])
-        rng = np.random.default_rng(config["seed"])
-        images = rng.normal(size=(train_cfg["batch_size"], *input_shape)).astype("float32")
-        labels = rng.integers(0, classes, size=train_cfg["batch_size"]).astype("int32")
-        inputs = models_lib.pack_inputs(images, labels) if models_lib.needs_labels(model) else images
-        started = time.perf_counter()
-        model.train_on_batch(inputs, labels)
-        compile_seconds = time.perf_counter() - started
-        started = time.perf_counter()
-        for _ in range(probe_steps):
-            model.train_on_batch(inputs, labels)
-        seconds_per_step = (time.perf_counter() - started) / probe_steps
+        compile_seconds, seconds_per_step = recipe.measure_step_time(
+            model, train_cfg["batch_size"], input_shape, classes, probe_steps, seed=config["seed"])
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
     plan.update(parameters=int(model.count_params()), compile_seconds=compile_seconds,

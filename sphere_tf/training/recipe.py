@@ -10,8 +10,10 @@ docs/runner.md.
 import copy
 import functools
 import os
+import time
 
 import keras
+import numpy as np
 from absl import logging
 
 from sphere_tf import callbacks as callbacks_lib
@@ -257,7 +259,28 @@ def training_callbacks(config, model, attached):
     return run_callbacks
 
 
+def measure_step_time(model, batch_size, input_shape, num_classes, probe_steps, seed=0):
+    """`(compile_seconds, seconds_per_step)` of a compiled model's training step on a synthetic batch.
+
+    One `train_on_batch` compiles the step (its time is `compile_seconds`), then `probe_steps` more are timed.
+    The batch is Gaussian images of `input_shape` and uniform labels (packed with the images for a margin-head
+    model); the model's weights change, so probe a model built for the purpose.
+    """
+    probe_steps = validation.positive_int(probe_steps, "probe_steps")
+    rng = np.random.default_rng(seed)
+    images = rng.normal(size=(batch_size, *input_shape)).astype("float32")
+    labels = rng.integers(0, num_classes, size=batch_size).astype("int32")
+    inputs = models_lib.pack_inputs(images, labels) if models_lib.needs_labels(model) else images
+    started = time.perf_counter()
+    model.train_on_batch(inputs, labels)
+    compile_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    for _ in range(probe_steps):
+        model.train_on_batch(inputs, labels)
+    return compile_seconds, (time.perf_counter() - started) / probe_steps
+
+
 __all__ = ["DEFAULTS", "FIT_VERBOSITY", "MIXED_PRECISION", "ConfigError", "ScheduleLogger", "build_model",
-           "build_optimizer", "config_errors", "is_margin_head", "margin_heads", "merge_config", "plain_config",
+           "build_optimizer", "config_errors", "is_margin_head", "margin_heads", "measure_step_time", "merge_config", "plain_config",
            "pretrained_model_path", "recompute_batch_statistics", "run_length", "training_accuracy",
            "training_callbacks"]
