@@ -351,8 +351,21 @@ Attributes:
 """
 
 
+# Where a run records its Partial FC head's resolved block count (`checkpoints/train/`), so a resume on another
+# device count keeps it.
+PARTIAL_FC_FILE = "partial_fc.json"
+
+
+def _recorded_num_shards(state_dir):
+    path = os.path.join(state_dir, PARTIAL_FC_FILE)
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        return int(json.load(f)["num_shards"])
+
+
 @config_errors
-def _partial_fc_plan(config, strategy):
+def _partial_fc_plan(config, strategy, recorded_num_shards=None):
     """The `PartialFCPlan` of a validated config on this backend and `strategy`, or None (no Partial FC head).
 
     `model.head.shard_classes`: on JAX, `keras.distribution.ModelParallel` over a 1-D mesh of that many devices
@@ -361,6 +374,10 @@ def _partial_fc_plan(config, strategy):
     replicas, each holding the whole head and sampling the same blocks (`PartialFCHead`'s data parallelism);
     PyTorch has neither. Checked here, before any data is read: the device count, `num_shards` (a multiple of
     the devices on JAX) and `train.batch_size` (divisible by the devices on JAX).
+
+    Without `model.head.num_shards` the blocks are one per device (or replica), unless the workdir's run
+    recorded its count (`recorded_num_shards`): a resumed run keeps the blocks, and so the samples, it started
+    with, on any device count that divides them.
     """
     model_cfg = config["model"]
     if not _is_partial_fc(model_cfg):
@@ -370,14 +387,14 @@ def _partial_fc_plan(config, strategy):
     key = f"model.head.{SHARD_CLASSES_KEY}"
     backend = keras.backend.backend()
     if shard is False:
-        return PartialFCPlan(head.get("num_shards", 1), 1, None)
+        return PartialFCPlan(head.get("num_shards", recorded_num_shards or 1), 1, None)
     if backend == "tensorflow":
         replicas = int(strategy.num_replicas_in_sync)
         if shard is not True and shard != replicas:
             raise validation.invalid_argument(
                 key, f"True or the replica count of strategy {config['strategy']!r} ({replicas}): on TensorFlow "
                 "each replica of the strategy holds the head and samples the same class blocks", shard)
-        return PartialFCPlan(head.get("num_shards", replicas), replicas, None)
+        return PartialFCPlan(head.get("num_shards", recorded_num_shards or replicas), replicas, None)
     if backend != "jax":
         raise validation.invalid_argument(
             key, f"False on Keras backend {backend!r} (class sharding runs on JAX through keras.distribution and "
@@ -391,11 +408,12 @@ def _partial_fc_plan(config, strategy):
         raise validation.invalid_argument(
             key, f"True or a device count of at most {len(available)} (the devices of keras.distribution."
             "list_devices() here)", shard)
-    num_shards = head.get("num_shards", count)
+    num_shards = head.get("num_shards", recorded_num_shards or count)
     if num_shards % count:
+        recorded = "" if "num_shards" in head else f" (the workdir's run started with {num_shards} blocks)"
         raise validation.invalid_argument(
             "model.head.num_shards", f"a multiple of the {count} devices the classes are split over (each device "
-            "samples its own whole blocks)", num_shards)
+            f"samples its own whole blocks){recorded}", num_shards)
     batch_size = config["train"]["batch_size"]
     if batch_size % count:
         raise validation.invalid_argument(
@@ -609,13 +627,13 @@ def train_and_evaluate(config, workdir, strategy=None):
     if strategy is None:
         strategy = make_run_strategy(config)  # first: multi-worker collectives are configured at startup
     config = validate(config)
-    plan = _partial_fc_plan(config, strategy)
     chief = distribute.is_chief(strategy)
     train_cfg = config["train"]
     # 'auto': Keras's progress bar on a terminal; one line per epoch (no carriage returns) otherwise.
     verbose, epoch_lines = progress.resolve_fit_verbosity(train_cfg["verbose"], sys.stdout)
     state_dir = os.path.join(workdir, "checkpoints", "train")
     checkpoint_lib.check_workdir_config(workdir, config)
+    plan = _partial_fc_plan(config, strategy, _recorded_num_shards(state_dir))
     results_path = os.path.join(workdir, "results.json")
     keras.utils.set_random_seed(config["seed"])
 
@@ -636,6 +654,8 @@ def train_and_evaluate(config, workdir, strategy=None):
     if chief:
         checkpoint_lib.record_config(state_dir, config)
         checkpoint_lib.record_config(workdir, config)
+        if plan is not None:
+            json_files.write_json(os.path.join(state_dir, PARTIAL_FC_FILE), {"num_shards": plan.num_shards})
     # Where this process writes logs and files: `workdir` on the chief, `workdir/workertemp_<task>` elsewhere.
     local_dir = distribute.checkpoint_directory(workdir, strategy)
     steps_per_epoch, epochs = run_length(train_cfg, info["steps_per_epoch"])

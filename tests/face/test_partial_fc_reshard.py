@@ -2,7 +2,8 @@
 
 `model.head.shard_classes=True` with `num_shards=2`: on 2 logical CPU devices
 (`XLA_FLAGS=--xla_force_host_platform_device_count=2`) the head's kernel, its momentum and its sampled mask are
-split over the devices (`keras.distribution.ModelParallel`); on 1 device the same 2 blocks lie on it. The array
+split over the devices (`keras.distribution.ModelParallel`); on 1 device the same 2 blocks lie on it (a config
+without `num_shards` keeps the count its workdir's run started with). The array
 checkpoint (`sphere_tf.training.array_checkpoint`) stores full arrays, so a run killed with SIGKILL after a
 checkpoint on 2 devices resumes on 1 (and one killed on 1 resumes on 2): loading assigns the full arrays and
 the variables' layouts split them again. Each resumed run ends with the uninterrupted runs' weights, and the
@@ -87,14 +88,18 @@ def test_sharded_run_resumes_on_another_device_count(tmp_path):
     for name, value in final_state(str(tmp_path / "straight2"))[1].items():
         np.testing.assert_allclose(value, reference[name], rtol=1e-4, atol=2e-6, err_msg=name)
 
-    for killed_on, resumed_on in ((2, 1), (1, 2)):
+    # 2 -> 1 without `num_shards` in the config: one block per device at the start (2), recorded in the workdir
+    # and kept by the resumed run on 1 device. 1 -> 2 with num_shards=2 in the config.
+    automatic = pfc_config(folder, sample_rate=0.1, shard_classes=True)
+    for killed_on, resumed_on, run_config in ((2, 1, automatic), (1, 2, config)):
         workdir = str(tmp_path / f"killed{killed_on}")
-        run(config, workdir, killed_on, kill_at=3)  # checkpointed at step 2 on `killed_on` devices
+        run(run_config, workdir, killed_on, kill_at=3)  # checkpointed at step 2 on `killed_on` devices
         step, at_kill = final_state(workdir)
         assert step == 2 and not os.path.exists(os.path.join(workdir, "results.json"))
         assert at_kill[kernel].shape == (dim, 302)  # full arrays, whatever the device count
-        report = run(config, workdir, resumed_on)
+        report = run(run_config, workdir, resumed_on)
         assert report["devices"] == resumed_on and len(report["kernel_shards"]) == resumed_on
+        assert report["partial_fc"]["num_shards"] == 2
         step, resumed = final_state(workdir)
         assert step == 4 and sorted(resumed) == sorted(reference)
         for name, value in resumed.items():  # the uninterrupted run on the device count it resumed on
@@ -102,3 +107,44 @@ def test_sharded_run_resumes_on_another_device_count(tmp_path):
             np.testing.assert_allclose(value, want, rtol=1e-4, atol=2e-6, err_msg=name)
         assert report["test_loss"] == pytest.approx(straight[resumed_on]["test_loss"], rel=1e-5)
         assert not np.array_equal(resumed[kernel], at_kill[kernel])  # it trained after the resume
+
+
+PLAN_CHILD = r"""
+import json, sys
+from sphere_tf.training import classifier, distribute
+cases, out = json.loads(sys.argv[1]), []
+for config in cases:
+    try:
+        checked = classifier.validate(config)
+        plan = classifier._partial_fc_plan(checked, distribute.make_strategy("auto"))
+        out.append({"num_shards": plan.num_shards, "devices": plan.devices,
+                    "mesh": None if plan.distribution is None else list(plan.distribution.device_mesh.shape)})
+    except classifier.ConfigError as error:
+        out.append({"error": str(error)})
+print(json.dumps(out))
+"""
+
+
+def test_sharding_on_jax_checks_devices_blocks_and_batch_before_any_data(tmp_path):
+    def case(train=None, **head):
+        config = pfc_config(str(tmp_path / "unread"), sample_rate=0.1, **head)
+        config.pop("verification")
+        config["train"].update(train or {})
+        return config
+
+    cases = [case(shard_classes=True), case(shard_classes=1), case(shard_classes=True, num_shards=6),
+             case(shard_classes=3), case(shard_classes=True, num_shards=3),
+             case(train={"batch_size": 7}, shard_classes=True), case(shard_classes=False, num_shards=3)]
+    env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO,
+               XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    process = subprocess.run([sys.executable, "-c", PLAN_CHILD, json.dumps(cases)], cwd=REPO, env=env,
+                             capture_output=True, text=True, timeout=300)
+    assert process.returncode == 0, process.stderr[-3000:]
+    plans = json.loads(process.stdout.strip().splitlines()[-1])
+    assert plans[0] == {"num_shards": 2, "devices": 2, "mesh": [2]}
+    assert plans[1] == {"num_shards": 1, "devices": 1, "mesh": [1]}
+    assert plans[2] == {"num_shards": 6, "devices": 2, "mesh": [2]}
+    assert "model.head.shard_classes" in plans[3]["error"] and "at most 2" in plans[3]["error"]
+    assert "model.head.num_shards" in plans[4]["error"] and "multiple of the 2 devices" in plans[4]["error"]
+    assert "train.batch_size" in plans[5]["error"] and "multiple of the 2 devices" in plans[5]["error"]
+    assert plans[6] == {"num_shards": 3, "devices": 1, "mesh": None}
