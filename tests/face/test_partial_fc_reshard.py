@@ -19,9 +19,11 @@ import sys
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from bench import synthetic_identities
 from sphere_tf.training import array_checkpoint
+from tests.face.test_partial_fc_runner import graph_constant_shapes
 from tests.face.test_partial_fc_runner import pfc_config
 
 pytestmark = pytest.mark.tensorflow_only  # the main venv: TensorFlow (data) and JAX
@@ -51,7 +53,7 @@ results = face.train_face(config, workdir)
 head = models[0].get_layer("logits")
 print(json.dumps({"devices": len(keras.distribution.list_devices()), "partial_fc": results["partial_fc"],
                   "kernel_shards": [list(s.data.shape) for s in head.kernel.value.addressable_shards],
-                  "test_loss": results["test_loss"]}))
+                  "test_loss": results["test_loss"], "export_dir": results["export_dir"]}))
 """
 
 
@@ -76,12 +78,18 @@ def test_sharded_run_resumes_on_another_device_count(tmp_path):
     folder = str(tmp_path / "identities")
     synthetic_identities.write_identity_folder(folder, CLASSES, 2, (12, 10, 3), seed=1)
     config = pfc_config(folder, sample_rate=0.1, num_shards=2, shard_classes=True)
-    straight = {n: run(config, str(tmp_path / f"straight{n}"), n) for n in (1, 2)}
+    # The 2-device run also exports (from its .keras file, under TensorFlow in a child process): no class matrix.
+    straight = {n: run(dict(config, export=n == 2), str(tmp_path / f"straight{n}"), n) for n in (1, 2)}
     for n, report in straight.items():
         assert report["devices"] == n
         assert report["partial_fc"] == {"sample_rate": 0.1, "num_shards": 2, "devices": n, "sharded": True}
         dim = report["kernel_shards"][0][0]
         assert report["kernel_shards"] == [[dim, 302 // n]] * n  # each device holds its blocks' columns
+    exported = tf.saved_model.load(straight[2]["export_dir"])
+    assert sorted(exported.signatures) == ["embeddings", "serving_default"]
+    pixels = tf.constant(np.zeros((2, 12, 10, 3), np.uint8))
+    assert sorted(exported.signatures["embeddings"](images=pixels)) == ["embeddings"]
+    assert not {(dim, 301), (dim, 302)} & set(graph_constant_shapes(straight[2]["export_dir"]))
     reference = final_state(str(tmp_path / "straight1"))[1]
     assert final_state(str(tmp_path / "straight2"))[0] == 4
     kernel = next(name for name, value in reference.items() if value.shape == (dim, 302))

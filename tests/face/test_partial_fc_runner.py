@@ -263,3 +263,19 @@ def test_partial_fc_keys_need_a_margin_head_and_exclude_label_smoothing(tmp_path
     config["paradigm"]["opt_optimizer"] = True
     with pytest.raises(classifier.ConfigError, match=r"paradigm\.opt_optimizer"):
         classifier.validate(face.split_config(config)[0])
+
+
+def test_make_head_gives_the_partial_fc_head_only_when_asked():
+    from sphere_tf.models import blocks  # noqa: PLC0415
+
+    margin = {"layer": "margin", "loss_type": "cosface"}
+    assert type(blocks.make_head(margin, 10)) is sphere_tf.layers.MarginHead
+    assert type(blocks.make_head({**margin, "sample_rate": 1.0, "seed": 3}, 10)) is sphere_tf.layers.MarginHead
+    sampled = blocks.make_head({**margin, "sample_rate": 0.5, "seed": 3}, 10)
+    assert isinstance(sampled, sphere_tf.layers.PartialFCHead) and (sampled.sample_rate, sampled.seed) == (0.5, 3)
+    blocked = blocks.make_head({**margin, "num_shards": 4}, 10)
+    assert isinstance(blocked, sphere_tf.layers.PartialFCHead) and blocked.num_padded_classes == 12
+    with pytest.raises(ValueError, match="sample_rate"):
+        blocks.make_head({**margin, "sample_rate": 0.0}, 10)
+    with pytest.raises(ValueError, match="seed"):
+        blocks.make_head({**margin, "seed": -2}, 10)
