@@ -71,7 +71,8 @@ HISTORY_FILE = "history.json"
 # over all its steps, not only the ones after the resume.
 PARTIAL_FILE = "partial_epoch.json"
 # Keys that change what a run prints or where it reads the same files from, not what it computes.
-RESUME_INSENSITIVE_KEYS = ("train.verbose", "data.data_dir", "data.manual_dir", "evaluation.precise_bn_batches")
+RESUME_INSENSITIVE_KEYS = ("train.verbose", "data.data_dir", "data.manual_dir", "evaluation.precise_bn_batches",
+                           "export_class_matrix")
 
 
 class ConfigMismatchError(ValueError):

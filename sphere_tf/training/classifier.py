@@ -8,6 +8,7 @@ apply) but any key not in the schema, or a bad value, fails in `validate`
 before any data is read, naming the dotted key and the valid choices.
 """
 
+import collections
 import inspect
 import json
 import os
@@ -37,6 +38,7 @@ from sphere_tf.training import regularization
 from sphere_tf.training.recipe import DEFAULTS
 from sphere_tf.training.recipe import FIT_VERBOSITY
 from sphere_tf.training.recipe import MIXED_PRECISION
+from sphere_tf.training.recipe import SHARD_CLASSES_KEY
 from sphere_tf.training.recipe import ConfigError
 from sphere_tf.training.recipe import ScheduleLogger
 from sphere_tf.training.recipe import config_errors
@@ -45,6 +47,8 @@ from sphere_tf.training.recipe import plain_config
 from sphere_tf.training.recipe import pretrained_model_path
 from sphere_tf.training.recipe import run_length
 
+# The model variables' mesh axis of a class-sharded head on JAX (`keras.distribution`).
+SHARD_AXIS = "devices"
 # `data` keys where '' means None (`data_kwargs`).
 _EMPTY_IS_NONE = ("manual_dir", "data_dir", "eval_augmentation", "val_labels_file")
 
@@ -67,8 +71,40 @@ def _check_model(model_cfg):
             models_lib.operators.validate_operator(model_cfg[key], f"model.{key}")
     head = model_cfg.get("head")
     if head is not None:
-        blocks.make_head(dict(head), 2)
+        head = _check_partial_fc(head)
+        blocks.make_head(head, max(2, head.get("num_shards", 1)))
     return fn
+
+
+def _check_partial_fc(head):
+    """Checks the Partial FC keys of the head spec `model.head` (`sample_rate`, `num_shards`, `seed` and the
+    runner's `shard_classes`), naming the dotted key; returns the spec without `shard_classes`."""
+    head = dict(head)
+    shard = head.pop(SHARD_CLASSES_KEY, False)
+    partial_keys = sorted(set(head) & set(blocks.PARTIAL_FC_DEFAULTS))
+    if head.get("layer", "dense") != "margin" and (partial_keys or shard is not False):
+        key = partial_keys[0] if partial_keys else SHARD_CLASSES_KEY
+        raise ValueError(f"Invalid config key 'model.head.{key}': Partial FC sampling and class sharding need a "
+                         f"margin head (model.head.layer='margin'); the head is {head.get('layer', 'dense')!r}.")
+    if shard is not False and shard is not True:
+        validation.positive_int(shard, f"model.head.{SHARD_CLASSES_KEY}")
+    validation.unit_interval(head.get("sample_rate", 1.0), "model.head.sample_rate")
+    validation.positive_int(head.get("num_shards", 1), "model.head.num_shards")
+    validation.integer(head.get("seed"), "model.head.seed", minimum=0, allow_none=True)
+    return head
+
+
+def _shard_classes(model_cfg):
+    """`model.head.shard_classes`: False, True (every device / replica) or a device count."""
+    head = model_cfg.get("head")
+    return head.get(SHARD_CLASSES_KEY, False) if isinstance(head, dict) else False
+
+
+def _is_partial_fc(model_cfg):
+    """True when the run trains a `PartialFCHead`: `model.head.sample_rate` < 1, or class sharding asked for
+    (`shard_classes`), or `num_shards` > 1."""
+    head = model_cfg.get("head")
+    return _shard_classes(model_cfg) is not False or blocks.is_partial_fc(head)
 
 
 def _check_periodic_evaluation(evaluation_cfg, train_cfg):
@@ -97,7 +133,7 @@ def _probe_model(config):
     `**kwargs` model function passes on is checked too; the probe is discarded."""
     spec = datasets_lib.DATASETS[config["data"]["name"]]
     input_shape = spec.input_shape or (preprocessing.IMAGENET_CROP, preprocessing.IMAGENET_CROP, 3)
-    model_cfg = dict(config["model"])
+    model_cfg = recipe.model_kwargs(config["model"])
     name = model_cfg.pop("name")
     try:
         models_lib.create_model(name, input_shape=input_shape, num_classes=spec.num_classes, **model_cfg)
@@ -180,8 +216,116 @@ def validate(config):
     _check_periodic_evaluation(config["evaluation"], train)
     validation.one_of(config["mixed_precision"], "mixed_precision", MIXED_PRECISION)
     validation.one_of(config["strategy"], "strategy", distribute.STRATEGIES)
+    validation.one_of(config["export_class_matrix"], "export_class_matrix", (True, False))
+    if _is_partial_fc(config["model"]):
+        _check_partial_fc_run(config)
     _probe_model(config)
     return config
+
+
+def _check_partial_fc_run(config):
+    """What a Partial FC head (sampled or sharded) does not combine with, named by config key."""
+    if config["loss"]["label_smoothing"]:
+        raise validation.invalid_argument(
+            "loss.label_smoothing", "0 with a Partial FC head (model.head.sample_rate < 1 or shard_classes: the "
+            "head computes its own sampled softmax cross-entropy)", config["loss"]["label_smoothing"])
+    if config["evaluation"]["eval_every_steps"]:
+        # Its training model has no accuracy metric (the training logits are sampled columns), and the periodic
+        # evaluation and the best-checkpoint selection are of the compiled metric.
+        raise validation.invalid_argument(
+            "evaluation.eval_every_steps", "0 with a Partial FC head (model.head.sample_rate < 1 or shard_classes: "
+            "the test set is evaluated once, at the end)", config["evaluation"]["eval_every_steps"])
+    paradigm = config["paradigm"]
+    for key in ("opt_optimizer", "weighted_gradients", "weight_projection_every"):
+        if paradigm[key]:
+            raise validation.invalid_argument(
+                f"paradigm.{key}", "off with a Partial FC head (model.head.sample_rate < 1 or shard_classes: its "
+                "optimizer is sphere_tf.optimizers.PartialFCOptimizer around the configured one)", paradigm[key])
+
+
+PartialFCPlan = collections.namedtuple("PartialFCPlan", ["num_shards", "devices", "distribution"])
+PartialFCPlan.__doc__ = """How a run trains its Partial FC head (`_partial_fc_plan`).
+
+Attributes:
+    num_shards: int, the head's class blocks (`model.head.num_shards`, by default the devices or replicas
+        when sharded, else 1).
+    devices: int, the devices the class axis is split over (JAX) or the replicas that each sample the same
+        blocks (TensorFlow); 1 when not sharded.
+    distribution: a `keras.distribution.ModelParallel` (JAX, sharded) or None.
+"""
+
+
+# Where a run records its Partial FC head's resolved block count (`checkpoints/train/`), so a resume on another
+# device count keeps it.
+PARTIAL_FC_FILE = "partial_fc.json"
+
+
+def _recorded_num_shards(state_dir):
+    path = os.path.join(state_dir, PARTIAL_FC_FILE)
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        return int(json.load(f)["num_shards"])
+
+
+@config_errors
+def _partial_fc_plan(config, strategy, recorded_num_shards=None):
+    """The `PartialFCPlan` of a validated config on this backend and `strategy`, or None (no Partial FC head).
+
+    `model.head.shard_classes`: on JAX, `keras.distribution.ModelParallel` over a 1-D mesh of that many devices
+    (True: every device of `keras.distribution.list_devices()`), the batch split over it and the head's class
+    axis split by `sphere_tf.layers.class_sharding_layout`; on TensorFlow, the `tf.distribute` strategy's
+    replicas, each holding the whole head and sampling the same blocks (`PartialFCHead`'s data parallelism);
+    PyTorch has neither. Checked here, before any data is read: the device count, `num_shards` (a multiple of
+    the devices on JAX) and `train.batch_size` (divisible by the devices on JAX).
+
+    Without `model.head.num_shards` the blocks are one per device (or replica), unless the workdir's run
+    recorded its count (`recorded_num_shards`): a resumed run keeps the blocks, and so the samples, it started
+    with, on any device count that divides them.
+    """
+    model_cfg = config["model"]
+    if not _is_partial_fc(model_cfg):
+        return None
+    head = model_cfg["head"]
+    shard = _shard_classes(model_cfg)
+    key = f"model.head.{SHARD_CLASSES_KEY}"
+    backend = keras.backend.backend()
+    if shard is False:
+        return PartialFCPlan(head.get("num_shards", recorded_num_shards or 1), 1, None)
+    if backend == "tensorflow":
+        replicas = int(strategy.num_replicas_in_sync)
+        if shard is not True and shard != replicas:
+            raise validation.invalid_argument(
+                key, f"True or the replica count of strategy {config['strategy']!r} ({replicas}): on TensorFlow "
+                "each replica of the strategy holds the head and samples the same class blocks", shard)
+        return PartialFCPlan(head.get("num_shards", recorded_num_shards or replicas), replicas, None)
+    if backend != "jax":
+        raise validation.invalid_argument(
+            key, f"False on Keras backend {backend!r} (class sharding runs on JAX through keras.distribution and "
+            "on TensorFlow through tf.distribute)", shard)
+    from keras import distribution as kd  # noqa: PLC0415
+    from sphere_tf import layers  # noqa: PLC0415 (the package imports training)
+
+    available = kd.list_devices()
+    count = len(available) if shard is True else shard
+    if count > len(available):
+        raise validation.invalid_argument(
+            key, f"True or a device count of at most {len(available)} (the devices of keras.distribution."
+            "list_devices() here)", shard)
+    num_shards = head.get("num_shards", recorded_num_shards or count)
+    if num_shards % count:
+        recorded = "" if "num_shards" in head else f" (the workdir's run started with {num_shards} blocks)"
+        raise validation.invalid_argument(
+            "model.head.num_shards", f"a multiple of the {count} devices the classes are split over (each device "
+            f"samples its own whole blocks){recorded}", num_shards)
+    batch_size = config["train"]["batch_size"]
+    if batch_size % count:
+        raise validation.invalid_argument(
+            "train.batch_size", f"a multiple of the {count} devices the batch is split over (model.head."
+            f"{SHARD_CLASSES_KEY})", batch_size)
+    mesh = kd.DeviceMesh((count,), (SHARD_AXIS,), available[:count])
+    layout_map = layers.class_sharding_layout(kd.LayoutMap(mesh), head.get("name", "logits"), SHARD_AXIS)
+    return PartialFCPlan(num_shards, count, kd.ModelParallel(layout_map=layout_map, batch_dim_name=SHARD_AXIS))
 
 
 def data_kwargs(data_cfg):
@@ -200,7 +344,7 @@ def _export(model, model_path, export_base, config, info):
     returns its path. On a backend other than TensorFlow the saved `model_path` (the final weights: saved at the
     last epoch's end, or after precise BN) is exported under TensorFlow in a child process."""
     kwargs = {"model_name": config["model"]["name"] or "model", "normalization": config["data"]["normalization"],
-              "channel_mean": info.get("channel_mean")}
+              "channel_mean": info.get("channel_mean"), "class_matrix": config["export_class_matrix"]}
     if keras.backend.backend() == "tensorflow":
         return export_lib.export_model(model, export_base, **kwargs).path
     return export_lib.export_model_file(model_path, export_base, **kwargs).path
@@ -277,10 +421,15 @@ def dry_run(config, probe_steps=3):
     previous_policy = keras.mixed_precision.global_policy().name
     keras.mixed_precision.set_global_policy(config["mixed_precision"])
     try:
-        model, _ = recipe.build_model(config, info)
-        model.compile(optimizer=recipe.build_optimizer(config, plan["total_steps"] or 1),
-                      loss=losses_lib.SparseCrossentropy(label_smoothing=config["loss"]["label_smoothing"]),
-                      metrics=[recipe.training_accuracy(config["model"])])
+        if _is_partial_fc(config["model"]):  # one device here: the head's own blocks, no sharding
+            model, _ = recipe.build_model(config, info, config["model"]["head"].get("num_shards", 1))
+            model.compile(optimizer=recipe.build_optimizer(config, plan["total_steps"] or 1, partial_fc=True),
+                          loss=None)
+        else:
+            model, _ = recipe.build_model(config, info)
+            model.compile(optimizer=recipe.build_optimizer(config, plan["total_steps"] or 1),
+                          loss=losses_lib.SparseCrossentropy(label_smoothing=config["loss"]["label_smoothing"]),
+                          metrics=[recipe.training_accuracy(config["model"])])
         compile_seconds, seconds_per_step = recipe.measure_step_time(
             model, train_cfg["batch_size"], input_shape, classes, probe_steps, seed=config["seed"])
     finally:
@@ -376,6 +525,7 @@ def train_and_evaluate(config, workdir, strategy=None):
     verbose, epoch_lines = progress.resolve_fit_verbosity(train_cfg["verbose"], sys.stdout)
     state_dir = os.path.join(workdir, "checkpoints", "train")
     checkpoint_lib.check_workdir_config(workdir, config)
+    plan = _partial_fc_plan(config, strategy, _recorded_num_shards(state_dir))
     results_path = os.path.join(workdir, "results.json")
     keras.utils.set_random_seed(config["seed"])
 
@@ -388,9 +538,16 @@ def train_and_evaluate(config, workdir, strategy=None):
 
     # The data before anything is written: missing archives leave no workdir behind.
     train_ds, test_ds, info = load(0)
+    if plan is not None and plan.distribution is not None and info["test_size"] % plan.devices:
+        raise ConfigError(str(validation.invalid_argument(
+            "data.test_limit", f"a test set size divisible by the {plan.devices} devices of model.head."
+            f"{SHARD_CLASSES_KEY} (every evaluation batch is split over them; the test set has "
+            f"{info['test_size']} images)", data_cfg["test_limit"])))
     if chief:
         checkpoint_lib.record_config(state_dir, config)
         checkpoint_lib.record_config(workdir, config)
+        if plan is not None:
+            json_files.write_json(os.path.join(state_dir, PARTIAL_FC_FILE), {"num_shards": plan.num_shards})
     # Where this process writes logs and files: `workdir` on the chief, `workdir/workertemp_<task>` elsewhere.
     local_dir = distribute.checkpoint_directory(workdir, strategy)
     steps_per_epoch, epochs = run_length(train_cfg, info["steps_per_epoch"])
@@ -409,14 +566,26 @@ def train_and_evaluate(config, workdir, strategy=None):
 
     previous_policy = keras.mixed_precision.global_policy().name
     keras.mixed_precision.set_global_policy(config["mixed_precision"])
+    previous_distribution = keras.distribution.distribution() if keras.backend.backend() == "jax" else None
+    if plan is not None:
+        print(f"Partial FC head: sample_rate {config['model']['head'].get('sample_rate', 1.0)}, "
+              f"{plan.num_shards} class block(s)"
+              + (f", classes sharded over {plan.devices} devices (keras.distribution)" if plan.distribution else "")
+              + (f", {plan.devices} replicas" if plan.distribution is None and plan.devices > 1 else "") + ".")
     try:
+        if plan is not None and plan.distribution is not None:
+            # JAX: model, optimizer, checkpoints and every fit / evaluate step under the class-sharded layout.
+            keras.distribution.set_distribution(plan.distribution)
         with strategy.scope():
-            model, attached = recipe.build_model(config, info)
-            model.compile(
-                optimizer=recipe.build_optimizer(config, total_steps),
-                loss=losses_lib.SparseCrossentropy(label_smoothing=config["loss"]["label_smoothing"]),
-                metrics=[recipe.training_accuracy(config["model"])],
-            )
+            model, attached = recipe.build_model(config, info, None if plan is None else plan.num_shards)
+            if plan is None:
+                model.compile(
+                    optimizer=recipe.build_optimizer(config, total_steps),
+                    loss=losses_lib.SparseCrossentropy(label_smoothing=config["loss"]["label_smoothing"]),
+                    metrics=[recipe.training_accuracy(config["model"])],
+                )
+            else:  # the head adds its own (sampled) loss; its training logits are sampled columns: no metric
+                model.compile(optimizer=recipe.build_optimizer(config, total_steps, partial_fc=True), loss=None)
             model.optimizer.build(model.trainable_variables)  # its slots live on the strategy's devices
         model.summary(print_fn=logging.info)
         packed = models_lib.needs_labels(model)
@@ -463,6 +632,12 @@ def train_and_evaluate(config, workdir, strategy=None):
         if (bn_statistics.startswith("precise") or selection != "final") and chief:
             # The saved model is the evaluated and exported one.
             model.save(os.path.join(local_dir, "checkpoints", "model.keras"))
+        if plan is not None:
+            # Evaluation calls the head without sampling: plain logits over every class and their full
+            # cross-entropy as the loss; the accuracy is now the plain-logit accuracy.
+            with strategy.scope():
+                model.compile(optimizer=model.optimizer, loss=None,
+                              metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
         with distribute.distributed_fit(model):  # evaluate needs the multi-worker workarounds of fit
             test_loss, test_accuracy = model.evaluate(pack(test_ds), verbose=0)
         print(f"Test accuracy: {100 * test_accuracy:.2f}% (loss {test_loss:.4f}, {info['test_size']} images)")
@@ -474,6 +649,8 @@ def train_and_evaluate(config, workdir, strategy=None):
             print(f"SavedModel exported to {export_dir}")
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
+        if plan is not None and plan.distribution is not None:
+            keras.distribution.set_distribution(previous_distribution)
     results = {
         "test_accuracy": 100.0 * float(test_accuracy),
         "test_error": 100.0 * (1.0 - float(test_accuracy)),
@@ -489,6 +666,10 @@ def train_and_evaluate(config, workdir, strategy=None):
         "export_dir": export_dir,
         "backend": keras.backend.backend(),
     }
+    if plan is not None:
+        results["partial_fc"] = {"sample_rate": config["model"]["head"].get("sample_rate", 1.0),
+                                 "num_shards": plan.num_shards, "devices": plan.devices,
+                                 "sharded": plan.distribution is not None}
     if chief:
         json_files.write_json(results_path, results)
     else:

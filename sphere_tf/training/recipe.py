@@ -61,7 +61,11 @@ DEFAULTS = {
     "mixed_precision": "float32",
     "strategy": "auto",
     "export": True,
+    "export_class_matrix": True,
 }
+# The runner's own key of a margin head spec (`model.head`), besides the head layer's arguments: split the class
+# axis over the devices (`classifier._partial_fc_plan`).
+SHARD_CLASSES_KEY = "shard_classes"
 # Sections with free-form keys: the model function's and the optimizer class's keyword arguments.
 _OPEN_SECTIONS = ("model", "optimizer")
 
@@ -131,6 +135,19 @@ def merge_config(defaults, config, open_sections=_OPEN_SECTIONS, replaced_sectio
     return merged
 
 
+def model_kwargs(model_cfg, num_shards=None):
+    """The `create_model` arguments of `model` (with `name`): the head spec without the runner's
+    `shard_classes`, and with `num_shards` when given (the resolved block count of a Partial FC head)."""
+    model_cfg = dict(model_cfg)
+    head = model_cfg.get("head")
+    if isinstance(head, dict):
+        head = {k: v for k, v in head.items() if k != SHARD_CLASSES_KEY}
+        if num_shards is not None:
+            head["num_shards"] = num_shards
+        model_cfg["head"] = head
+    return model_cfg
+
+
 def is_margin_head(model_cfg):
     head = model_cfg.get("head")
     return isinstance(head, dict) and head.get("layer") == "margin"
@@ -183,14 +200,21 @@ class ScheduleLogger(keras.callbacks.Callback):
             logs[f"lambda/{head.name}"] = float(keras.ops.convert_to_numpy(head.current_lambda()))
 
 
-def build_model(config, info):
-    model_cfg = dict(config["model"])
+def build_model(config, info, num_shards=None):
+    """`(model, attached)`: the configured model on the data's `info` (`input_shape`, `num_classes`), initialised
+    from a pretrained run and wrapped for the DCNet paradigms as configured, with the regularizers attached
+    (`attached`: layer name -> regularizer name). `num_shards`: the class blocks of a Partial FC head (the
+    runner's resolved count; None for any other head)."""
+    model_cfg = model_kwargs(config["model"], num_shards)
     name = model_cfg.pop("name")
     if model_cfg.get("head") is not None:
         model_cfg["head"] = dict(model_cfg["head"])
         if config["loss"]["data_dependent_mhe"]:
             model_cfg["head"]["label_penalty"] = regularizers_lib.DataDependentMHE(
                 factor=config["loss"]["data_dependent_mhe"])
+        if num_shards is not None and model_cfg["head"].get("seed") is None:
+            # One draw sequence for every process, device and resume: keyed by the run's seed.
+            model_cfg["head"]["seed"] = config["seed"]
     model = models_lib.create_model(name, input_shape=info["input_shape"], num_classes=info["num_classes"],
                                     **model_cfg)
     paradigm = config["paradigm"]
@@ -206,11 +230,15 @@ def build_model(config, info):
     return model, attached
 
 
-def build_optimizer(config, total_steps):
+def build_optimizer(config, total_steps, partial_fc=False):
+    """The configured optimizer and learning-rate schedule over `total_steps`, wrapped for OPT when asked and in
+    `PartialFCOptimizer` for a Partial FC head (`partial_fc`)."""
     rate = optimization.build_learning_rate(config["optimizer"].get("learning_rate"), config["schedule"], total_steps)
     optimizer = optimization.build_optimizer(config["optimizer"], rate)
     if config["paradigm"]["opt_optimizer"]:
         optimizer = optimizers_lib.OPTOptimizer(optimizer)
+    if partial_fc:  # unsampled classes keep their weights and slots (insightface v1, docs/partial_fc.md)
+        optimizer = optimizers_lib.PartialFCOptimizer(optimizer)
     return optimizer
 
 
@@ -280,7 +308,7 @@ def measure_step_time(model, batch_size, input_shape, num_classes, probe_steps, 
     return compile_seconds, (time.perf_counter() - started) / probe_steps
 
 
-__all__ = ["DEFAULTS", "FIT_VERBOSITY", "MIXED_PRECISION", "ConfigError", "ScheduleLogger", "build_model",
-           "build_optimizer", "config_errors", "is_margin_head", "margin_heads", "measure_step_time", "merge_config", "plain_config",
+__all__ = ["DEFAULTS", "FIT_VERBOSITY", "MIXED_PRECISION", "SHARD_CLASSES_KEY", "ConfigError", "ScheduleLogger", "build_model",
+           "build_optimizer", "config_errors", "is_margin_head", "margin_heads", "measure_step_time", "merge_config", "model_kwargs", "plain_config",
            "pretrained_model_path", "recompute_batch_statistics", "run_length", "training_accuracy",
            "training_callbacks"]
