@@ -591,12 +591,15 @@ def _flatten(value, prefix=""):
     return {prefix[:-1]: value}
 
 
-def config_differences(stored, config, ignore=RESUME_INSENSITIVE_KEYS):
+def config_differences(stored, config, ignore=RESUME_INSENSITIVE_KEYS, defaults=None):
     """The dotted keys whose values differ between two configs.
 
     Args:
         stored, config: dict / ConfigDict (nested).
         ignore: dotted keys (or prefixes of them) left out of the comparison.
+        defaults: optional schema (nested dict of defaults): a key that `stored` lacks and `config` holds at its
+            default is no difference (the schema gained the key after `stored` was written; the stored run
+            behaved as the default does).
 
     Returns:
         sorted list of `(key, stored_value, new_value)`; a key missing on one
@@ -606,15 +609,18 @@ def config_differences(stored, config, ignore=RESUME_INSENSITIVE_KEYS):
     old = _flatten(json.loads(json.dumps(_plain(stored), default=repr)))
     new = _flatten(json.loads(json.dumps(_plain(config), default=repr)))
     ignored = tuple(ignore or ())
+    schema = _flatten(json.loads(json.dumps(_plain(defaults), default=repr))) if defaults else {}
 
     def skipped(key):
+        if key not in old and key in schema and new.get(key, missing) == schema[key]:
+            return True
         return any(key == k or key.startswith(k + ".") for k in ignored)
 
     return [(key, old.get(key, missing), new.get(key, missing)) for key in sorted(set(old) | set(new))
             if not skipped(key) and old.get(key, missing) != new.get(key, missing)]
 
 
-def check_workdir_config(workdir, config, ignore=RESUME_INSENSITIVE_KEYS):
+def check_workdir_config(workdir, config, ignore=RESUME_INSENSITIVE_KEYS, defaults=None):
     """Refuses to reuse `workdir` when its `config.json` records a different config.
 
     Args:
@@ -622,6 +628,8 @@ def check_workdir_config(workdir, config, ignore=RESUME_INSENSITIVE_KEYS):
         config: dict / ConfigDict of this run.
         ignore: dotted keys not compared (by default the ones that do not
             change the computation: verbosity and data folders).
+        defaults: optional schema; keys added to it since the workdir's run began compare equal at their
+            defaults (`config_differences`).
 
     Returns:
         bool, whether `workdir` already held a (matching) `config.json`.
@@ -635,7 +643,7 @@ def check_workdir_config(workdir, config, ignore=RESUME_INSENSITIVE_KEYS):
         return False
     with open(path) as f:
         stored = json.load(f)
-    differences = config_differences(stored, config, ignore)
+    differences = config_differences(stored, config, ignore, defaults)
     if differences:
         lines = "\n".join(f"  {key}: {old!r} in the workdir, {new!r} now" for key, old, new in differences)
         raise ConfigMismatchError(
@@ -646,8 +654,8 @@ def check_workdir_config(workdir, config, ignore=RESUME_INSENSITIVE_KEYS):
     return True
 
 
-def record_config(workdir, config, ignore=RESUME_INSENSITIVE_KEYS):
+def record_config(workdir, config, ignore=RESUME_INSENSITIVE_KEYS, defaults=None):
     """`check_workdir_config`, then writes `config` to `workdir/config.json` (creating `workdir`)."""
-    check_workdir_config(workdir, config, ignore)
+    check_workdir_config(workdir, config, ignore, defaults)
     os.makedirs(workdir, exist_ok=True)
     json_files.write_json(os.path.join(workdir, CONFIG_FILE), _plain(config))

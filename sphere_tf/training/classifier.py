@@ -524,7 +524,7 @@ def train_and_evaluate(config, workdir, strategy=None):
     # 'auto': Keras's progress bar on a terminal; one line per epoch (no carriage returns) otherwise.
     verbose, epoch_lines = progress.resolve_fit_verbosity(train_cfg["verbose"], sys.stdout)
     state_dir = os.path.join(workdir, "checkpoints", "train")
-    checkpoint_lib.check_workdir_config(workdir, config)
+    checkpoint_lib.check_workdir_config(workdir, config, defaults=DEFAULTS)
     plan = _partial_fc_plan(config, strategy, _recorded_num_shards(state_dir))
     results_path = os.path.join(workdir, "results.json")
     keras.utils.set_random_seed(config["seed"])
@@ -544,8 +544,8 @@ def train_and_evaluate(config, workdir, strategy=None):
             f"{SHARD_CLASSES_KEY} (every evaluation batch is split over them; the test set has "
             f"{info['test_size']} images)", data_cfg["test_limit"])))
     if chief:
-        checkpoint_lib.record_config(state_dir, config)
-        checkpoint_lib.record_config(workdir, config)
+        checkpoint_lib.record_config(state_dir, config, defaults=DEFAULTS)
+        checkpoint_lib.record_config(workdir, config, defaults=DEFAULTS)
         if plan is not None:
             json_files.write_json(os.path.join(state_dir, PARTIAL_FC_FILE), {"num_shards": plan.num_shards})
     # Where this process writes logs and files: `workdir` on the chief, `workdir/workertemp_<task>` elsewhere.
