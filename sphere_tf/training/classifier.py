@@ -118,7 +118,12 @@ def validate(config):
 
     _check_model(config["model"])
     loss = config["loss"]
+    validation.one_of(loss["name"], "loss.name", recipe.LOSSES)
     validation.real(loss["label_smoothing"], "loss.label_smoothing", low=0.0, high=1.0, high_open=True)
+    validation.one_of(loss["hinge_norm"], "loss.hinge_norm", losses_lib.hinge.NORMS)
+    if loss["name"] == "hinge" and loss["label_smoothing"]:
+        raise validation.invalid_argument("loss.label_smoothing", "0 with loss.name='hinge' (a cross-entropy "
+                                          "option)", loss["label_smoothing"])
     validation.non_negative_float(loss["data_dependent_mhe"], "loss.data_dependent_mhe")
     if loss["data_dependent_mhe"] and not recipe.is_margin_head(config["model"]):
         raise validation.invalid_argument("loss.data_dependent_mhe", "0 unless model.head is a margin head",
@@ -297,7 +302,7 @@ def train_and_evaluate(config, workdir, strategy=None):
             model, attached = recipe.build_model(config, info)
             model.compile(
                 optimizer=recipe.build_optimizer(config, total_steps),
-                loss=losses_lib.SparseCrossentropy(label_smoothing=config["loss"]["label_smoothing"]),
+                loss=recipe.build_loss(config),
                 metrics=[recipe.training_accuracy(config["model"])],
             )
             model.optimizer.build(model.trainable_variables)  # its slots live on the strategy's devices

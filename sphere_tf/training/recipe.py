@@ -16,6 +16,7 @@ from absl import logging
 
 from sphere_tf import callbacks as callbacks_lib
 from sphere_tf import layers as layers_lib
+from sphere_tf import losses as losses_lib
 from sphere_tf import models as models_lib
 from sphere_tf import optimizers as optimizers_lib
 from sphere_tf import regularizers as regularizers_lib
@@ -39,7 +40,7 @@ DEFAULTS = {
         "label_mode": "fine", "val_labels_file": "", "class_limits": [],
     },
     "model": {"name": "small_cnn"},
-    "loss": {"label_smoothing": 0.0, "data_dependent_mhe": 0.0},
+    "loss": {"name": "crossentropy", "label_smoothing": 0.0, "hinge_norm": "l1", "data_dependent_mhe": 0.0},
     "regularizers": [],
     "paradigm": {
         "weight_projection_every": 0, "projection_scale": sphere_model_lib.DEFAULT_PROJECTION_SCALE,
@@ -60,6 +61,8 @@ DEFAULTS = {
     "strategy": "auto",
     "export": True,
 }
+# `loss.name`: the loss on the head's logits.
+LOSSES = ("crossentropy", "hinge")
 # Sections with free-form keys: the model function's and the optimizer class's keyword arguments.
 _OPEN_SECTIONS = ("model", "optimizer")
 
@@ -204,6 +207,15 @@ def build_model(config, info):
     return model, attached
 
 
+def build_loss(config):
+    """The training loss of `config['loss']`: `losses.SparseCrossentropy(label_smoothing)` for 'crossentropy',
+    `losses.SparseHinge(hinge_norm)` (Caffe's one-vs-all hinge, L-Softmax's hinge rows) for 'hinge'."""
+    loss_cfg = config["loss"]
+    if loss_cfg["name"] == "hinge":
+        return losses_lib.SparseHinge(norm=loss_cfg["hinge_norm"])
+    return losses_lib.SparseCrossentropy(label_smoothing=loss_cfg["label_smoothing"])
+
+
 def build_optimizer(config, total_steps):
     rate = optimization.build_learning_rate(config["optimizer"].get("learning_rate"), config["schedule"], total_steps)
     optimizer = optimization.build_optimizer(config["optimizer"], rate)
@@ -257,7 +269,8 @@ def training_callbacks(config, model, attached):
     return run_callbacks
 
 
-__all__ = ["DEFAULTS", "FIT_VERBOSITY", "MIXED_PRECISION", "ConfigError", "ScheduleLogger", "build_model",
+__all__ = ["DEFAULTS", "FIT_VERBOSITY", "LOSSES", "MIXED_PRECISION", "ConfigError", "ScheduleLogger", "build_loss",
+           "build_model",
            "build_optimizer", "config_errors", "is_margin_head", "margin_heads", "merge_config", "plain_config",
            "pretrained_model_path", "recompute_batch_statistics", "run_length", "training_accuracy",
            "training_callbacks"]
