@@ -176,7 +176,12 @@ def validate(config):
 
     _check_model(config["model"])
     loss = config["loss"]
+    validation.one_of(loss["name"], "loss.name", recipe.LOSSES)
     validation.real(loss["label_smoothing"], "loss.label_smoothing", low=0.0, high=1.0, high_open=True)
+    validation.one_of(loss["hinge_norm"], "loss.hinge_norm", losses_lib.hinge.NORMS)
+    if loss["name"] == "hinge" and loss["label_smoothing"]:
+        raise validation.invalid_argument("loss.label_smoothing", "0 with loss.name='hinge' (a cross-entropy "
+                                          "option)", loss["label_smoothing"])
     validation.non_negative_float(loss["data_dependent_mhe"], "loss.data_dependent_mhe")
     if loss["data_dependent_mhe"] and not recipe.is_margin_head(config["model"]):
         raise validation.invalid_argument("loss.data_dependent_mhe", "0 unless model.head is a margin head",
@@ -225,6 +230,10 @@ def validate(config):
 
 def _check_partial_fc_run(config):
     """What a Partial FC head (sampled or sharded) does not combine with, named by config key."""
+    if config["loss"]["name"] != "crossentropy":
+        raise validation.invalid_argument(
+            "loss.name", "'crossentropy' with a Partial FC head (model.head.sample_rate < 1 or shard_classes: the "
+            "head computes its own sampled softmax cross-entropy)", config["loss"]["name"])
     if config["loss"]["label_smoothing"]:
         raise validation.invalid_argument(
             "loss.label_smoothing", "0 with a Partial FC head (model.head.sample_rate < 1 or shard_classes: the "
@@ -428,7 +437,7 @@ def dry_run(config, probe_steps=3):
         else:
             model, _ = recipe.build_model(config, info)
             model.compile(optimizer=recipe.build_optimizer(config, plan["total_steps"] or 1),
-                          loss=losses_lib.SparseCrossentropy(label_smoothing=config["loss"]["label_smoothing"]),
+                          loss=recipe.build_loss(config),
                           metrics=[recipe.training_accuracy(config["model"])])
         compile_seconds, seconds_per_step = recipe.measure_step_time(
             model, train_cfg["batch_size"], input_shape, classes, probe_steps, seed=config["seed"])
@@ -581,7 +590,7 @@ def train_and_evaluate(config, workdir, strategy=None):
             if plan is None:
                 model.compile(
                     optimizer=recipe.build_optimizer(config, total_steps),
-                    loss=losses_lib.SparseCrossentropy(label_smoothing=config["loss"]["label_smoothing"]),
+                    loss=recipe.build_loss(config),
                     metrics=[recipe.training_accuracy(config["model"])],
                 )
             else:  # the head adds its own (sampled) loss; its training logits are sampled columns: no metric

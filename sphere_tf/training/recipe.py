@@ -18,6 +18,7 @@ from absl import logging
 
 from sphere_tf import callbacks as callbacks_lib
 from sphere_tf import layers as layers_lib
+from sphere_tf import losses as losses_lib
 from sphere_tf import models as models_lib
 from sphere_tf import optimizers as optimizers_lib
 from sphere_tf import regularizers as regularizers_lib
@@ -41,7 +42,7 @@ DEFAULTS = {
         "label_mode": "fine", "val_labels_file": "", "class_limits": [],
     },
     "model": {"name": "small_cnn"},
-    "loss": {"label_smoothing": 0.0, "data_dependent_mhe": 0.0},
+    "loss": {"name": "crossentropy", "label_smoothing": 0.0, "hinge_norm": "l1", "data_dependent_mhe": 0.0},
     "regularizers": [],
     "paradigm": {
         "weight_projection_every": 0, "projection_scale": sphere_model_lib.DEFAULT_PROJECTION_SCALE,
@@ -66,6 +67,8 @@ DEFAULTS = {
 # The runner's own key of a margin head spec (`model.head`), besides the head layer's arguments: split the class
 # axis over the devices (`classifier._partial_fc_plan`).
 SHARD_CLASSES_KEY = "shard_classes"
+# `loss.name`: the loss on the head's logits.
+LOSSES = ("crossentropy", "hinge")
 # Sections with free-form keys: the model function's and the optimizer class's keyword arguments.
 _OPEN_SECTIONS = ("model", "optimizer")
 
@@ -230,6 +233,15 @@ def build_model(config, info, num_shards=None):
     return model, attached
 
 
+def build_loss(config):
+    """The training loss of `config['loss']`: `losses.SparseCrossentropy(label_smoothing)` for 'crossentropy',
+    `losses.SparseHinge(hinge_norm)` (Caffe's one-vs-all hinge, L-Softmax's hinge rows) for 'hinge'."""
+    loss_cfg = config["loss"]
+    if loss_cfg["name"] == "hinge":
+        return losses_lib.SparseHinge(norm=loss_cfg["hinge_norm"])
+    return losses_lib.SparseCrossentropy(label_smoothing=loss_cfg["label_smoothing"])
+
+
 def build_optimizer(config, total_steps, partial_fc=False):
     """The configured optimizer and learning-rate schedule over `total_steps`, wrapped for OPT when asked and in
     `PartialFCOptimizer` for a Partial FC head (`partial_fc`)."""
@@ -308,7 +320,8 @@ def measure_step_time(model, batch_size, input_shape, num_classes, probe_steps, 
     return compile_seconds, (time.perf_counter() - started) / probe_steps
 
 
-__all__ = ["DEFAULTS", "FIT_VERBOSITY", "MIXED_PRECISION", "SHARD_CLASSES_KEY", "ConfigError", "ScheduleLogger", "build_model",
-           "build_optimizer", "config_errors", "is_margin_head", "margin_heads", "measure_step_time", "merge_config", "model_kwargs", "plain_config",
+__all__ = ["DEFAULTS", "FIT_VERBOSITY", "LOSSES", "MIXED_PRECISION", "SHARD_CLASSES_KEY", "ConfigError", "ScheduleLogger",
+           "build_loss", "build_model", "build_optimizer", "config_errors", "is_margin_head", "margin_heads",
+           "measure_step_time", "merge_config", "model_kwargs", "plain_config",
            "pretrained_model_path", "recompute_batch_statistics", "run_length", "training_accuracy",
            "training_callbacks"]
