@@ -12,6 +12,7 @@ black-box (from a separately trained baseline) with FGSM and BIM, and writes
 from the trained models' checkpoints in `<workdir>/checkpoints/`.
 """
 
+import json
 import sys
 
 from trainers import _config_flags
@@ -33,7 +34,12 @@ _CPU_ALLOCATOR = flags.DEFINE_enum(
     "TensorFlow's CPU allocator: 'bfc' reuses memory (faster on CPU, see docs/performance.md); "
     "'default' keeps TensorFlow's malloc-based one.",
 )
-flags.mark_flags_as_required(["config", "workdir"])
+_DRY_RUN = flags.DEFINE_bool(
+    "dry_run", False, "Print the resolved config, every model the experiment trains with its steps, and an "
+    "estimated training time on this machine (each step measured on a synthetic batch), then exit: nothing is "
+    "trained or written.")
+_DRY_RUN_STEPS = flags.DEFINE_integer("dry_run_steps", 3, "Steps timed per model by --dry_run (0: no estimate).")
+flags.mark_flag_as_required("config")
 
 
 def main(argv, overrides=()):
@@ -50,6 +56,21 @@ def main(argv, overrides=()):
         _config_flags.apply_overrides(config, overrides, experiment.DEFAULTS)
         if _CPU_ALLOCATOR.value == "bfc":
             runtime.use_bfc_cpu_allocator()  # before any tensor exists
+        if _DRY_RUN.value:
+            plan = experiment.dry_run(config, probe_steps=_DRY_RUN_STEPS.value)
+            print(json.dumps(plan["config"], indent=2))
+            for entry in plan["trainings"]:
+                timing = (f", {entry['seconds_per_step'] * 1000:.1f} ms a step (compile {entry['compile_seconds']:.1f} s)"
+                          if "seconds_per_step" in entry else "")
+                print(f"seed {entry['seed']} {entry['training']:8s} {entry['model']:10s} ({entry['role']}): "
+                      f"{entry['total_steps']} steps{timing}")
+            seconds = plan["estimated_train_seconds"]
+            print(f"steps            {plan['total_steps']} in {len(plan['trainings'])} trainings")
+            print("estimated time   " + ("unknown" if seconds is None else f"{seconds / 60:.0f} min")
+                  + " of training on this machine (attacks, data loading and evaluation not counted)")
+            return
+        if not _WORKDIR.value:
+            raise app.UsageError("--workdir is required (except with --dry_run).")
         experiment.run_experiment(config, _WORKDIR.value)
     except (_config_flags.ConfigFlagError, classifier.ConfigError, checkpoint.ConfigMismatchError,
             data_errors.DataNotFoundError) as error:

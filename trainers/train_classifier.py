@@ -60,7 +60,11 @@ _BACKEND = flags.DEFINE_enum(
     "backend", None, list(BACKENDS),
     "Keras backend of the run; default: the KERAS_BACKEND environment variable, else Keras's default (tensorflow).",
 )
-flags.mark_flags_as_required(["config", "workdir"])
+_DRY_RUN = flags.DEFINE_bool(
+    "dry_run", False, "Print the resolved config, the step count and an estimated training time on this machine "
+    "(measured on a few steps of a synthetic batch), then exit: nothing is trained or written.")
+_DRY_RUN_STEPS = flags.DEFINE_integer("dry_run_steps", 3, "Steps timed by --dry_run (0: no time estimate).")
+flags.mark_flag_as_required("config")
 
 
 def select_backend(name):
@@ -107,6 +111,13 @@ def main(argv, overrides=()):
         strategy = classifier.make_run_strategy(config)
         if _CPU_ALLOCATOR.value == "bfc":
             runtime.use_bfc_cpu_allocator()
+        if _DRY_RUN.value:
+            plan = classifier.dry_run(config, probe_steps=_DRY_RUN_STEPS.value)
+            print(json.dumps(plan["config"], indent=2))
+            print("\n".join(classifier.dry_run_lines(plan)))
+            return
+        if not _WORKDIR.value:
+            raise app.UsageError("--workdir is required (except with --dry_run).")
         logging.info("Config:\n%s", json.dumps(config, indent=2))
         results = classifier.train_and_evaluate(config, _WORKDIR.value, strategy=strategy)
     except (_config_flags.ConfigFlagError, classifier.ConfigError, checkpoint.ConfigMismatchError,

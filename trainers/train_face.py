@@ -8,6 +8,10 @@ The config is a runner config (docs/runner.md) on `data.name='face_folder'`
 plus a `verification` section (docs/face.md); after training, when
 `verification.pairs` is set, `workdir/results.json` also holds `lfw_accuracy`,
 `lfw_std` and `tar_at_far` (see `trainers.eval_verification`).
+
+A Partial FC head comes from `model.head.sample_rate` / `model.head.shard_classes`
+(configs/face/partial_fc_*.py, docs/partial_fc.md); the export leaves the class
+matrix out unless `--config.export_class_matrix=True`.
 """
 
 import json

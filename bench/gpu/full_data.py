@@ -11,7 +11,6 @@ import time
 import keras
 import numpy as np
 
-from sphere_tf import losses as losses_lib
 from sphere_tf import metrics as metrics_lib
 from sphere_tf import models as models_lib
 from sphere_tf.data import fashion_mnist
@@ -90,7 +89,7 @@ def run_one(config_path, variant, seed, mode, data_dir):
     model, attached = recipe.build_model(config, info)
     accuracy = recipe.training_accuracy(config["model"])
     model.compile(optimizer=recipe.build_optimizer(config, total_steps),
-                  loss=losses_lib.SparseCrossentropy(label_smoothing=config["loss"]["label_smoothing"]),
+                  loss=recipe.build_loss(config),
                   metrics=[accuracy])
     packed = models_lib.needs_labels(model)
     train_inputs = models_lib.pack_inputs(x_train, y_train) if packed else x_train

@@ -1,10 +1,10 @@
-r"""CoMHE Table 6.7: ResNet-18 / ResNet-34 on ImageNet-2012, top-1 error.
+r"""CoMHE Table 6.7: ResNet-18 / ResNet-34 / ResNet-50 on ImageNet-2012, top-1 error.
 
 Compressive Hyperspherical Energy Minimization (CVPR 2020), Table 7; W. Liu's PhD thesis
 (2020), Table 6.7. Top-1 error % (paper):
 
-| method           | resnet18 | resnet34 | ResNet-50 |
-|------------------|----------|----------|-----------|
+| method           | resnet18 | resnet34 | resnet50 |
+|------------------|----------|----------|----------|
 | baseline         | 32.95    | 30.04    | 25.30     |
 | orthogonal       | 32.65    | 29.74    | 25.19     |
 | orthonormal      | 32.61    | 29.75    | 25.21     |
@@ -14,10 +14,11 @@ Compressive Hyperspherical Energy Minimization (CVPR 2020), Table 7; W. Liu's Ph
 | random           | 31.90    | 29.38    | 24.51     |
 | angle_preserving | 31.80    | 29.32    | 24.53     |
 
-Not here: ResNet-50 (the zoo has no bottleneck ResNet). `method=srip` is SRIP with the authors' constants
-(configs/comhe/__init__.py); its λ schedule, stated over 200 epochs, is moved to the same fractions of
-this run's 50 runner epochs of 10k iterations (phases from epochs 1, 6, 13, 18, 31; an inference: the
-CoMHE papers give no SRIP setting).
+`method=srip` is SRIP with the authors' constants (configs/comhe/__init__.py); its λ schedule, stated
+over 200 epochs, is moved to the same fractions of this run's 50 runner epochs of 10k iterations (phases
+from epochs 1, 6, 13, 18, 31; an inference: the CoMHE papers give no SRIP setting). ResNet-50 is the zoo's
+`resnet50` ("exactly the same architecture as [He et al.]", thesis App. E.1: bottleneck blocks, stride in
+the first 1×1 conv); the regularizers reach all its convs (the 1×1s included) as they do ResNet-18/34's.
 
 Recipe (thesis App. E.1): standard ResNets, SGD momentum 0.9, batch 64, lr 0.1, stop at
 500k iterations, weight decay 1e-4, λ = 1, s = 2, orthogonal/orthonormal regularization
@@ -37,7 +38,9 @@ from configs import common
 from configs import mhe
 
 IMAGENET_STEPS_PER_EPOCH = 10000  # mhe.imagenet_config's runner epochs
-RESNETS = {"resnet18": 2, "resnet34": (3, 4, 6, 3)}
+# Model name and blocks per stage (He et al. 2016, Table 1).
+RESNETS = {"resnet18": ("resnet18", 2), "resnet34": ("resnet18", (3, 4, 6, 3)),
+           "resnet50": ("resnet50", (3, 4, 6, 3))}
 METHODS = ("baseline", "orthogonal", "orthonormal", "srip", "mhe", "half_space_mhe", "random", "angle_preserving")
 VARIANTS = {"model": tuple(RESNETS), "method": METHODS}
 
@@ -46,7 +49,8 @@ def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, model="resnet18", method="random")
     mhe.check(arg.model, "model", RESNETS)
     mhe.check(arg.method, "method", METHODS)
-    model = dict(name="resnet18", blocks_per_stage=RESNETS[arg.model], operator=dict(mhe.HE_CONV))
+    name, blocks_per_stage = RESNETS[arg.model]
+    model = dict(name=name, blocks_per_stage=blocks_per_stage, operator=dict(mhe.HE_CONV))
     if arg.method in ("orthonormal",):
         regularizers = mhe.mhe_entries(arg.method, hidden=mhe.RESNET_HIDDEN)
     else:

@@ -50,6 +50,7 @@ def face_config(model, head_spec, *, quick=False, seed=0, steps=28000, boundarie
         schedule=dict(name="step", boundaries=list(boundaries), decay_factor=0.1),
         train=dict(batch_size=batch_size, steps=steps, checkpoint_every_steps=1000),
         export=True,
+        export_class_matrix=False,  # face serving needs the embeddings, not the (d, C) class matrix
     )
     # The runner's end-of-run test pass reads the first images of the training folder (a closed-set check);
     # 10,000 of CASIA-WebFace's 494,414 keep it short.
@@ -65,4 +66,26 @@ def face_config(model, head_spec, *, quick=False, seed=0, steps=28000, boundarie
         config.schedule.boundaries = [1]
         config.model.width_multiplier = 0.125
         config.export = False
+    return config
+
+
+# Partial FC (X. An et al., "Partial FC: Training 10 Million Identities on a Single Machine", ICCV Workshops 2021,
+# arXiv:2010.05222; deepinsight/insightface `recognition/arcface_torch/partial_fc_v2.py` and its configs): ArcFace
+# s = 64, m = 0.5 on a 512-d embedding, the class centres sampled at r = 0.1 and split over the devices.
+PARTIAL_FC_HEAD = {"layer": "margin", "loss_type": "arcface", "scale": 64.0, "margin": 0.5, "sample_rate": 0.1,
+                   "shard_classes": True}
+
+
+def partial_fc_config(model, *, quick=False, seed=0, steps, boundaries, learning_rate, batch_size,
+                      sample_rate=0.1, shard_classes=True):
+    """The face recipe (`face_config`) with the Partial FC head of `PARTIAL_FC_HEAD`.
+
+    `quick`: two steps of batch 8 on the first 64 images of any identity folder (the synthetic one of
+    `bench/synthetic_identities.py:write_identity_folder` in the tests), the network at 1/8 width.
+    """
+    head = dict(PARTIAL_FC_HEAD, sample_rate=sample_rate, shard_classes=shard_classes)
+    config = face_config(model, head, quick=quick, seed=seed, steps=steps, boundaries=boundaries,
+                         learning_rate=learning_rate, batch_size=batch_size)
+    if quick:
+        config.train.checkpoint_every_steps = 1
     return config

@@ -42,6 +42,7 @@ from sphere_tf.training import checkpoint as checkpoint_lib
 from sphere_tf.training import classifier
 from sphere_tf.training import optimization
 from sphere_tf.training import progress
+from sphere_tf.training import recipe
 
 # DCNet §6.2 operators; the angular function of the adversarial models is not stated, cosine is inferred.
 PAPER_OPERATORS = {
@@ -227,6 +228,69 @@ def _mean_std(per_seed):
 
 
 @attacks_lib.per_model_tracing()  # one trace per model and attack, not "retracing" (see attacks.py)
+@classifier.config_errors
+def dry_run(config, probe_steps=3):
+    """What `run_experiment(config)` would train, before anything trains or is written: every trained model
+    (the black-box sources included) with its step count, and an estimated training time on this machine.
+
+    Each (training, model) pair's step is measured once as `classifier.dry_run` measures a run (built, wrapped
+    for FGSM adversarial training and compiled as `run_experiment` builds it; a synthetic batch); the estimate
+    sums compile + steps × step time over every trained model. The attacks' evaluation is not counted.
+
+    Returns:
+        dict: `config` (resolved), `trainings` (one entry per trained model: `seed`, `training`, `model`,
+        `total_steps`, and with `probe_steps` > 0 `seconds_per_step`, `compile_seconds`), `total_steps`, and
+        `estimated_train_seconds` (None without a probe or when a step count is unknown).
+    """
+    config = validate(config)
+    probe_steps = validation.integer(probe_steps, "probe_steps", minimum=0)
+    planned = []
+    for seed in config["seeds"]:
+        kinds = []
+        for training in config["trainings"]:
+            kind = training if config["black_box"]["source_training"] == "matched" else "natural"
+            if kind not in kinds and not config["black_box"][f"{kind}_source"]:
+                kinds.append(kind)
+                planned.append((seed + config["black_box"]["source_seed_offset"], kind, "baseline", "source"))
+        planned += [(seed, training, model, "target") for training in config["trainings"] for model in config["models"]]
+    measured, trainings = {}, []
+    for seed, training, model_name, role in planned:
+        cfg = classifier_config(config, model_name, seed)
+        entry = {"seed": seed, "training": training, "model": model_name, "role": role,
+                 "total_steps": classifier.dry_run(cfg, probe_steps=0)["total_steps"]}
+        if probe_steps and (training, model_name) not in measured:
+            measured[(training, model_name)] = _measure(classifier.validate(cfg), training, config, probe_steps)
+        if probe_steps:
+            entry["compile_seconds"], entry["seconds_per_step"] = measured[(training, model_name)]
+        trainings.append(entry)
+    steps = [t["total_steps"] for t in trainings]
+    known = all(s is not None for s in steps)
+    estimate = (sum(t["compile_seconds"] + t["seconds_per_step"] * t["total_steps"] for t in trainings)
+                if probe_steps and known else None)
+    return {"config": config, "trainings": trainings, "total_steps": sum(steps) if known else None,
+            "estimated_train_seconds": estimate}
+
+
+def _measure(cfg, training, config, probe_steps):
+    """`(compile_seconds, seconds_per_step)` of one model's training step, built as `_train` builds it."""
+    spec = data_lib.DATASETS[cfg["data"]["name"]]
+    channels = spec.input_shape[-1]
+    # The pixel space only sets FGSM's clipping bounds, not the step's cost; a data set without a published
+    # mean (mean_subtraction computes it from the images) is timed with mid-grey.
+    mean = spec.channel_mean or (127.5,) * channels
+    space = pixels_lib.pixel_space(cfg["data"]["normalization"], channels, mean)
+    model_cfg = dict(cfg["model"])
+    model = models_lib.create_model(model_cfg.pop("name"), input_shape=spec.input_shape,
+                                    num_classes=spec.num_classes, **model_cfg)
+    if training == "fgsm":
+        adv = config["adversarial_training"]
+        model = training_lib.adversarial_wrap(model, space, epsilon=adv["epsilon"], mix=adv["mix"])
+    model.compile(optimizer=optimization.build_optimizer(cfg["optimizer"], cfg["optimizer"].get("learning_rate")),
+                  loss=losses_lib.SparseCrossentropy(), metrics=["accuracy"])
+    return recipe.measure_step_time(model, cfg["train"]["batch_size"], spec.input_shape, spec.num_classes,
+                                    probe_steps, seed=cfg["seed"])
+
+
 def run_experiment(config, workdir):
     """Runs DCNet's white-box / black-box adversarial experiment; writes and returns `results.json`.
 

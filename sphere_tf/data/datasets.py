@@ -39,28 +39,31 @@ from sphere_tf.data import tfds_source
 from sphere_tf.data.errors import DataNotFoundError
 
 DatasetSpec = collections.namedtuple(
-    "DatasetSpec", ["input_shape", "num_classes", "tfds_name", "manual_files", "eval_augmentation", "channel_mean"]
+    "DatasetSpec",
+    ["input_shape", "num_classes", "tfds_name", "manual_files", "eval_augmentation", "channel_mean", "train_size"],
+    defaults=(None,),
 )
 DatasetSpec.__doc__ = """What a data set is: shapes, classes, file names, evaluation transform.
 
 `input_shape` is None for ImageNet (set by the augmentation: 224x224x3);
 `channel_mean` None means "computed over the training images" for
-`normalization='mean_subtraction'`."""
+`normalization='mean_subtraction'`. `train_size` is the published number of training images (None: known only
+once the files are read), which a dry run uses to count the steps without reading the data."""
 
 # Per-channel RGB mean of the ILSVRC-2012 training images as used by the Caffe/VGG models
 # (`keras.applications.imagenet_utils.preprocess_input`, mode 'caffe', lists it in BGR order).
 IMAGENET_CHANNEL_MEAN = (123.68, 116.779, 103.939)
 
 DATASETS = {
-    "cifar10": DatasetSpec((32, 32, 3), 10, "cifar10", (cifar.CIFAR10_ARCHIVE,), "none", None),
-    "cifar100": DatasetSpec((32, 32, 3), 100, "cifar100", (cifar.CIFAR100_ARCHIVE,), "none", None),
-    "mnist": DatasetSpec((28, 28, 1), 10, "mnist", tuple(fashion_mnist.FILES.values()), "none", None),
+    "cifar10": DatasetSpec((32, 32, 3), 10, "cifar10", (cifar.CIFAR10_ARCHIVE,), "none", None, 50000),
+    "cifar100": DatasetSpec((32, 32, 3), 100, "cifar100", (cifar.CIFAR100_ARCHIVE,), "none", None, 50000),
+    "mnist": DatasetSpec((28, 28, 1), 10, "mnist", tuple(fashion_mnist.FILES.values()), "none", None, 60000),
     "fashion_mnist": DatasetSpec(
-        (28, 28, 1), 10, "fashion_mnist", tuple(fashion_mnist.FILES.values()), "none", None
+        (28, 28, 1), 10, "fashion_mnist", tuple(fashion_mnist.FILES.values()), "none", None, 60000
     ),
     "imagenet2012": DatasetSpec(
         None, 1000, "imagenet2012", (imagenet.TRAIN_ARCHIVE, imagenet.VAL_ARCHIVE), "imagenet_eval",
-        IMAGENET_CHANNEL_MEAN,
+        IMAGENET_CHANNEL_MEAN, 1281167,
     ),
     # Shapes of the SphereFace crops of CASIA-WebFace (10,575 identities); a run takes both from the folder.
     "face_folder": DatasetSpec(faces.SPHEREFACE_CROP + (3,), 10575, None, ("<identity>/<image> folders",), "none",

@@ -6,7 +6,9 @@ loops of `bench/gpu/reproduce.py`) and the serving graph's input:
 - `none`: pixels 0..255 as float32;
 - `centered_128`: (x − 127.5)/128, the authors' TF repositories (`feat = (rgb - 127.5) / 128.0`);
 - `mean_subtraction`: x − per-channel mean (the L-Softmax recipe the papers follow subtracts the training set's
-  mean, `mean_file` in the authors' Caffe prototxts).
+  mean, `mean_file` in the authors' Caffe prototxts);
+- `unit_interval`: x/255 in [0, 1], TensorFlow's MNIST tutorial reader (`input_data.read_data_sets`), which the MLP
+  repository OPT's MNIST experiment follows (thesis App. F.3) reads its images with.
 """
 
 import numpy as np
@@ -28,10 +30,16 @@ def _mean_subtraction(image, channel_mean):
     return image - np.asarray(channel_mean, np.float32)
 
 
+def _unit_interval(image, channel_mean):
+    del channel_mean
+    return image / 255.0
+
+
 NORMALIZATIONS = {
     "none": _no_normalization,
     "centered_128": _centered_128,
     "mean_subtraction": _mean_subtraction,
+    "unit_interval": _unit_interval,
 }
 
 

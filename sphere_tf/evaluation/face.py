@@ -17,6 +17,10 @@ pairs by cosine and adds to `workdir/results.json`:
 * `angular_fisher_score` (thesis Eq. A.1) and `min_interclass_angle_deg` of the
   pair images' flip-concatenated features grouped by identity folder
   (`sphere_tf.metrics`), and `pairs`, `images`.
+
+The head may be the sampled / sharded Partial FC head (`model.head.sample_rate`,
+`model.head.shard_classes`: the runner's `_partial_fc_plan`, docs/partial_fc.md);
+the export leaves the class matrix out by default (`export_class_matrix`).
 """
 
 import copy
@@ -46,12 +50,17 @@ VERIFICATION_DEFAULTS = {
 def split_config(config):
     """`(runner_config, verification_section)` of a face config (plain dicts, defaults filled in).
 
+    The runner config's `export_class_matrix` is False unless the config sets it: the face runner exports the
+    `embeddings` signature without the head's class matrix (`sphere_tf.export.export_model`'s `class_matrix`).
+
     Raises:
         ValueError: an unknown key in the `verification` section (named).
     """
     if hasattr(config, "to_dict"):
         config = config.to_dict()
     config = copy.deepcopy(dict(config))
+    # Face models serve embeddings: the export leaves the class matrix out unless the config keeps it.
+    config.setdefault("export_class_matrix", False)
     section = dict(config.pop("verification", None) or {})
     unknown = sorted(set(section) - set(VERIFICATION_DEFAULTS))
     if unknown:

@@ -25,7 +25,7 @@ from sphere_tf.export import serving
 
 # The arguments of `export_model` that travel to the child as JSON (verify_inputs goes as a .npy file).
 _JSON_ARGUMENTS = ("model_name", "version", "normalization", "channel_mean", "input_dtype", "warmup_batch_sizes",
-                   "verify", "atol", "freeze", "formats", "fold_batch_norm")
+                   "verify", "atol", "freeze", "formats", "fold_batch_norm", "class_matrix")
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -51,7 +51,7 @@ def export_model_file(model_path, export_base, verify_inputs=None, timeout=1800,
         timeout: float, seconds the TensorFlow child process may take.
         **kwargs: the other arguments of `export_model` (`model_name`, `version`,
             `normalization`, `channel_mean`, `input_dtype`, `warmup_batch_sizes`,
-            `verify`, `atol`, `freeze`, `formats`, `fold_batch_norm`).
+            `verify`, `atol`, `freeze`, `formats`, `fold_batch_norm`, `class_matrix`).
 
     Returns:
         `ExportResult`.

@@ -28,6 +28,12 @@ signature itself):
   verification and retrieval), `cosine` (cos θ to every class weight) and
   `logits` (the head's inference logits).
 
+With `class_matrix=False` (a margin-head model only: face recognition serves
+embeddings, and a Partial FC head's `(d, C)` class matrix may be gigabytes)
+the class weights are left out of the SavedModel: both signatures,
+`serving_default` and `embeddings`, return `embeddings` alone, and the graph
+holds no variable or constant of the head.
+
 Inference simplifications: OPT layers are folded into plain `Conv2D`/`Dense`
 (`fold_opt_model`); a BatchNormalization after a cosine-activation operator is
 folded into its normalised kernel (`fold_batch_norm`); a margin head runs its
@@ -302,12 +308,20 @@ def _image_shape(features_model):
     return tuple(int(d) for d in shape)
 
 
+def _class_weights(head):
+    """The head's `(d, C)` class weights: a `PartialFCHead`'s without its padding columns."""
+    return head.real_kernel() if hasattr(head, "real_kernel") else head.kernel
+
+
 class _ServingModule(tf.Module):
     """The serving functions; tracks the Keras layers' variables for the SavedModel."""
 
-    def __init__(self, features_model, head, normalize, channel_mean, image_shape, input_dtype):
+    def __init__(self, features_model, head, normalize, channel_mean, image_shape, input_dtype, class_matrix=True):
         super().__init__(name="sphere_tf_serving")
         self.features_model = features_model
+        self.class_matrix = head is None or class_matrix
+        # Without the class matrix the head is not tracked: none of its variables reaches the SavedModel.
+        head = head if self.class_matrix else None
         self.head = head
         self._normalize = normalize
         self._channel_mean = channel_mean
@@ -316,6 +330,10 @@ class _ServingModule(tf.Module):
         layers_vars = list(features_model.variables) + (list(head.variables) if head is not None else [])
         self.tracked_variables = [getattr(v, "value", v) for v in layers_vars]
         spec = tf.TensorSpec((None,) + image_shape, input_dtype, name="images")
+        if not self.class_matrix:
+            self.embeddings = tf.function(self._embeddings_only, input_signature=[spec], autograph=False)
+            self.serving_default = self.embeddings
+            return
         self.serving_default = tf.function(self._serving_default, input_signature=[spec], autograph=False)
         if head is not None:
             self.embeddings = tf.function(self._embeddings, input_signature=[spec], autograph=False)
@@ -338,10 +356,14 @@ class _ServingModule(tf.Module):
             "classes": tf.argmax(logits, axis=-1, output_type=tf.int64, name="classes"),
         }
 
+    def _embeddings_only(self, images):
+        features = tf.cast(self._features(images), tf.float32)
+        return {"embeddings": tf.identity(tf.math.l2_normalize(features, axis=-1), name="embeddings")}
+
     def _embeddings(self, images):
         features = tf.cast(self._features(images), tf.float32)
         embeddings = tf.math.l2_normalize(features, axis=-1)
-        weights = tf.math.l2_normalize(tf.cast(self.head.kernel, tf.float32), axis=0)
+        weights = tf.math.l2_normalize(tf.cast(_class_weights(self.head), tf.float32), axis=0)
         return {
             "embeddings": tf.identity(embeddings, name="embeddings"),
             "cosine": tf.matmul(embeddings, weights, name="cosine"),
@@ -623,9 +645,9 @@ def _verify(export_dir, module, expected, images, warmup_batches, atol):
                         raise ExportError(f"{signature}/classes is not the argmax of the served logits.")
                     continue
                 diff = _compare(f"{signature}/{key} (fresh process)", served, value, atol)
-                if key == "logits":
+                if key == ("logits" if "logits" in outputs else "embeddings"):
                     max_diff = max(max_diff, diff)
-        for key in ("logits", "probabilities"):
+        for key in sorted(set(expected[SERVING_SIGNATURE]) & {"logits", "probabilities", "embeddings"}):
             path = os.path.join(cli_out, f"{key}.npy")
             if not os.path.exists(path):
                 raise ExportError(f"saved_model_cli wrote no {key!r} output in {cli_out}.")
@@ -662,6 +684,7 @@ def export_model(
     freeze=True,
     formats=(),
     fold_batch_norm=True,
+    class_matrix=True,
 ):
     """Exports `model` for TensorFlow Serving as `<export_base>/<model_name>/<version>/`.
 
@@ -699,6 +722,11 @@ def export_model(
             one operator whose BN scale rides on its normalised kernel
             (`sphere_tf.export.fold_batch_norm`: cosine angular activations only);
             the verification still compares with the unfolded model.
+        class_matrix: bool, for a model with a `MarginHead` classifier: keep the
+            head's class weights (`serving_default` gives logits, `embeddings` also
+            `cosine` and `logits`). False leaves them out: both signatures return
+            `embeddings` only (what verification and retrieval need), and no
+            variable or constant of the head is saved. No effect on other models.
 
     Returns:
         `ExportResult`.
@@ -725,6 +753,7 @@ def export_model(
     normalize, channel_mean = _normalizer(normalization, channel_mean)
     batch_sizes = tuple(validation.positive_int(b, "warmup_batch_sizes") for b in warmup_batch_sizes)
     atol = validation.positive_float(atol, "atol")
+    validation.one_of(class_matrix, "class_matrix", (True, False))
     from sphere_tf.export import formats as formats_lib  # pylint: disable=import-outside-toplevel
 
     formats = formats_lib.check_formats(formats)
@@ -751,7 +780,8 @@ def export_model(
         from sphere_tf.export.fold import fold_batch_norm as fold_bn  # pylint: disable=import-outside-toplevel
 
         served_model = fold_bn(features_model)
-    module = _ServingModule(served_model, head, normalize, channel_mean, image_shape, tf.as_dtype(input_dtype))
+    module = _ServingModule(served_model, head, normalize, channel_mean, image_shape, tf.as_dtype(input_dtype),
+                            class_matrix=class_matrix)
     functions = {SERVING_SIGNATURE: module.serving_default}
     if head is not None:
         functions[EMBEDDINGS_SIGNATURE] = module.embeddings
@@ -772,10 +802,14 @@ def export_model(
     reference_logits = np.asarray(tf.cast(reference_logits, tf.float32))
     expected = {SERVING_SIGNATURE: {"logits": reference_logits, "classes": None,
                                     "probabilities": np.asarray(tf.nn.softmax(reference_logits))}}
-    if head is not None:
+    if head is not None and not module.class_matrix:
+        features = np.asarray(tf.cast(features_model(x, training=False), tf.float32), np.float64)
+        unit = {"embeddings": features / np.linalg.norm(features, axis=-1, keepdims=True)}
+        expected = {SERVING_SIGNATURE: unit, EMBEDDINGS_SIGNATURE: unit}
+    elif head is not None:
         features = np.asarray(tf.cast(features_model(x, training=False), tf.float32), np.float64)
         unit = features / np.linalg.norm(features, axis=-1, keepdims=True)
-        weights = np.asarray(head.kernel, np.float64)
+        weights = np.asarray(_class_weights(head), np.float64)
         expected[EMBEDDINGS_SIGNATURE] = {
             "embeddings": unit, "cosine": unit @ (weights / np.linalg.norm(weights, axis=0, keepdims=True)),
             "logits": reference_logits,

@@ -1,6 +1,7 @@
 """Architectures, one family per file, chosen by registry name (`create_model(name, **kwargs)`)."""
 
 from sphere_tf.models import blocks
+from sphere_tf.models import mlp
 from sphere_tf.models import operators
 from sphere_tf.models import plain_cnn
 from sphere_tf.models import resnet

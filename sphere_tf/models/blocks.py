@@ -6,7 +6,8 @@ optional activation), so each family takes any operator spec of
 
 Heads. ``head=None`` (default) puts a plain `keras.layers.Dense(num_classes)`
 on the features. ``head`` may also be a dict ``{'layer': NAME, **kwargs}`` with
-NAME in `HEADS` (`'dense'`, `'margin'` = `sphere_tf.layers.MarginHead`,
+NAME in `HEADS` (`'dense'`, `'margin'` = `sphere_tf.layers.MarginHead`, or its
+sampled form `sphere_tf.layers.PartialFCHead` when the spec sets `sample_rate` < 1 or `num_shards` > 1,
 `'sphere'`, `'decoupled'`) or any Keras layer instance. A `MarginHead` needs the
 labels in training (the margin is put on the target class), so a model with
 one takes two named inputs, ``{'images': x, 'labels': y}`` (`model.input` is
@@ -118,9 +119,35 @@ def make_head(head, num_classes):
     name = validation.one_of(options.pop("layer", "dense"), "head['layer']", tuple(sorted(HEADS)))
     options.setdefault("name", "logits")
     if name == "margin":
-        return layers.MarginHead(num_classes, **options)
+        return _margin_head(num_classes, options)
     options.setdefault("dtype", "float32")
     return HEADS[name](num_classes, **options)
+
+
+# The Partial FC keys of a margin head spec (`sphere_tf.layers.PartialFCHead`) and their defaults: the dense
+# `MarginHead` semantics.
+PARTIAL_FC_DEFAULTS = {"sample_rate": 1.0, "num_shards": 1, "seed": None}
+
+
+def is_partial_fc(head):
+    """True when the margin head spec `head` (a dict) asks for sampled or blocked classes: `sample_rate` < 1 or
+    `num_shards` > 1 (then `make_head` gives a `PartialFCHead`)."""
+    if not isinstance(head, dict) or head.get("layer", "dense") != "margin":
+        return False
+    return head.get("sample_rate", 1.0) != 1.0 or head.get("num_shards", 1) != 1
+
+
+def _margin_head(num_classes, options):
+    """A `MarginHead`, or a `PartialFCHead` when `options` ask for sampling (`sample_rate` < 1) or class blocks
+    (`num_shards` > 1); `sample_rate=1`, `num_shards=1` is the dense head, whatever `seed` says."""
+    partial = {key: options.pop(key) for key in PARTIAL_FC_DEFAULTS if key in options}
+    if is_partial_fc({"layer": "margin", **partial}):
+        return layers.PartialFCHead(num_classes, **partial, **options)
+    if partial:  # the dense head: the values must still be valid ones
+        validation.unit_interval(partial.get("sample_rate", 1.0), "head['sample_rate']")
+        validation.positive_int(partial.get("num_shards", 1), "head['num_shards']")
+        validation.integer(partial.get("seed"), "head['seed']", minimum=0, allow_none=True)
+    return layers.MarginHead(num_classes, **options)
 
 
 def finish(images, features, head, num_classes, name):

@@ -71,7 +71,8 @@ HISTORY_FILE = "history.json"
 # over all its steps, not only the ones after the resume.
 PARTIAL_FILE = "partial_epoch.json"
 # Keys that change what a run prints or where it reads the same files from, not what it computes.
-RESUME_INSENSITIVE_KEYS = ("train.verbose", "data.data_dir", "data.manual_dir", "evaluation.precise_bn_batches")
+RESUME_INSENSITIVE_KEYS = ("train.verbose", "data.data_dir", "data.manual_dir", "evaluation.precise_bn_batches",
+                           "export_class_matrix")
 
 
 class ConfigMismatchError(ValueError):
@@ -235,9 +236,20 @@ class StepCheckpoint(keras.callbacks.Callback):
         self._carried = self._read_partial(self._saved_step)
         return self.step
 
-    def keep_epochs(self, count):
-        """Drops history entries past the first `count` epochs (ones a restored checkpoint predates)."""
-        self._history = {key: values[:count] for key, values in self._history.items()}
+    def keep_epochs(self, count, steps_per_epoch=None):
+        """Drops history entries past the first `count` epochs (ones a restored checkpoint predates).
+
+        Test evaluations (`val_*` keys) are sparse when `fit` evaluates every few epochs; where the history
+        records their global steps (`val_step`, `callbacks.TestErrorLog`) the ones up to step
+        `count · steps_per_epoch` are kept, otherwise every epoch is taken to have one.
+        """
+        evaluated = self._history.get("val_step")
+        if evaluated is not None and steps_per_epoch:
+            evaluations = sum(1 for step in evaluated if step <= count * steps_per_epoch)
+        else:
+            evaluations = count
+        self._history = {key: values[:evaluations if key.startswith("val_") else count]
+                         for key, values in self._history.items()}
 
     def save(self):
         """Writes a checkpoint at the current step now; returns its prefix."""
@@ -468,7 +480,7 @@ def fit_resumable(model, train_data, epochs, directory, steps_per_epoch=None, ev
                            extra={**(extra or {}), **callback_states(callbacks)})
     saver.set_model(model)
     initial_step = saver.restore()
-    saver.keep_epochs(initial_step // steps_per_epoch)
+    saver.keep_epochs(initial_step // steps_per_epoch, steps_per_epoch)
     if initial_step:
         logging.info("Resuming from step %d (%s).", initial_step, saver.latest_checkpoint)
     total = epochs * steps_per_epoch
@@ -579,12 +591,15 @@ def _flatten(value, prefix=""):
     return {prefix[:-1]: value}
 
 
-def config_differences(stored, config, ignore=RESUME_INSENSITIVE_KEYS):
+def config_differences(stored, config, ignore=RESUME_INSENSITIVE_KEYS, defaults=None):
     """The dotted keys whose values differ between two configs.
 
     Args:
         stored, config: dict / ConfigDict (nested).
         ignore: dotted keys (or prefixes of them) left out of the comparison.
+        defaults: optional schema (nested dict of defaults): a key that `stored` lacks and `config` holds at its
+            default is no difference (the schema gained the key after `stored` was written; the stored run
+            behaved as the default does).
 
     Returns:
         sorted list of `(key, stored_value, new_value)`; a key missing on one
@@ -594,15 +609,18 @@ def config_differences(stored, config, ignore=RESUME_INSENSITIVE_KEYS):
     old = _flatten(json.loads(json.dumps(_plain(stored), default=repr)))
     new = _flatten(json.loads(json.dumps(_plain(config), default=repr)))
     ignored = tuple(ignore or ())
+    schema = _flatten(json.loads(json.dumps(_plain(defaults), default=repr))) if defaults else {}
 
     def skipped(key):
+        if key not in old and key in schema and new.get(key, missing) == schema[key]:
+            return True
         return any(key == k or key.startswith(k + ".") for k in ignored)
 
     return [(key, old.get(key, missing), new.get(key, missing)) for key in sorted(set(old) | set(new))
             if not skipped(key) and old.get(key, missing) != new.get(key, missing)]
 
 
-def check_workdir_config(workdir, config, ignore=RESUME_INSENSITIVE_KEYS):
+def check_workdir_config(workdir, config, ignore=RESUME_INSENSITIVE_KEYS, defaults=None):
     """Refuses to reuse `workdir` when its `config.json` records a different config.
 
     Args:
@@ -610,6 +628,8 @@ def check_workdir_config(workdir, config, ignore=RESUME_INSENSITIVE_KEYS):
         config: dict / ConfigDict of this run.
         ignore: dotted keys not compared (by default the ones that do not
             change the computation: verbosity and data folders).
+        defaults: optional schema; keys added to it since the workdir's run began compare equal at their
+            defaults (`config_differences`).
 
     Returns:
         bool, whether `workdir` already held a (matching) `config.json`.
@@ -623,7 +643,7 @@ def check_workdir_config(workdir, config, ignore=RESUME_INSENSITIVE_KEYS):
         return False
     with open(path) as f:
         stored = json.load(f)
-    differences = config_differences(stored, config, ignore)
+    differences = config_differences(stored, config, ignore, defaults)
     if differences:
         lines = "\n".join(f"  {key}: {old!r} in the workdir, {new!r} now" for key, old, new in differences)
         raise ConfigMismatchError(
@@ -634,8 +654,8 @@ def check_workdir_config(workdir, config, ignore=RESUME_INSENSITIVE_KEYS):
     return True
 
 
-def record_config(workdir, config, ignore=RESUME_INSENSITIVE_KEYS):
+def record_config(workdir, config, ignore=RESUME_INSENSITIVE_KEYS, defaults=None):
     """`check_workdir_config`, then writes `config` to `workdir/config.json` (creating `workdir`)."""
-    check_workdir_config(workdir, config, ignore)
+    check_workdir_config(workdir, config, ignore, defaults)
     os.makedirs(workdir, exist_ok=True)
     json_files.write_json(os.path.join(workdir, CONFIG_FILE), _plain(config))

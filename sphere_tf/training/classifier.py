@@ -8,6 +8,7 @@ apply) but any key not in the schema, or a bad value, fails in `validate`
 before any data is read, naming the dotted key and the valid choices.
 """
 
+import collections
 import inspect
 import json
 import os
@@ -18,6 +19,7 @@ import time
 import keras
 from absl import logging
 
+from sphere_tf import callbacks as callbacks_lib
 from sphere_tf import data as data_lib
 from sphere_tf import export as export_lib
 from sphere_tf import json_files
@@ -38,6 +40,7 @@ from sphere_tf.training import regularization
 from sphere_tf.training.recipe import DEFAULTS
 from sphere_tf.training.recipe import FIT_VERBOSITY
 from sphere_tf.training.recipe import MIXED_PRECISION
+from sphere_tf.training.recipe import SHARD_CLASSES_KEY
 from sphere_tf.training.recipe import ConfigError
 from sphere_tf.training.recipe import ScheduleLogger
 from sphere_tf.training.recipe import config_errors
@@ -46,6 +49,8 @@ from sphere_tf.training.recipe import plain_config
 from sphere_tf.training.recipe import pretrained_model_path
 from sphere_tf.training.recipe import run_length
 
+# The model variables' mesh axis of a class-sharded head on JAX (`keras.distribution`).
+SHARD_AXIS = "devices"
 # `data` keys where '' means None (`data_kwargs`).
 _EMPTY_IS_NONE = ("manual_dir", "data_dir", "eval_augmentation", "val_labels_file")
 
@@ -68,8 +73,61 @@ def _check_model(model_cfg):
             models_lib.operators.validate_operator(model_cfg[key], f"model.{key}")
     head = model_cfg.get("head")
     if head is not None:
-        blocks.make_head(dict(head), 2)
+        head = _check_partial_fc(head)
+        blocks.make_head(head, max(2, head.get("num_shards", 1)))
     return fn
+
+
+def _check_partial_fc(head):
+    """Checks the Partial FC keys of the head spec `model.head` (`sample_rate`, `num_shards`, `seed` and the
+    runner's `shard_classes`), naming the dotted key; returns the spec without `shard_classes`."""
+    head = dict(head)
+    shard = head.pop(SHARD_CLASSES_KEY, False)
+    partial_keys = sorted(set(head) & set(blocks.PARTIAL_FC_DEFAULTS))
+    if head.get("layer", "dense") != "margin" and (partial_keys or shard is not False):
+        key = partial_keys[0] if partial_keys else SHARD_CLASSES_KEY
+        raise ValueError(f"Invalid config key 'model.head.{key}': Partial FC sampling and class sharding need a "
+                         f"margin head (model.head.layer='margin'); the head is {head.get('layer', 'dense')!r}.")
+    if shard is not False and shard is not True:
+        validation.positive_int(shard, f"model.head.{SHARD_CLASSES_KEY}")
+    validation.unit_interval(head.get("sample_rate", 1.0), "model.head.sample_rate")
+    validation.positive_int(head.get("num_shards", 1), "model.head.num_shards")
+    validation.integer(head.get("seed"), "model.head.seed", minimum=0, allow_none=True)
+    return head
+
+
+def _shard_classes(model_cfg):
+    """`model.head.shard_classes`: False, True (every device / replica) or a device count."""
+    head = model_cfg.get("head")
+    return head.get(SHARD_CLASSES_KEY, False) if isinstance(head, dict) else False
+
+
+def _is_partial_fc(model_cfg):
+    """True when the run trains a `PartialFCHead`: `model.head.sample_rate` < 1, or class sharding asked for
+    (`shard_classes`), or `num_shards` > 1."""
+    head = model_cfg.get("head")
+    return _shard_classes(model_cfg) is not False or blocks.is_partial_fc(head)
+
+
+def _check_periodic_evaluation(evaluation_cfg, train_cfg):
+    """`evaluation.eval_every_steps` and `evaluation.select_best`, as far as they can be checked before the data
+    is read (the epoch length may come from the data: then `train_and_evaluate` checks the multiple)."""
+    every = validation.integer(evaluation_cfg["eval_every_steps"], "evaluation.eval_every_steps", minimum=0)
+    validation.one_of(evaluation_cfg["select_best"], "evaluation.select_best", (True, False))
+    if evaluation_cfg["select_best"] and not every:
+        raise validation.invalid_argument(
+            "evaluation.select_best", "False unless evaluation.eval_every_steps > 0 (the best of which evaluations?)",
+            evaluation_cfg["select_best"])
+    if every and train_cfg["steps_per_epoch"]:
+        callbacks_lib.evaluation.evaluation_freq(every, train_cfg["steps_per_epoch"])
+
+
+def _test_curve(history, accuracy_name):
+    """`[{'step', 'test_accuracy', 'test_error', 'test_loss'}, ...]` of the periodic evaluations in `history`."""
+    steps = history.get("val_step", [])
+    return [{"step": int(step), "test_accuracy": 100.0 * accuracy, "test_error": error, "test_loss": loss}
+            for step, accuracy, error, loss in zip(steps, history[f"val_{accuracy_name}"], history["val_error"],
+                                                   history["val_loss"])]
 
 
 def _probe_model(config):
@@ -77,7 +135,7 @@ def _probe_model(config):
     `**kwargs` model function passes on is checked too; the probe is discarded."""
     spec = datasets_lib.DATASETS[config["data"]["name"]]
     input_shape = spec.input_shape or (preprocessing.IMAGENET_CROP, preprocessing.IMAGENET_CROP, 3)
-    model_cfg = dict(config["model"])
+    model_cfg = recipe.model_kwargs(config["model"])
     name = model_cfg.pop("name")
     try:
         models_lib.create_model(name, input_shape=input_shape, num_classes=spec.num_classes, **model_cfg)
@@ -120,7 +178,12 @@ def validate(config):
 
     _check_model(config["model"])
     loss = config["loss"]
+    validation.one_of(loss["name"], "loss.name", recipe.LOSSES)
     validation.real(loss["label_smoothing"], "loss.label_smoothing", low=0.0, high=1.0, high_open=True)
+    validation.one_of(loss["hinge_norm"], "loss.hinge_norm", losses_lib.hinge.NORMS)
+    if loss["name"] == "hinge" and loss["label_smoothing"]:
+        raise validation.invalid_argument("loss.label_smoothing", "0 with loss.name='hinge' (a cross-entropy "
+                                          "option)", loss["label_smoothing"])
     validation.non_negative_float(loss["data_dependent_mhe"], "loss.data_dependent_mhe")
     if loss["data_dependent_mhe"] and not recipe.is_margin_head(config["model"]):
         raise validation.invalid_argument("loss.data_dependent_mhe", "0 unless model.head is a margin head",
@@ -157,12 +220,125 @@ def validate(config):
     batches = config["evaluation"]["precise_bn_batches"]
     if batches != "auto":
         validation.integer(batches, "evaluation.precise_bn_batches", minimum=0)
+    _check_periodic_evaluation(config["evaluation"], train)
     if config["evaluation"]["minority_classes"]:
         classification.check_classes(config["evaluation"]["minority_classes"], classes, "evaluation.minority_classes")
     validation.one_of(config["mixed_precision"], "mixed_precision", MIXED_PRECISION)
     validation.one_of(config["strategy"], "strategy", distribute.STRATEGIES)
+    validation.one_of(config["export_class_matrix"], "export_class_matrix", (True, False))
+    if _is_partial_fc(config["model"]):
+        _check_partial_fc_run(config)
     _probe_model(config)
     return config
+
+
+def _check_partial_fc_run(config):
+    """What a Partial FC head (sampled or sharded) does not combine with, named by config key."""
+    if config["loss"]["name"] != "crossentropy":
+        raise validation.invalid_argument(
+            "loss.name", "'crossentropy' with a Partial FC head (model.head.sample_rate < 1 or shard_classes: the "
+            "head computes its own sampled softmax cross-entropy)", config["loss"]["name"])
+    if config["loss"]["label_smoothing"]:
+        raise validation.invalid_argument(
+            "loss.label_smoothing", "0 with a Partial FC head (model.head.sample_rate < 1 or shard_classes: the "
+            "head computes its own sampled softmax cross-entropy)", config["loss"]["label_smoothing"])
+    if config["evaluation"]["eval_every_steps"]:
+        # Its training model has no accuracy metric (the training logits are sampled columns), and the periodic
+        # evaluation and the best-checkpoint selection are of the compiled metric.
+        raise validation.invalid_argument(
+            "evaluation.eval_every_steps", "0 with a Partial FC head (model.head.sample_rate < 1 or shard_classes: "
+            "the test set is evaluated once, at the end)", config["evaluation"]["eval_every_steps"])
+    paradigm = config["paradigm"]
+    for key in ("opt_optimizer", "weighted_gradients", "weight_projection_every"):
+        if paradigm[key]:
+            raise validation.invalid_argument(
+                f"paradigm.{key}", "off with a Partial FC head (model.head.sample_rate < 1 or shard_classes: its "
+                "optimizer is sphere_tf.optimizers.PartialFCOptimizer around the configured one)", paradigm[key])
+
+
+PartialFCPlan = collections.namedtuple("PartialFCPlan", ["num_shards", "devices", "distribution"])
+PartialFCPlan.__doc__ = """How a run trains its Partial FC head (`_partial_fc_plan`).
+
+Attributes:
+    num_shards: int, the head's class blocks (`model.head.num_shards`, by default the devices or replicas
+        when sharded, else 1).
+    devices: int, the devices the class axis is split over (JAX) or the replicas that each sample the same
+        blocks (TensorFlow); 1 when not sharded.
+    distribution: a `keras.distribution.ModelParallel` (JAX, sharded) or None.
+"""
+
+
+# Where a run records its Partial FC head's resolved block count (`checkpoints/train/`), so a resume on another
+# device count keeps it.
+PARTIAL_FC_FILE = "partial_fc.json"
+
+
+def _recorded_num_shards(state_dir):
+    path = os.path.join(state_dir, PARTIAL_FC_FILE)
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        return int(json.load(f)["num_shards"])
+
+
+@config_errors
+def _partial_fc_plan(config, strategy, recorded_num_shards=None):
+    """The `PartialFCPlan` of a validated config on this backend and `strategy`, or None (no Partial FC head).
+
+    `model.head.shard_classes`: on JAX, `keras.distribution.ModelParallel` over a 1-D mesh of that many devices
+    (True: every device of `keras.distribution.list_devices()`), the batch split over it and the head's class
+    axis split by `sphere_tf.layers.class_sharding_layout`; on TensorFlow, the `tf.distribute` strategy's
+    replicas, each holding the whole head and sampling the same blocks (`PartialFCHead`'s data parallelism);
+    PyTorch has neither. Checked here, before any data is read: the device count, `num_shards` (a multiple of
+    the devices on JAX) and `train.batch_size` (divisible by the devices on JAX).
+
+    Without `model.head.num_shards` the blocks are one per device (or replica), unless the workdir's run
+    recorded its count (`recorded_num_shards`): a resumed run keeps the blocks, and so the samples, it started
+    with, on any device count that divides them.
+    """
+    model_cfg = config["model"]
+    if not _is_partial_fc(model_cfg):
+        return None
+    head = model_cfg["head"]
+    shard = _shard_classes(model_cfg)
+    key = f"model.head.{SHARD_CLASSES_KEY}"
+    backend = keras.backend.backend()
+    if shard is False:
+        return PartialFCPlan(head.get("num_shards", recorded_num_shards or 1), 1, None)
+    if backend == "tensorflow":
+        replicas = int(strategy.num_replicas_in_sync)
+        if shard is not True and shard != replicas:
+            raise validation.invalid_argument(
+                key, f"True or the replica count of strategy {config['strategy']!r} ({replicas}): on TensorFlow "
+                "each replica of the strategy holds the head and samples the same class blocks", shard)
+        return PartialFCPlan(head.get("num_shards", recorded_num_shards or replicas), replicas, None)
+    if backend != "jax":
+        raise validation.invalid_argument(
+            key, f"False on Keras backend {backend!r} (class sharding runs on JAX through keras.distribution and "
+            "on TensorFlow through tf.distribute)", shard)
+    from keras import distribution as kd  # noqa: PLC0415
+    from sphere_tf import layers  # noqa: PLC0415 (the package imports training)
+
+    available = kd.list_devices()
+    count = len(available) if shard is True else shard
+    if count > len(available):
+        raise validation.invalid_argument(
+            key, f"True or a device count of at most {len(available)} (the devices of keras.distribution."
+            "list_devices() here)", shard)
+    num_shards = head.get("num_shards", recorded_num_shards or count)
+    if num_shards % count:
+        recorded = "" if "num_shards" in head else f" (the workdir's run started with {num_shards} blocks)"
+        raise validation.invalid_argument(
+            "model.head.num_shards", f"a multiple of the {count} devices the classes are split over (each device "
+            f"samples its own whole blocks){recorded}", num_shards)
+    batch_size = config["train"]["batch_size"]
+    if batch_size % count:
+        raise validation.invalid_argument(
+            "train.batch_size", f"a multiple of the {count} devices the batch is split over (model.head."
+            f"{SHARD_CLASSES_KEY})", batch_size)
+    mesh = kd.DeviceMesh((count,), (SHARD_AXIS,), available[:count])
+    layout_map = layers.class_sharding_layout(kd.LayoutMap(mesh), head.get("name", "logits"), SHARD_AXIS)
+    return PartialFCPlan(num_shards, count, kd.ModelParallel(layout_map=layout_map, batch_dim_name=SHARD_AXIS))
 
 
 def data_kwargs(data_cfg):
@@ -181,7 +357,7 @@ def _export(model, model_path, export_base, config, info):
     returns its path. On a backend other than TensorFlow the saved `model_path` (the final weights: saved at the
     last epoch's end, or after precise BN) is exported under TensorFlow in a child process."""
     kwargs = {"model_name": config["model"]["name"] or "model", "normalization": config["data"]["normalization"],
-              "channel_mean": info.get("channel_mean")}
+              "channel_mean": info.get("channel_mean"), "class_matrix": config["export_class_matrix"]}
     if keras.backend.backend() == "tensorflow":
         return export_lib.export_model(model, export_base, **kwargs).path
     return export_lib.export_model_file(model_path, export_base, **kwargs).path
@@ -207,6 +383,101 @@ def summary_lines(config, info, results, seconds, workdir):
         f"workdir {workdir}",
         "=" * 64,
     ]
+
+
+@config_errors
+def dry_run(config, probe_steps=3):
+    """What a run of `config` would do, before anything trains or any file is written: the resolved config, the
+    step count and an estimated training time on this machine.
+
+    The step count comes from the data set's published training size (`DatasetSpec.train_size`, with
+    `data.train_limit`); where that is unknown (a folder of identities) and the config does not fix the steps,
+    it is None. The time is measured: the model is built and compiled as the run builds it (no strategy), one
+    step on a synthetic batch of the run's shape compiles it (`compile_seconds`), then `probe_steps` more are
+    timed; the estimate is compile + steps × the measured step time (test evaluations, data loading and
+    export are not counted).
+
+    Args:
+        config: ConfigDict or dict following `DEFAULTS`.
+        probe_steps: int >= 0, timed steps (0: no model is built, no time estimate).
+
+    Returns:
+        dict: `config` (resolved), `train_images`, `steps_per_epoch`, `epochs`, `total_steps`, `evaluations`,
+        and with `probe_steps` > 0 `parameters`, `compile_seconds`, `seconds_per_step`,
+        `estimated_train_seconds`, `backend`.
+
+    Raises:
+        ConfigError: a bad config (as `validate`).
+    """
+    config = validate(config)
+    probe_steps = validation.integer(probe_steps, "probe_steps", minimum=0)
+    data_cfg, train_cfg = config["data"], config["train"]
+    spec = datasets_lib.DATASETS[data_cfg["name"]]
+    train_images = spec.train_size
+    if train_images is not None and data_cfg["train_limit"]:
+        train_images = min(train_images, data_cfg["train_limit"])
+    data_steps = train_images // train_cfg["batch_size"] if train_images else None  # drop_remainder, as the run
+    plan = {"config": config, "train_images": train_images, "steps_per_epoch": None, "epochs": None,
+            "total_steps": None, "evaluations": None}
+    if data_steps or train_cfg["steps_per_epoch"]:  # else the epoch is one pass over data of unknown size
+        steps_per_epoch, epochs = run_length(train_cfg, data_steps or 0)
+        every = config["evaluation"]["eval_every_steps"]
+        if every:
+            config_errors(callbacks_lib.evaluation.evaluation_freq)(every, steps_per_epoch)
+        plan.update(steps_per_epoch=steps_per_epoch, epochs=epochs, total_steps=steps_per_epoch * epochs,
+                    evaluations=(steps_per_epoch * epochs) // every if every else 1)
+    if not probe_steps:
+        return plan
+    classes = 20 if data_cfg["label_mode"] == "coarse" else spec.num_classes
+    input_shape = spec.input_shape or (preprocessing.IMAGENET_CROP, preprocessing.IMAGENET_CROP, 3)
+    info = {"input_shape": input_shape, "num_classes": classes}
+    previous_policy = keras.mixed_precision.global_policy().name
+    keras.mixed_precision.set_global_policy(config["mixed_precision"])
+    try:
+        if _is_partial_fc(config["model"]):  # one device here: the head's own blocks, no sharding
+            model, _ = recipe.build_model(config, info, config["model"]["head"].get("num_shards", 1))
+            model.compile(optimizer=recipe.build_optimizer(config, plan["total_steps"] or 1, partial_fc=True),
+                          loss=None)
+        else:
+            model, _ = recipe.build_model(config, info)
+            model.compile(optimizer=recipe.build_optimizer(config, plan["total_steps"] or 1),
+                          loss=recipe.build_loss(config),
+                          metrics=[recipe.training_accuracy(config["model"])])
+        compile_seconds, seconds_per_step = recipe.measure_step_time(
+            model, train_cfg["batch_size"], input_shape, classes, probe_steps, seed=config["seed"])
+    finally:
+        keras.mixed_precision.set_global_policy(previous_policy)
+    plan.update(parameters=int(model.count_params()), compile_seconds=compile_seconds,
+                seconds_per_step=seconds_per_step, backend=keras.backend.backend(),
+                estimated_train_seconds=(compile_seconds + seconds_per_step * plan["total_steps"]
+                                         if plan["total_steps"] else None))
+    return plan
+
+
+def dry_run_lines(plan):
+    """The dry run's summary, printed after the resolved config."""
+    def duration(seconds):
+        if seconds is None:
+            return "unknown"
+        return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min" if seconds >= 120 \
+            else f"{seconds:.0f} s"
+
+    total = plan["total_steps"]
+    lines = [
+        f"training images  {plan['train_images'] if plan['train_images'] is not None else 'unknown until read'}",
+        f"steps            {total if total is not None else 'unknown until the data is read'}"
+        + (f" ({plan['epochs']} epochs of {plan['steps_per_epoch']})" if total else ""),
+        f"test evaluations {plan['evaluations']}",
+    ]
+    if "seconds_per_step" in plan:
+        lines += [
+            f"model            {plan['parameters']:,} parameters; backend {plan['backend']}",
+            f"step time        {plan['seconds_per_step'] * 1000:.1f} ms measured on a synthetic batch "
+            f"(compile {plan['compile_seconds']:.1f} s)",
+            f"estimated time   {duration(plan['estimated_train_seconds'])} of training on this machine "
+            "(data loading, evaluations and export not counted)",
+        ]
+    return lines
 
 
 @config_errors
@@ -266,7 +537,8 @@ def train_and_evaluate(config, workdir, strategy=None):
     # 'auto': Keras's progress bar on a terminal; one line per epoch (no carriage returns) otherwise.
     verbose, epoch_lines = progress.resolve_fit_verbosity(train_cfg["verbose"], sys.stdout)
     state_dir = os.path.join(workdir, "checkpoints", "train")
-    checkpoint_lib.check_workdir_config(workdir, config)
+    checkpoint_lib.check_workdir_config(workdir, config, defaults=DEFAULTS)
+    plan = _partial_fc_plan(config, strategy, _recorded_num_shards(state_dir))
     results_path = os.path.join(workdir, "results.json")
     keras.utils.set_random_seed(config["seed"])
 
@@ -279,13 +551,24 @@ def train_and_evaluate(config, workdir, strategy=None):
 
     # The data before anything is written: missing archives leave no workdir behind.
     train_ds, test_ds, info = load(0)
+    if plan is not None and plan.distribution is not None and info["test_size"] % plan.devices:
+        raise ConfigError(str(validation.invalid_argument(
+            "data.test_limit", f"a test set size divisible by the {plan.devices} devices of model.head."
+            f"{SHARD_CLASSES_KEY} (every evaluation batch is split over them; the test set has "
+            f"{info['test_size']} images)", data_cfg["test_limit"])))
     if chief:
-        checkpoint_lib.record_config(state_dir, config)
-        checkpoint_lib.record_config(workdir, config)
+        checkpoint_lib.record_config(state_dir, config, defaults=DEFAULTS)
+        checkpoint_lib.record_config(workdir, config, defaults=DEFAULTS)
+        if plan is not None:
+            json_files.write_json(os.path.join(state_dir, PARTIAL_FC_FILE), {"num_shards": plan.num_shards})
     # Where this process writes logs and files: `workdir` on the chief, `workdir/workertemp_<task>` elsewhere.
     local_dir = distribute.checkpoint_directory(workdir, strategy)
     steps_per_epoch, epochs = run_length(train_cfg, info["steps_per_epoch"])
     total_steps = steps_per_epoch * epochs
+    evaluation_cfg = config["evaluation"]
+    if evaluation_cfg["eval_every_steps"]:
+        validation_freq = config_errors(callbacks_lib.evaluation.evaluation_freq)(
+            evaluation_cfg["eval_every_steps"], steps_per_epoch)
     if os.path.exists(results_path) and checkpoint_lib.latest_step(state_dir) == total_steps:
         with open(results_path) as f:
             results = json.load(f)
@@ -296,14 +579,26 @@ def train_and_evaluate(config, workdir, strategy=None):
 
     previous_policy = keras.mixed_precision.global_policy().name
     keras.mixed_precision.set_global_policy(config["mixed_precision"])
+    previous_distribution = keras.distribution.distribution() if keras.backend.backend() == "jax" else None
+    if plan is not None:
+        print(f"Partial FC head: sample_rate {config['model']['head'].get('sample_rate', 1.0)}, "
+              f"{plan.num_shards} class block(s)"
+              + (f", classes sharded over {plan.devices} devices (keras.distribution)" if plan.distribution else "")
+              + (f", {plan.devices} replicas" if plan.distribution is None and plan.devices > 1 else "") + ".")
     try:
+        if plan is not None and plan.distribution is not None:
+            # JAX: model, optimizer, checkpoints and every fit / evaluate step under the class-sharded layout.
+            keras.distribution.set_distribution(plan.distribution)
         with strategy.scope():
-            model, attached = recipe.build_model(config, info)
-            model.compile(
-                optimizer=recipe.build_optimizer(config, total_steps),
-                loss=losses_lib.SparseCrossentropy(label_smoothing=config["loss"]["label_smoothing"]),
-                metrics=[recipe.training_accuracy(config["model"])],
-            )
+            model, attached = recipe.build_model(config, info, None if plan is None else plan.num_shards)
+            if plan is None:
+                model.compile(
+                    optimizer=recipe.build_optimizer(config, total_steps),
+                    loss=recipe.build_loss(config),
+                    metrics=[recipe.training_accuracy(config["model"])],
+                )
+            else:  # the head adds its own (sampled) loss; its training logits are sampled columns: no metric
+                model.compile(optimizer=recipe.build_optimizer(config, total_steps, partial_fc=True), loss=None)
             model.optimizer.build(model.trainable_variables)  # its slots live on the strategy's devices
         model.summary(print_fn=logging.info)
         packed = models_lib.needs_labels(model)
@@ -314,7 +609,17 @@ def train_and_evaluate(config, workdir, strategy=None):
         def stream(step):
             return pack(train_ds if step == 0 else load(step)[0])
 
-        run_callbacks = recipe.training_callbacks(config, model, attached) + epoch_lines
+        run_callbacks = recipe.training_callbacks(config, model, attached)
+        accuracy_name = recipe.training_accuracy(config["model"]).name
+        periodic = {}
+        best_path = os.path.join(local_dir, "checkpoints", "best.weights.h5")
+        if evaluation_cfg["eval_every_steps"]:
+            # Keras's own validation pass, every `validation_freq` epochs; logged before anything reads the logs.
+            periodic = {"validation_data": pack(test_ds), "validation_freq": validation_freq}
+            run_callbacks.append(callbacks_lib.TestErrorLog(accuracy_name, steps_per_epoch))
+            if evaluation_cfg["select_best"]:
+                run_callbacks.append(callbacks_lib.BestCheckpoint(best_path, monitor=f"val_{accuracy_name}"))
+        run_callbacks += epoch_lines
         os.makedirs(os.path.join(local_dir, "checkpoints"), exist_ok=True)
         run_callbacks += [
             keras.callbacks.ModelCheckpoint(os.path.join(local_dir, "checkpoints", "model.keras")),
@@ -326,13 +631,26 @@ def train_and_evaluate(config, workdir, strategy=None):
         fitted = checkpoint_lib.fit_resumable(
             model, stream, epochs=epochs, directory=state_dir, steps_per_epoch=steps_per_epoch,
             every_steps=train_cfg["checkpoint_every_steps"] or checkpoint_lib.DEFAULT_EVERY_STEPS,
-            callbacks=run_callbacks, verbose=verbose,
+            callbacks=run_callbacks, verbose=verbose, **periodic,
         )
-        bn_statistics = recipe.recompute_batch_statistics(model, config["evaluation"], stream(0), total_steps,
-                                                    info["steps_per_epoch"])
-        if bn_statistics.startswith("precise") and chief:
+        test_curve = _test_curve(fitted["history"], accuracy_name) if periodic else []
+        selection = "final"
+        if evaluation_cfg["select_best"]:
+            best = max(test_curve, key=lambda point: point["test_accuracy"])
+            model.load_weights(best_path)
+            selection = f"best of {len(test_curve)} evaluations (step {best['step']})"
+            print(f"Selected the weights of step {best['step']} (test accuracy {best['test_accuracy']:.2f}%).")
+        bn_statistics = recipe.recompute_batch_statistics(model, evaluation_cfg, stream(0), total_steps,
+                                                          info["steps_per_epoch"])
+        if (bn_statistics.startswith("precise") or selection != "final") and chief:
             # The saved model is the evaluated and exported one.
             model.save(os.path.join(local_dir, "checkpoints", "model.keras"))
+        if plan is not None:
+            # Evaluation calls the head without sampling: plain logits over every class and their full
+            # cross-entropy as the loss; the accuracy is now the plain-logit accuracy.
+            with strategy.scope():
+                model.compile(optimizer=model.optimizer, loss=None,
+                              metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
         with distribute.distributed_fit(model):  # evaluate needs the multi-worker workarounds of fit
             test_loss, test_accuracy = model.evaluate(pack(test_ds), verbose=0)
             test_rates = error_rates.evaluate_error_rates(model, pack(test_ds), info["num_classes"],
@@ -346,6 +664,8 @@ def train_and_evaluate(config, workdir, strategy=None):
             print(f"SavedModel exported to {export_dir}")
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
+        if plan is not None and plan.distribution is not None:
+            keras.distribution.set_distribution(previous_distribution)
     results = {
         "test_accuracy": 100.0 * float(test_accuracy),
         "test_error": 100.0 * (1.0 - float(test_accuracy)),
@@ -357,9 +677,15 @@ def train_and_evaluate(config, workdir, strategy=None):
         "regularized_layers": attached,
         "bn_statistics": bn_statistics,
         "history": fitted["history"],
+        "test_curve": test_curve,
+        "selection": selection,
         "export_dir": export_dir,
         "backend": keras.backend.backend(),
     }
+    if plan is not None:
+        results["partial_fc"] = {"sample_rate": config["model"]["head"].get("sample_rate", 1.0),
+                                 "num_shards": plan.num_shards, "devices": plan.devices,
+                                 "sharded": plan.distribution is not None}
     if chief:
         json_files.write_json(results_path, results)
     else:
@@ -370,5 +696,5 @@ def train_and_evaluate(config, workdir, strategy=None):
     return results
 
 
-__all__ = ["DEFAULTS", "ConfigError", "ScheduleLogger", "config_errors", "data_kwargs", "make_run_strategy", "merge_config", "plain_config", "run_length", "summary_lines", "train_and_evaluate",
+__all__ = ["DEFAULTS", "ConfigError", "ScheduleLogger", "config_errors", "data_kwargs", "dry_run", "dry_run_lines", "make_run_strategy", "merge_config", "plain_config", "run_length", "summary_lines", "train_and_evaluate",
            "validate"]

@@ -10,12 +10,15 @@ docs/runner.md.
 import copy
 import functools
 import os
+import time
 
 import keras
+import numpy as np
 from absl import logging
 
 from sphere_tf import callbacks as callbacks_lib
 from sphere_tf import layers as layers_lib
+from sphere_tf import losses as losses_lib
 from sphere_tf import models as models_lib
 from sphere_tf import optimizers as optimizers_lib
 from sphere_tf import regularizers as regularizers_lib
@@ -39,7 +42,7 @@ DEFAULTS = {
         "label_mode": "fine", "val_labels_file": "", "class_limits": [],
     },
     "model": {"name": "small_cnn"},
-    "loss": {"label_smoothing": 0.0, "data_dependent_mhe": 0.0},
+    "loss": {"name": "crossentropy", "label_smoothing": 0.0, "hinge_norm": "l1", "data_dependent_mhe": 0.0},
     "regularizers": [],
     "paradigm": {
         "weight_projection_every": 0, "projection_scale": sphere_model_lib.DEFAULT_PROJECTION_SCALE,
@@ -55,11 +58,18 @@ DEFAULTS = {
         "batch_size": 128, "epochs": 1, "steps": 0, "steps_per_epoch": 0, "checkpoint_every_steps": 0,
         "verbose": "auto", "energy_every_epochs": 1,
     },
-    "evaluation": {"precise_bn_batches": "auto", "minority_classes": []},
+    "evaluation": {"precise_bn_batches": "auto", "eval_every_steps": 0, "select_best": False,
+                   "minority_classes": []},
     "mixed_precision": "float32",
     "strategy": "auto",
     "export": True,
+    "export_class_matrix": True,
 }
+# The runner's own key of a margin head spec (`model.head`), besides the head layer's arguments: split the class
+# axis over the devices (`classifier._partial_fc_plan`).
+SHARD_CLASSES_KEY = "shard_classes"
+# `loss.name`: the loss on the head's logits.
+LOSSES = ("crossentropy", "hinge")
 # Sections with free-form keys: the model function's and the optimizer class's keyword arguments.
 _OPEN_SECTIONS = ("model", "optimizer")
 
@@ -129,6 +139,19 @@ def merge_config(defaults, config, open_sections=_OPEN_SECTIONS, replaced_sectio
     return merged
 
 
+def model_kwargs(model_cfg, num_shards=None):
+    """The `create_model` arguments of `model` (with `name`): the head spec without the runner's
+    `shard_classes`, and with `num_shards` when given (the resolved block count of a Partial FC head)."""
+    model_cfg = dict(model_cfg)
+    head = model_cfg.get("head")
+    if isinstance(head, dict):
+        head = {k: v for k, v in head.items() if k != SHARD_CLASSES_KEY}
+        if num_shards is not None:
+            head["num_shards"] = num_shards
+        model_cfg["head"] = head
+    return model_cfg
+
+
 def is_margin_head(model_cfg):
     head = model_cfg.get("head")
     return isinstance(head, dict) and head.get("layer") == "margin"
@@ -181,14 +204,21 @@ class ScheduleLogger(keras.callbacks.Callback):
             logs[f"lambda/{head.name}"] = float(keras.ops.convert_to_numpy(head.current_lambda()))
 
 
-def build_model(config, info):
-    model_cfg = dict(config["model"])
+def build_model(config, info, num_shards=None):
+    """`(model, attached)`: the configured model on the data's `info` (`input_shape`, `num_classes`), initialised
+    from a pretrained run and wrapped for the DCNet paradigms as configured, with the regularizers attached
+    (`attached`: layer name -> regularizer name). `num_shards`: the class blocks of a Partial FC head (the
+    runner's resolved count; None for any other head)."""
+    model_cfg = model_kwargs(config["model"], num_shards)
     name = model_cfg.pop("name")
     if model_cfg.get("head") is not None:
         model_cfg["head"] = dict(model_cfg["head"])
         if config["loss"]["data_dependent_mhe"]:
             model_cfg["head"]["label_penalty"] = regularizers_lib.DataDependentMHE(
                 factor=config["loss"]["data_dependent_mhe"])
+        if num_shards is not None and model_cfg["head"].get("seed") is None:
+            # One draw sequence for every process, device and resume: keyed by the run's seed.
+            model_cfg["head"]["seed"] = config["seed"]
     model = models_lib.create_model(name, input_shape=info["input_shape"], num_classes=info["num_classes"],
                                     **model_cfg)
     paradigm = config["paradigm"]
@@ -204,11 +234,24 @@ def build_model(config, info):
     return model, attached
 
 
-def build_optimizer(config, total_steps):
+def build_loss(config):
+    """The training loss of `config['loss']`: `losses.SparseCrossentropy(label_smoothing)` for 'crossentropy',
+    `losses.SparseHinge(hinge_norm)` (Caffe's one-vs-all hinge, L-Softmax's hinge rows) for 'hinge'."""
+    loss_cfg = config["loss"]
+    if loss_cfg["name"] == "hinge":
+        return losses_lib.SparseHinge(norm=loss_cfg["hinge_norm"])
+    return losses_lib.SparseCrossentropy(label_smoothing=loss_cfg["label_smoothing"])
+
+
+def build_optimizer(config, total_steps, partial_fc=False):
+    """The configured optimizer and learning-rate schedule over `total_steps`, wrapped for OPT when asked and in
+    `PartialFCOptimizer` for a Partial FC head (`partial_fc`)."""
     rate = optimization.build_learning_rate(config["optimizer"].get("learning_rate"), config["schedule"], total_steps)
     optimizer = optimization.build_optimizer(config["optimizer"], rate)
     if config["paradigm"]["opt_optimizer"]:
         optimizer = optimizers_lib.OPTOptimizer(optimizer)
+    if partial_fc:  # unsampled classes keep their weights and slots (insightface v1, docs/partial_fc.md)
+        optimizer = optimizers_lib.PartialFCOptimizer(optimizer)
     return optimizer
 
 
@@ -261,7 +304,29 @@ def training_callbacks(config, model, attached):
     return run_callbacks
 
 
-__all__ = ["DEFAULTS", "FIT_VERBOSITY", "MIXED_PRECISION", "ConfigError", "ScheduleLogger", "build_model",
-           "build_optimizer", "config_errors", "is_margin_head", "margin_heads", "merge_config", "plain_config",
+def measure_step_time(model, batch_size, input_shape, num_classes, probe_steps, seed=0):
+    """`(compile_seconds, seconds_per_step)` of a compiled model's training step on a synthetic batch.
+
+    One `train_on_batch` compiles the step (its time is `compile_seconds`), then `probe_steps` more are timed.
+    The batch is Gaussian images of `input_shape` and uniform labels (packed with the images for a margin-head
+    model); the model's weights change, so probe a model built for the purpose.
+    """
+    probe_steps = validation.positive_int(probe_steps, "probe_steps")
+    rng = np.random.default_rng(seed)
+    images = rng.normal(size=(batch_size, *input_shape)).astype("float32")
+    labels = rng.integers(0, num_classes, size=batch_size).astype("int32")
+    inputs = models_lib.pack_inputs(images, labels) if models_lib.needs_labels(model) else images
+    started = time.perf_counter()
+    model.train_on_batch(inputs, labels)
+    compile_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    for _ in range(probe_steps):
+        model.train_on_batch(inputs, labels)
+    return compile_seconds, (time.perf_counter() - started) / probe_steps
+
+
+__all__ = ["DEFAULTS", "FIT_VERBOSITY", "LOSSES", "MIXED_PRECISION", "SHARD_CLASSES_KEY", "ConfigError", "ScheduleLogger",
+           "build_loss", "build_model", "build_optimizer", "config_errors", "is_margin_head", "margin_heads",
+           "measure_step_time", "merge_config", "model_kwargs", "plain_config",
            "pretrained_model_path", "recompute_batch_statistics", "run_length", "training_accuracy",
            "training_callbacks"]

@@ -6,7 +6,6 @@ of the early training curve is checked against a hand computation.
 """
 
 import json
-import os
 import subprocess
 
 import pytest
@@ -32,18 +31,17 @@ def test_early_curve_turns_running_means_into_interval_means():
 @pytest.mark.tensorflow_only  # drives .venv-torch from the main suite
 def test_quick_reproduction_runs_on_jax_without_tensorflow(tmp_path):
     command = [interpreters.python_for("jax"), "-m", "bench.gpu.reproduce", f"--out={tmp_path}", "--mode=quick",
-               "--configs=configs/repro/fashion_mnist_margin_2d.py", "--variants=loss=lsoftmax_m2,loss=softmax",
-               "--seeds=0", "--workers=2"]
+               "--configs=configs/repro/fashion_mnist_margin_2d.py", "--variants=loss=lsoftmax_m2",
+               "--seeds=0", "--workers=1"]
     result = subprocess.run(command, env=interpreters.environment("jax"), cwd=interpreters.REPO,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     records = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
-    assert sorted(r["variant"] for r in records) == ["loss=lsoftmax_m2", "loss=softmax"]
+    assert [r["variant"] for r in records] == ["loss=lsoftmax_m2"]
     for record in records:
         assert record["backend"] == "jax" and record["mode"] == "quick" and record["steps"] == 2
         assert 0.0 <= record["test_accuracy"] <= 100.0
         assert record["best_pass_test_accuracy"] == max(record["test_accuracy_per_pass"])
         assert record["angular_fisher_score"] >= 0.0  # the 2-D feature statistics of the `fc` layer
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["fashion_mnist_margin_2d"]["loss=softmax"]["test_accuracy"]["n"] == 1
-    assert os.path.getsize(tmp_path / "runs.jsonl") > 0
+    assert summary["fashion_mnist_margin_2d"]["loss=lsoftmax_m2"]["test_accuracy"]["n"] == 1

@@ -1,9 +1,11 @@
-"""bench.synthetic_identities: deterministic features around unit class centres (NumPy only)."""
+"""bench.synthetic_identities: deterministic features around unit class centres (NumPy only), and the identity
+folder of tiny PNG faces written from them (TensorFlow's PNG encoder)."""
 
 import numpy as np
 import pytest
 
 from bench.synthetic_identities import class_centres
+from bench import synthetic_identities as synthetic_identities_module
 from bench.synthetic_identities import synthetic_identities
 
 
@@ -54,3 +56,29 @@ def test_bad_arguments():
         class_centres([1], 0)
     with pytest.raises(ValueError, match=">= 0"):
         class_centres([-1], 4)
+
+
+@pytest.mark.tensorflow_only
+def test_identity_folder_reads_back_as_faces_with_class_labels(tmp_path):
+    import tensorflow as tf  # noqa: PLC0415 (the writer's PNG encoder)
+
+    from sphere_tf.data import faces  # noqa: PLC0415
+
+    assert synthetic_identities_module.write_identity_folder(str(tmp_path / "a"), 12, 3, (6, 5, 3), seed=4) == (12, 3)
+    synthetic_identities_module.write_identity_folder(str(tmp_path / "b"), 12, 3, (6, 5, 3), seed=4)
+    folder = faces.index_identity_folder(str(tmp_path / "a"))
+    assert folder.num_classes == 12 and len(folder.paths) == 36
+    np.testing.assert_array_equal(folder.labels, np.repeat(np.arange(12), 3))  # folder order = class order
+    images = np.stack([tf.io.decode_png(tf.io.read_file(p)).numpy() for p in folder.paths]).astype(np.float64)
+    again = [tf.io.decode_png(tf.io.read_file(p.replace(str(tmp_path / "a"), str(tmp_path / "b")))).numpy()
+             for p in folder.paths]
+    np.testing.assert_array_equal(images, np.stack(again))  # deterministic by seed
+    assert images.shape == (36, 6, 5, 3)
+    np.testing.assert_array_equal(images[:3], synthetic_identities_module.identity_images(0, 3, (6, 5, 3), seed=4))
+    # Each image is nearest the mean image of its own identity.
+    flat = images.reshape(36, -1)
+    means = flat.reshape(12, 3, -1).mean(axis=1)
+    nearest = np.argmin(((flat[:, None, :] - means[None]) ** 2).sum(-1), axis=1)
+    np.testing.assert_array_equal(nearest, folder.labels)
+    with pytest.raises(ValueError, match="num_classes"):
+        synthetic_identities_module.write_identity_folder(str(tmp_path / "c"), 0)

@@ -22,13 +22,17 @@ CONV_SLOTS = {
     "resnet32": (31, 2), "spherenet_resnet32": (31, 2),
     # ResNet-18: stem + 4 stages × 2 blocks × 2 convs = 17; projections entering stages 2, 3, 4.
     "resnet18": (17, 3), "convnorm_resnet18": (17, 3), "sphere_resnet18_v1": (17, 3), "sphere_resnet18_v2": (17, 3),
+    # ResNet-50: stem + (3 + 4 + 6 + 3) bottleneck blocks × 3 convs = 49; a projection entering every stage.
+    "resnet50": (49, 4),
     # Modified ResNet-18: 1 + (1+2) + (1+4) + (1+6) + 1 = 17, identity shortcuts only.
     "modified_resnet18": (17, 0),
     # SphereFace (thesis Table 2.7): 4 stride-2 convs + 2 per residual unit, identity shortcuts only.
     "sphereface4": (4, 0), "sphereface10": (10, 0), "sphereface20": (20, 0), "sphereface36": (36, 0),
     "sphereface64": (64, 0),
+    # OPT's MNIST MLP (thesis App. F.3): no convs, two hidden FC layers.
+    "opt_mlp": (0, 0),
 }
-MNIST = ("mnist_2d", "dcnet_mnist_2d", "small_cnn")
+MNIST = ("mnist_2d", "dcnet_mnist_2d", "small_cnn", "opt_mlp")
 CONV_CLASSES = {
     "conv2d": keras.layers.Conv2D, "sphere": layers.SphereConv2D, "decoupled": layers.DecoupledConv2D,
     "opt": layers.OPTConv2D, "conv_norm": layers.ConvNorm2D,
@@ -161,10 +165,11 @@ def _finite_gradient_step(model, shape, labels_input=False):
     ("opt_cnn6", {"layer": "opt", "orthogonalization": "gram_schmidt"}),
     ("convnorm_resnet18", None),  # the registered default: ConvNorm2D in every slot
     ("modified_resnet18", {"layer": "decoupled", "magnitude": "linear", "angular": "cosine"}),
+    ("resnet50", {"layer": "sphere", "angular": "cosine"}),
 ])
 def test_one_train_step_has_finite_gradients(name, operator):
     kwargs = {} if operator is None else {"operator": operator}
-    if "resnet32" in name or name == "convnorm_resnet18":
+    if "resnet32" in name or name in ("convnorm_resnet18", "resnet50"):
         kwargs["blocks_per_stage"] = 1  # same slots, shorter
     model, shape = _tiny(name, **kwargs)
     _finite_gradient_step(model, shape)
@@ -241,6 +246,98 @@ def test_standard_resnet18_has_the_published_parameter_count():
     # CIFAR stem: 3×3×3×64 instead of 7×7×3×64, no pooling (kuangliu/pytorch-cifar layout).
     assert _trainable(cifar) == 11_689_512 - 49 * 3 * 64 + 9 * 3 * 64
     assert "pool0" not in [l.name for l in cifar.layers]
+
+
+def _resnet50_closed_form(num_classes=1000):
+    """He et al. (2016) Table 1's ResNet-50 counted by hand: convs without biases, BN γ and β, the classifier."""
+    total = 49 * 3 * 64 + 2 * 64  # conv1 7×7/2, 64
+    channels = 64
+    for width, count in ((64, 3), (128, 4), (256, 6), (512, 3)):
+        for i in range(count):
+            total += channels * width + 2 * width  # 1×1
+            total += 9 * width * width + 2 * width  # 3×3
+            total += width * 4 * width + 2 * 4 * width  # 1×1, ×4
+            if i == 0:
+                total += channels * 4 * width + 2 * 4 * width  # projection shortcut
+            channels = 4 * width
+    return total + 2048 * num_classes + num_classes
+
+
+@pytest.mark.structure_only
+def test_resnet50_has_the_published_parameter_count_and_keras_applications_layout():
+    model = models.create_model("resnet50", num_classes=1000)
+    # torchvision's resnet50: 25,557,032 parameters (He et al. 2016: "25.6M").
+    assert _trainable(model) == _resnet50_closed_form() == 25_557_032
+    assert model.input_shape == (None, 224, 224, 3) and model.get_layer("avg_pool").output.shape[-1] == 2048
+    # keras.applications.ResNet50 (v1, He et al.'s Caffe layout) has the same conv kernels, plus a bias in
+    # every conv, which the BN after it makes redundant (ours have none).
+    reference = keras.applications.ResNet50(weights=None, include_top=True, classes=1000)
+    ref_convs = [l for l in reference.layers if isinstance(l, keras.layers.Conv2D)]
+    convs = _convs(model)
+    assert sorted(tuple(c.kernel.shape) for c in convs) == sorted(tuple(c.kernel.shape) for c in ref_convs)
+    assert not any(c.use_bias for c in convs)
+    ref_biases = sum(int(np.prod(c.bias.shape)) for c in ref_convs)
+    assert _trainable(reference) - ref_biases == _trainable(model)
+    # Stage strides: the first 1×1 conv of stages 2-4 sees x[:, ::2, ::2] (stride-2 conv), the 3×3 convs stride 1.
+    for stage, size in ((1, 56), (2, 28), (3, 14), (4, 7)):
+        assert model.get_layer(f"stage{stage}_block1_conv1").output.shape[1:3] == (size, size)
+        assert model.get_layer(f"stage{stage}_block1_conv2").strides == (1, 1)
+    assert model.get_layer("stage2_block1_conv1_subsample").strides == (2, 2)
+
+
+def test_bottleneck_block_matches_a_numpy_forward():
+    """One bottleneck block (stride 2, projection shortcut, `batch_norm=False` so every conv has a bias) against
+    NumPy convolutions with the layers' own weights: 1×1/2 → ReLU → 3×3 → ReLU → 1×1 (×4), plus the 1×1/2
+    projection, then ReLU."""
+    inputs = keras.Input((6, 6, 3))
+    outputs = models.resnet.bottleneck_block(inputs, 2, 2, None, None, False, True, "relu", name="b")
+    block = keras.Model(inputs, outputs)
+    x = _images((6, 6, 3), n=2, seed=5) - 0.5
+    got = ops.convert_to_numpy(block(x))
+
+    def conv(t, layer):
+        kernel, bias = (ops.convert_to_numpy(w) for w in layer.weights)
+        k = kernel.shape[0]
+        pad = k // 2
+        padded = np.pad(t, ((0, 0), (pad, pad), (pad, pad), (0, 0)))
+        out = np.zeros((*t.shape[:3], kernel.shape[-1]))
+        for i in range(t.shape[1]):
+            for j in range(t.shape[2]):
+                patch = padded[:, i:i + k, j:j + k, :]
+                out[:, i, j] = np.tensordot(patch, kernel, axes=([1, 2, 3], [0, 1, 2])) + bias
+        return out
+
+    sub = x[:, ::2, ::2]
+    y = np.maximum(conv(sub, block.get_layer("b_conv1")), 0)
+    y = np.maximum(conv(y, block.get_layer("b_conv2")), 0)
+    y = conv(y, block.get_layer("b_conv3"))
+    expected = np.maximum(y + conv(sub, block.get_layer("b_shortcut")), 0)
+    assert got.shape == (2, 3, 3, 8)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.structure_only
+def test_opt_mlp_layout_and_operator_in_the_hidden_layers():
+    # Thesis App. F.3: 784 -> 256 -> 256 -> 10, biases, ReLU; OPT in the hidden layers, a plain Dense classifier.
+    model = models.create_model("opt_mlp")
+    assert model.input_shape == (None, 28, 28, 1)
+    assert _trainable(model) == (784 * 256 + 256) + (256 * 256 + 256) + (256 * 10 + 10) == 269_322
+    assert [type(l) for l in model.layers if isinstance(l, keras.layers.Dense)] == [keras.layers.Dense] * 3
+    assert not [l for l in model.layers if isinstance(l, keras.layers.BatchNormalization)]
+    normal = {"class_name": "RandomNormal", "config": {"stddev": 1.0}}
+    opt_model = models.create_model("opt_mlp", operator={"layer": "opt", "orthogonalization": "gram_schmidt",
+                                                         "fixed_kernel_initializer": normal})
+    hidden = [opt_model.get_layer(n) for n in ("fc1", "fc2")]
+    assert all(isinstance(l, layers.OPTDense) for l in hidden)
+    assert [tuple(l.fixed_kernel.shape) for l in hidden] == [(784, 256), (256, 256)]
+    assert type(opt_model.get_layer("logits")) is keras.layers.Dense
+    # V ~ N(0, 1): the fixed neurons' spread is the initializer's (std 1.0, not He's sqrt(2/784)).
+    assert 0.95 < float(np.std(ops.convert_to_numpy(hidden[0].fixed_kernel))) < 1.05
+    x = _images((28, 28, 1), n=3)
+    flat = x.reshape(3, -1)
+    w1 = ops.convert_to_numpy(hidden[0].effective_kernel())
+    probe = keras.Model(opt_model.input, opt_model.get_layer("relu_fc1").output)
+    np.testing.assert_allclose(ops.convert_to_numpy(probe(x)), np.maximum(flat @ w1, 0), rtol=1e-4, atol=1e-3)
 
 
 @pytest.mark.structure_only

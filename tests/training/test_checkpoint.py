@@ -222,6 +222,18 @@ def test_config_differences_on_nested_and_tuple_values():
     assert checkpoint.config_differences(stored, {"a": {"b": [1, 2], "c": 2.0}, "d": "x"}, ignore=("a",)) == []
 
 
+def test_keys_the_schema_gained_since_a_run_began_compare_equal_at_their_defaults():
+    stored = {"train": {"steps": 10}}  # written before the schema had `evaluation`
+    defaults = {"train": {"steps": 0}, "evaluation": {"eval_every_steps": 0, "select_best": False}}
+    at_default = {"train": {"steps": 10}, "evaluation": {"eval_every_steps": 0, "select_best": False}}
+    assert checkpoint.config_differences(stored, at_default, defaults=defaults) == []
+    changed = {"train": {"steps": 10}, "evaluation": {"eval_every_steps": 5, "select_best": False}}
+    assert checkpoint.config_differences(stored, changed, defaults=defaults) == [
+        ("evaluation.eval_every_steps", "<missing>", 5)]
+    assert checkpoint.config_differences(stored, at_default) == [  # without the schema: every new key differs
+        ("evaluation.eval_every_steps", "<missing>", 0), ("evaluation.select_best", "<missing>", False)]
+
+
 def test_bad_arguments_name_the_argument(tmp_path):
     with pytest.raises(ValueError, match="every_steps"):
         checkpoint.StepCheckpoint(str(tmp_path), every_steps=0)
