@@ -157,12 +157,24 @@ COLUMN_RULES = {
 }
 
 
+def _rule_class(optimizer):
+    """The `COLUMN_RULES` key of `optimizer`'s class, or None."""
+    cls = type(optimizer)
+    if cls in COLUMN_RULES:
+        return cls
+    # Keras's PyTorch backend makes `keras.optimizers.SGD(...)` an instance of its own subclass
+    # (keras/src/backend/torch/optimizers/torch_sgd.py, ...: the same formulas, batched with torch._foreach ops).
+    if cls.__module__.startswith("keras.src.backend.torch.optimizers."):
+        return next((base for base in cls.__mro__[1:] if base in COLUMN_RULES), None)
+    return None
+
+
 def _masked_rule_unavailable(chain, variable, slots):
     """Why the masked rule cannot update `variable` (a reason, str), or None when it can."""
     optimizer = chain[-1]
     if len(chain) > 1:
         return f"the optimizer is wrapped in {type(chain[0]).__name__}"
-    if type(optimizer) not in COLUMN_RULES:
+    if _rule_class(optimizer) is None:
         return f"no masked rule for {type(optimizer).__name__} (rules: SGD, Adam, AdamW)"
     for option in ("clipnorm", "clipvalue", "global_clipnorm", "loss_scale_factor"):
         if getattr(optimizer, option, None) is not None:
@@ -171,7 +183,7 @@ def _masked_rule_unavailable(chain, variable, slots):
         return f"{type(optimizer).__name__} has use_ema=True"
     if variable.constraint is not None:
         return f"{variable.path!r} has a constraint"
-    expected = COLUMN_RULES[type(optimizer)][1](optimizer)
+    expected = COLUMN_RULES[_rule_class(optimizer)][1](optimizer)
     if len(slots) != expected:
         return f"{type(optimizer).__name__} made {len(slots)} slots for {variable.path!r}, the rule expects {expected}"
     return None
@@ -285,7 +297,7 @@ class PartialFCOptimizer(wrapping.WrappingOptimizer):
             variable_slots = list(slots.get(id(variable), []))
             reason = _masked_rule_unavailable(chain, variable, variable_slots)
             if reason is None:
-                factory = COLUMN_RULES[type(self.optimizer)][0]
+                factory = COLUMN_RULES[_rule_class(self.optimizer)][0]
                 update = _Update(variable_slots, rule=factory(self.optimizer, variable))
             else:
                 update = _Update(variable_slots, reason=reason)
