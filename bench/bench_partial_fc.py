@@ -358,6 +358,7 @@ def measure_parts(num_classes):
     import keras  # noqa: PLC0415
 
     from bench.synthetic_identities import synthetic_identities  # noqa: PLC0415
+    from sphere_tf.backends import jax as jax_plugin  # noqa: PLC0415
     from sphere_tf.layers import MarginHead  # noqa: PLC0415
     from sphere_tf.ops import sampling  # noqa: PLC0415
 
@@ -446,6 +447,46 @@ def measure_parts(num_classes):
         return jnp.where(mask[None, :], new_w, w), jnp.where(mask[None, :], new_m, m)
 
     add("SGD momentum + restore in one trace", c, sgd_with_restore, ((w + 0.0, jnp.zeros_like(w)), grad, mask),
+        donate=True)
+
+    def sgd_masked(state, grad, mask):
+        # PartialFCOptimizer's masked rule: each output a select of its own old value (written in place).
+        w, m = state
+        new_m = jnp.where(mask[None, :], 0.9 * m - 0.1 * grad, m)
+        return jnp.where(mask[None, :], w + new_m, w), new_m
+
+    add("masked SGD momentum rule, one pass (PartialFCOptimizer)", c, sgd_masked,
+        ((w + 0.0, jnp.zeros_like(w)), grad, mask), donate=True)
+
+    def sgd_columns(state, grad, index):
+        # Upstream v1's update of the gathered rows, on the (d, C) layout: gather K columns of kernel, momentum and
+        # gradient, update, scatter both back (in place: donated).
+        w, m = state
+        new_m = 0.9 * m[:, index] - 0.1 * grad[:, index]
+        new_w = w[:, index] + new_m
+        return (w.at[:, index].set(new_w, indices_are_sorted=True, unique_indices=True),
+                m.at[:, index].set(new_m, indices_are_sorted=True, unique_indices=True))
+
+    add("SGD momentum on the K gathered columns, scattered back", k, sgd_columns,
+        ((w + 0.0, jnp.zeros_like(w)), grad, index), donate=True)
+
+    def gather_and_update(gather):
+        # The column gather's backward feeding the masked rule, as in the sampled train step: with the reference
+        # gather JAX writes a zero-filled (d, C) gradient and scatters into it; the plug-in's gradient is a gather
+        # XLA fuses into the update.
+        def fn(state, sub_grad, index, mask):
+            w, m = state
+            _, vjp = jax.vjp(lambda w: gather(w, index, 1, 1), w)
+            (g,) = vjp(sub_grad)
+            return sgd_masked((w, m), g, mask)
+
+        return fn
+
+    add("gather (reference) + its scatter gradient + masked SGD rule, one trace", k,
+        gather_and_update(sampling.reference_gather_columns), ((w + 0.0, jnp.zeros_like(w)), sub_grad, index, mask),
+        donate=True)
+    add("gather (JAX plug-in) + its fused gradient + masked SGD rule, one trace", k,
+        gather_and_update(jax_plugin.gather_columns), ((w + 0.0, jnp.zeros_like(w)), sub_grad, index, mask),
         donate=True)
     return rows
 

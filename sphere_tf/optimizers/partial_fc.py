@@ -32,9 +32,10 @@ rows: upstream's weight is `(C, d)`, a class a contiguous row; here the kernel
 is `MarginHead`'s `(d, C)`, a class a strided column, and at r = 0.1 a gather or
 scatter of K columns touches ≈ 80 % of the kernel's cache lines anyway (16
 float32 per line). Measured on the 2-core CPU host at d = 512, C = 10^6,
-K = 10^5: the SGD-momentum update of the gathered columns scattered back in
-place costs 1.34 s (JAX) and 2.1 s (TensorFlow, `scatter_nd_update`) per step,
-the masked pass 0.32 s on both (docs/partial_fc.md).
+K = 10^5 (docs/partial_fc.md): SGD momentum on the gathered columns of kernel and
+momentum, scattered back in place, 1.34 s per step on JAX (TensorFlow's
+`scatter_nd_update` of one variable's K columns alone: 1.7 s); the masked pass
+over both, 0.32 s on JAX and on TensorFlow.
 """
 
 import logging
@@ -200,26 +201,41 @@ class _Update:
 class PartialFCOptimizer(wrapping.WrappingOptimizer):
     """`optimizer`, except that the unsampled classes of `PartialFCHead`s keep their weights and slots.
 
-    Every variable goes to `optimizer` as usual. For the kernel and bias of each
-    `sphere_tf.layers.PartialFCHead` (found by a marker the head puts on them),
-    the columns of the classes the head did not use in this step
-    (`head.update_mask()`) are restored after the update, in the variable and in
-    every slot `optimizer` created for it (`add_variable_from_reference`: SGD's
-    momentum, Adam's m and v, Adam's v̂ with amsgrad, the EMA copy with
-    `use_ema`). That is insightface's v1 Partial FC (`partial_fc.py`, which steps
-    SGD on the gathered `sub_weight` and `sub_weight_mom` and scatters them back):
-    an unsampled centre, its momentum and Adam moments are frozen, not decayed,
-    and weight decay (an optimizer's `weight_decay` or a kernel regularizer)
-    reaches sampled centres only. insightface's v2 (`partial_fc_v2.py`, plain torch
-    SGD on the whole parameter) instead lets an unsampled centre's momentum
-    decay and move it; a plain Keras optimizer without this wrapper does the same.
+    Every variable that is not a `sphere_tf.layers.PartialFCHead`'s kernel or bias
+    goes to `optimizer` as usual. For the kernel and bias of each head (found by a
+    marker the head puts on them) only the columns of the classes the head used in
+    this step (`head.update_mask()`) change, in the variable and in every slot
+    `optimizer` keeps for it (SGD's momentum, Adam's m and v, v̂ with AMSGrad).
+    That is insightface's v1 Partial FC (`partial_fc.py`, which steps SGD on the
+    gathered `sub_weight` and `sub_weight_mom` and scatters them back): an
+    unsampled centre, its momentum and Adam moments are frozen, not decayed, and
+    weight decay (an optimizer's `weight_decay` or a kernel regularizer) reaches
+    sampled centres only. insightface's v2 (`partial_fc_v2.py`, plain torch SGD on
+    the whole parameter) instead lets an unsampled centre's momentum decay and
+    move it; a plain Keras optimizer without this wrapper does the same.
 
-    The sampled columns take exactly `optimizer`'s update. Step-count dependent
-    terms (Adam's bias correction) use `optimizer.iterations`, the global step,
-    not a per-class count of updates. `learning_rate` and `iterations` are
-    `optimizer`'s. During the update the wrapper holds a copy of each head
-    variable and slot (memory of the same size); upstream instead updates the
-    gathered rows only.
+    Two update paths, chosen per variable when the optimizer is built and logged
+    once (INFO for the masked rule, WARNING for copy and restore, with the reason):
+
+    * the **masked rule** when `optimizer` is a plain `SGD` (momentum, Nesterov,
+      `weight_decay`), `Adam` (AMSGrad, `weight_decay`) or `AdamW` without
+      gradient clipping, EMA or loss scaling, and the variable has no constraint
+      (`COLUMN_RULES`): the wrapper applies the optimizer's own formulas as
+      `where(sampled, rule(old, gradient), old)`, one elementwise pass per
+      variable and slot (on TensorFlow an XLA cluster that writes the variables in
+      place), and `optimizer` never sees these variables. Under a `tf.distribute`
+      strategy the update must go through Keras's replica machinery, so the step
+      takes the other path (logged);
+    * **copy and restore** otherwise: `optimizer` updates every column, then the
+      unsampled columns of the variable and of each slot are put back from a copy
+      taken before (memory and time of a copy and a select per variable and slot).
+
+    Either way the sampled columns take `optimizer`'s update with the learning
+    rate (schedule) of this step, and step-count dependent terms (Adam's bias
+    correction 1 − β^t) use t = `optimizer.iterations` + 1, the global step,
+    not a per-class count of updates (upstream v1's torch SGD has no such term);
+    `optimizer.iterations` advances once per step on both paths. `learning_rate`
+    and `iterations` are `optimizer`'s.
 
     On JAX the head's mask reaches the update as a value of the same traced step
     (`PartialFCHead.update_mask`), which is what `model.fit` does; a custom loop
