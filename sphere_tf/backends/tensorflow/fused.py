@@ -112,9 +112,9 @@ class TensorFlowAccelerator(acceleration.Accelerator):
 
     def update_variables(self, update_fn, variables, inputs):
         if in_xla_context():  # the whole step is compiled by XLA already
-            return super().update_variables(update_fn, variables, inputs)
-        _compiled_update(update_fn)([v.value for v in variables], [tf.convert_to_tensor(x) for x in inputs])
-        return None
+            super().update_variables(update_fn, variables, inputs)
+        else:
+            _compiled_update(update_fn)([v.value for v in variables], [tf.convert_to_tensor(x) for x in inputs])
 
     def run_eagerly(self, fn):
         if tf.executing_eagerly():
@@ -174,6 +174,12 @@ class Path(acceleration.Path):
 
 
 PLAIN = Path("plain", accelerator=ACCELERATOR)
+XLA = Path("xla", accelerator=ACCELERATOR)
+# Layer calls with training=False: the fewest plain TensorFlow ops per value (no custom-gradient
+# wrappers, the patch energy as one ones-kernel convolution); gradients, where asked for (attacks,
+# saliency), come from autodiff of the same ops.
+INFERENCE = Path("inference", inference=True, accelerator=ACCELERATOR)
+
 
 # update_fn -> its XLA cluster (`TensorFlowAccelerator.update_variables`), one per optimizer rule.
 _COMPILED_UPDATES = weakref.WeakKeyDictionary()
@@ -198,11 +204,6 @@ def _compiled_update(update_fn):
 
         compiled = _COMPILED_UPDATES[update_fn] = tf.function(assign_updates, jit_compile=True, autograph=False)
     return compiled
-XLA = Path("xla", accelerator=ACCELERATOR)
-# Layer calls with training=False: the fewest plain TensorFlow ops per value (no custom-gradient
-# wrappers, the patch energy as one ones-kernel convolution); gradients, where asked for (attacks,
-# saliency), come from autodiff of the same ops.
-INFERENCE = Path("inference", inference=True, accelerator=ACCELERATOR)
 
 
 def _fused_path():
