@@ -5,9 +5,12 @@ head → loss (the batch mean of the margin softmax cross-entropy) → gradients
 sampled heads use `PartialFCOptimizer(SGD)`, which restores the unsampled columns of the kernel and of its
 momentum. Defaults: d = 512, B = 256, float32, ArcFace, C = 10^5 and 10^6.
 
-Cases (`--cases`): `dense` (MarginHead), `pfc_r<rate>` (PartialFCHead, sample_rate=<rate>), and diagnostic
-suffixes that split a step's time: `:plain_sgd` (the sampled head with a plain SGD, no wrapper) and `:no_update`
-(forward and backward only, the gradients returned, no optimizer).
+Cases (`--cases`): `dense` (MarginHead), `pfc_r<rate>` (PartialFCHead, sample_rate=<rate>),
+`sharded<N>_r<rate>` (JAX: the PartialFCHead with its classes split over N logical CPU devices by
+`keras.distribution.ModelParallel` and `class_sharding_layout`, num_shards=N; JAX rows add the largest
+per-device parameter + optimizer-state bytes, measured from the arrays' shards), and diagnostic suffixes that
+split a step's time: `:plain_sgd` (the sampled head with a plain SGD, no wrapper) and `:no_update` (forward
+and backward only, the gradients returned, no optimizer).
 
 Backends: JAX (`KERAS_BACKEND=jax`): one `jax.jit` train step over Keras's stateless API (the head's
 `stateless_call` and the optimizer's `stateless_apply` in one trace, state buffers donated: what `model.fit`
@@ -44,7 +47,8 @@ from absl import flags
 FLAGS = flags.FLAGS
 flags.DEFINE_list("num_classes", ["100000", "1000000"], "Class counts C.")
 flags.DEFINE_list("cases", ["dense", "pfc_r0.1", "pfc_r1"],
-                  "Cases: dense, pfc_r<rate>, with an optional ':plain_sgd' or ':no_update' suffix.")
+                  "Cases: dense, pfc_r<rate>, sharded<N>_r<rate> (JAX), with an optional ':plain_sgd' or "
+                  "':no_update' suffix.")
 flags.DEFINE_integer("batch_size", 256, "B.")
 flags.DEFINE_integer("feature_dim", 512, "d.")
 flags.DEFINE_string("loss_type", "arcface", "MarginHead loss type (cosface, arcface, ...).")
@@ -74,21 +78,36 @@ def parse_case(name):
         if variant == "plain_sgd":
             raise ValueError("':plain_sgd' applies to the sampled heads only.")
         return "dense", None, variant
-    if base.startswith("pfc_r"):
-        rate = float(base[len("pfc_r"):])
+    if base.startswith("pfc_r") or (base.startswith("sharded") and "_r" in base):
+        kind, _, rate = base.partition("_r")
+        rate = float(rate)
         if not 0 < rate <= 1:
             raise ValueError(f"Sample rate of {name!r} must be in (0, 1].")
-        return "pfc", rate, variant
-    raise ValueError(f"Unknown case {name!r}: dense or pfc_r<rate>.")
+        if kind != "pfc":
+            shard_count(name)
+        return ("pfc" if kind == "pfc" else "sharded"), rate, variant
+    raise ValueError(f"Unknown case {name!r}: dense, pfc_r<rate> or sharded<N>_r<rate>.")
 
 
-def columns_per_step(kind, rate, num_classes, batch_size):
+def shard_count(name):
+    """N of a `sharded<N>_r<rate>` case (1 for the others)."""
+    base = name.partition(":")[0]
+    if not base.startswith("sharded"):
+        return 1
+    count = base[len("sharded"):].partition("_r")[0]
+    if not count.isdigit() or int(count) < 1:
+        raise ValueError(f"Unknown case {name!r}: sharded<N>_r<rate> with N a positive int.")
+    return int(count)
+
+
+def columns_per_step(kind, rate, num_classes, batch_size, num_shards=1):
     """Logit columns of one training step (K for the sampled head, C for the dense one)."""
     if kind == "dense":
         return num_classes
     from sphere_tf.ops import sampling  # noqa: PLC0415  (keras import: after the backend is chosen)
 
-    return sampling.block_sample_size(num_classes, rate, batch_size)
+    block_size = sampling.padded_num_classes(num_classes, num_shards) // num_shards
+    return num_shards * sampling.block_sample_size(block_size, rate, batch_size)
 
 
 def rss_mb():
@@ -139,15 +158,42 @@ def _build(kind, rate, variant, num_classes):
     if kind == "dense":
         head = MarginHead(num_classes, loss_type=FLAGS.loss_type)
     else:
-        head = PartialFCHead(num_classes, loss_type=FLAGS.loss_type, sample_rate=rate, seed=0)
+        num_shards = len(keras.distribution.list_devices()) if kind == "sharded" else 1
+        head = PartialFCHead(num_classes, loss_type=FLAGS.loss_type, sample_rate=rate, seed=0, num_shards=num_shards,
+                             name="head")
     head.build((None, FLAGS.feature_dim))
     optimizer = None
     if variant != "no_update":
         optimizer = keras.optimizers.SGD(0.1, momentum=0.9)
-        if kind == "pfc" and variant != "plain_sgd":
+        if kind != "dense" and variant != "plain_sgd":
             optimizer = PartialFCOptimizer(optimizer)
         optimizer.build(head.trainable_variables)
     return head, optimizer
+
+
+def _class_parallel(num_devices):
+    """Sets `keras.distribution.ModelParallel` over `num_devices` devices, the head's classes split (JAX)."""
+    import keras  # noqa: PLC0415
+
+    from sphere_tf.layers import class_sharding_layout  # noqa: PLC0415
+
+    devices = keras.distribution.list_devices()
+    if len(devices) != num_devices:
+        raise ValueError(f"Expected {num_devices} devices (XLA_FLAGS), found {len(devices)}.")
+    mesh = keras.distribution.DeviceMesh((num_devices,), ("devices",), devices)
+    layout_map = class_sharding_layout(keras.distribution.LayoutMap(mesh), "head", "devices")
+    distribution = keras.distribution.ModelParallel(layout_map=layout_map, batch_dim_name="devices")
+    keras.distribution.set_distribution(distribution)
+    return distribution
+
+
+def _bytes_per_device(variables):
+    """The largest number of bytes of `variables` that one device holds (JAX arrays' addressable shards)."""
+    per_device = {}
+    for variable in variables:
+        for shard in variable.value.addressable_shards:
+            per_device[shard.device] = per_device.get(shard.device, 0) + shard.data.size * shard.data.dtype.itemsize
+    return max(per_device.values())
 
 
 def _loss(head, kind, outputs, losses, labels):
@@ -155,7 +201,7 @@ def _loss(head, kind, outputs, losses, labels):
 
     from sphere_tf.ops import sampling  # noqa: PLC0415
 
-    if kind == "pfc":
+    if kind != "dense":
         return losses[-1]  # the head's own add_loss term
     return ops.mean(sampling.softmax_cross_entropy(outputs, labels))
 
@@ -163,6 +209,7 @@ def _loss(head, kind, outputs, losses, labels):
 class _JaxCase:
     def __init__(self, kind, head, optimizer, x, y):
         import jax  # noqa: PLC0415
+        import keras  # noqa: PLC0415
 
         self.jax = jax
         no_update = optimizer is None
@@ -186,6 +233,10 @@ class _JaxCase:
         self.state = ([v.value for v in head.trainable_variables], [v.value for v in head.non_trainable_variables],
                       [] if optimizer is None else [v.value for v in optimizer.variables])
         self.x, self.y = jax.numpy.asarray(x), jax.numpy.asarray(y)
+        distribution = keras.distribution.distribution()
+        if distribution is not None:  # the batch split over the devices, as `fit` distributes it
+            self.x, self.y = (jax.device_put(a, distribution.get_data_layout(a.shape).backend_layout)
+                              for a in (self.x, self.y))
 
     def step(self):
         self.state, out = self.step_fn(self.state, self.x, self.y)
@@ -227,10 +278,18 @@ def run_worker(name, num_classes):
     from bench.synthetic_identities import synthetic_identities  # noqa: PLC0415
 
     kind, rate, variant = parse_case(name)
+    backend = keras.backend.backend()
+    if kind == "sharded":
+        if backend != "jax":
+            raise ValueError(f"Case {name!r} runs on the jax backend (keras.distribution's ModelParallel).")
+        _class_parallel(shard_count(name))
     x, y = synthetic_identities(FLAGS.batch_size, num_classes, FLAGS.feature_dim, noise=FLAGS.noise, seed=0)
     rss_before = rss_mb()
     head, optimizer = _build(kind, rate, variant, num_classes)
-    backend = keras.backend.backend()
+    extra = {}
+    if backend == "jax":  # parameters and optimizer state on the busiest device (all of it, on one device)
+        state = head.trainable_variables + ([] if optimizer is None else list(optimizer.variables))
+        extra["param_mb_per_device"] = _bytes_per_device(state) / 2**20
     if backend == "jax":
         case = _JaxCase(kind, head, optimizer, x, y)
     elif backend == "tensorflow":
@@ -250,8 +309,9 @@ def run_worker(name, num_classes):
         cpu_times.append(clock.cpu)
         sys_times.append(clock.sys)
         faults.append(clock.faults)
-    columns = columns_per_step(kind, rate, num_classes, FLAGS.batch_size)
-    return {
+    devices = shard_count(name)
+    columns = columns_per_step(kind, rate, num_classes, FLAGS.batch_size, devices)
+    return {**extra, "devices": devices, "logits_mb_per_device": FLAGS.batch_size * columns * 4 / 2**20 / devices,
         "case": name, "num_classes": num_classes, "batch_size": FLAGS.batch_size, "feature_dim": FLAGS.feature_dim,
         "loss_type": FLAGS.loss_type, "columns": columns, "step_s": times, "cpu_step_s": cpu_times,
         "sys_step_s": sys_times, "minor_faults_per_step": faults, "compile_s": compile_s,
@@ -298,6 +358,7 @@ def measure_parts(num_classes):
     import keras  # noqa: PLC0415
 
     from bench.synthetic_identities import synthetic_identities  # noqa: PLC0415
+    from sphere_tf.backends import jax as jax_plugin  # noqa: PLC0415
     from sphere_tf.layers import MarginHead  # noqa: PLC0415
     from sphere_tf.ops import sampling  # noqa: PLC0415
 
@@ -387,6 +448,46 @@ def measure_parts(num_classes):
 
     add("SGD momentum + restore in one trace", c, sgd_with_restore, ((w + 0.0, jnp.zeros_like(w)), grad, mask),
         donate=True)
+
+    def sgd_masked(state, grad, mask):
+        # PartialFCOptimizer's masked rule: each output a select of its own old value (written in place).
+        w, m = state
+        new_m = jnp.where(mask[None, :], 0.9 * m - 0.1 * grad, m)
+        return jnp.where(mask[None, :], w + new_m, w), new_m
+
+    add("masked SGD momentum rule, one pass (PartialFCOptimizer)", c, sgd_masked,
+        ((w + 0.0, jnp.zeros_like(w)), grad, mask), donate=True)
+
+    def sgd_columns(state, grad, index):
+        # Upstream v1's update of the gathered rows, on the (d, C) layout: gather K columns of kernel, momentum and
+        # gradient, update, scatter both back (in place: donated).
+        w, m = state
+        new_m = 0.9 * m[:, index] - 0.1 * grad[:, index]
+        new_w = w[:, index] + new_m
+        return (w.at[:, index].set(new_w, indices_are_sorted=True, unique_indices=True),
+                m.at[:, index].set(new_m, indices_are_sorted=True, unique_indices=True))
+
+    add("SGD momentum on the K gathered columns, scattered back", k, sgd_columns,
+        ((w + 0.0, jnp.zeros_like(w)), grad, index), donate=True)
+
+    def gather_and_update(gather):
+        # The column gather's backward feeding the masked rule, as in the sampled train step: with the reference
+        # gather JAX writes a zero-filled (d, C) gradient and scatters into it; the plug-in's gradient is a gather
+        # XLA fuses into the update.
+        def fn(state, sub_grad, index, mask):
+            w, m = state
+            _, vjp = jax.vjp(lambda w: gather(w, index, 1, 1), w)
+            (g,) = vjp(sub_grad)
+            return sgd_masked((w, m), g, mask)
+
+        return fn
+
+    add("gather (reference) + its scatter gradient + masked SGD rule, one trace", k,
+        gather_and_update(sampling.reference_gather_columns), ((w + 0.0, jnp.zeros_like(w)), sub_grad, index, mask),
+        donate=True)
+    add("gather (JAX plug-in) + its fused gradient + masked SGD rule, one trace", k,
+        gather_and_update(jax_plugin.gather_columns), ((w + 0.0, jnp.zeros_like(w)), sub_grad, index, mask),
+        donate=True)
     return rows
 
 
@@ -434,9 +535,12 @@ def _worker_command(name, num_classes):
 def run_case(name, num_classes):
     """A case in a fresh process: its row, or a row with `error` (out of memory, time-out, exception)."""
     start = time.perf_counter()
+    env = dict(os.environ)
+    if shard_count(name) > 1:  # N logical CPU devices, set before the worker imports JAX
+        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={shard_count(name)}"
     try:
         proc = subprocess.run(_worker_command(name, num_classes), capture_output=True, text=True,
-                              timeout=FLAGS.worker_timeout_s, env=dict(os.environ))
+                              timeout=FLAGS.worker_timeout_s, env=env)
     except subprocess.TimeoutExpired:
         return {"case": name, "num_classes": num_classes, "error": f"timeout after {FLAGS.worker_timeout_s} s"}
     if proc.returncode != 0:
@@ -483,17 +587,21 @@ def measure(num_classes, cases):
 
 def _print_table(rows):
     print("\n| backend | C | case | columns | ms/step (median) | ratio to dense | CPU ms/step | CPU ratio "
-          "| peak RSS MB | over start MB | logits MB | kernel MB |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| peak RSS MB | over start MB | logits MB | kernel MB | devices | params+state MB/device "
+          "| logits MB/device |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if "median_step_s" not in r:
-            print(f"| {r.get('backend')} | {r['num_classes']} | {r['case']} | | {r.get('error')} | | | | | | | |")
+            print(f"| {r.get('backend')} | {r['num_classes']} | {r['case']} | | {r.get('error')} "
+                  "| | | | | | | | | | |")
             continue
+        per_device = r.get("param_mb_per_device")
         print(f"| {r['backend']} | {r['num_classes']} | {r['case']} | {r['columns']} | {1e3 * r['median_step_s']:.0f} "
               f"| {r.get('ratio_to_dense', float('nan')):.3f} | {1e3 * (r['median_cpu_step_s'] or float('nan')):.0f} "
               f"| {r.get('cpu_ratio_to_dense', float('nan')):.3f} | {r['peak_rss_mb']:.0f} "
               f"| {r['peak_over_start_mb']:.0f} "
-              f"| {r['logits_mb']:.1f} | {r['kernel_mb']:.0f} |")
+              f"| {r['logits_mb']:.1f} | {r['kernel_mb']:.0f} | {r.get('devices', 1)} "
+              f"| {'' if per_device is None else f'{per_device:.0f}'} | {r.get('logits_mb_per_device', 0):.1f} |")
 
 
 def main(argv):

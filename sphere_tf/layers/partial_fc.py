@@ -533,8 +533,10 @@ class PartialFCHead(margin_head.MarginHead):
         )
         kernel, bias = self.kernel.value, None if self.bias is None else self.bias.value
         if not sampling.samples_everything(sample_size, self.block_size):
-            kernel = sampling.gather_columns(kernel, index, self.num_shards, axis=1)
-            bias = None if bias is None else sampling.gather_columns(bias, index, self.num_shards, axis=0)
+            kernel = sampling.gather_columns(kernel, index, self.num_shards, axis=1, sharding=shard)
+            bias = None if bias is None else sampling.gather_columns(
+                bias, index, self.num_shards, axis=0, sharding=shard
+            )
         kernel = shard.constrain(kernel, class_dim=1)
         bias = None if bias is None else shard.constrain(bias, class_dim=0)
         padded = self.num_padded_classes != self.num_classes

@@ -107,6 +107,23 @@ class Accelerator:
         """
         return x
 
+    def replicated_updates(self):
+        """True when variable updates must go through the backend's replica engine (a `tf.distribute`
+        strategy), so an optimizer may not assign the variables itself."""
+        return False
+
+    def update_variables(self, update_fn, variables, inputs):
+        """Assigns `update_fn(*values, *inputs)` to `variables` (keras Variables), one new value each.
+
+        `update_fn` is a pure elementwise function of tensors (an optimizer's rule,
+        e.g. `sphere_tf.optimizers.PartialFCOptimizer`'s masked SGD/Adam step); a
+        plug-in may run it where it reads and writes the variables in one fused
+        pass (TensorFlow: an XLA cluster). The same values as the default.
+        """
+        new_values = update_fn(*[variable.value for variable in variables], *inputs)
+        for variable, value in zip(variables, new_values):
+            variable.assign(value)
+
     def run_eagerly(self, fn):
         """`fn()` with concrete tensors and working gradients even when called inside a traced function
         (TensorFlow builds layers inside `tf.function` traces; JAX and PyTorch build them eagerly)."""
@@ -118,6 +135,10 @@ class Accelerator:
         return None
 
     def patch_squared_norm(self, inputs, kernel_size, strides, padding, dilation_rate, path):
+        return NotImplemented
+
+    def gather_columns(self, values, index, num_shards, axis):
+        """`sphere_tf.ops.sampling.gather_columns` (same arguments, same values and gradient), or NotImplemented."""
         return NotImplemented
 
     def conv_and_patch_squared_norm(self, inputs, kernel, strides, padding, dilation_rate, path):
@@ -185,6 +206,19 @@ def all_gather_across_replicas(x):
     """`Accelerator.all_gather_across_replicas` of the current backend's plug-in (`x` without one)."""
     backend_plugin = plugin()
     return x if backend_plugin is None else backend_plugin.all_gather_across_replicas(x)
+
+
+def replicated_updates():
+    """`Accelerator.replicated_updates` of the current backend's plug-in (False without one)."""
+    backend_plugin = plugin()
+    return False if backend_plugin is None else backend_plugin.replicated_updates()
+
+
+def update_variables(update_fn, variables, inputs):
+    """`Accelerator.update_variables` of the current accelerator (the default implementation without one, or
+    with `set_acceleration(False)`)."""
+    backend_accelerator = accelerator() or Accelerator()
+    backend_accelerator.update_variables(update_fn, variables, inputs)
 
 
 def run_eagerly(fn):

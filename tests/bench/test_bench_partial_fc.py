@@ -31,3 +31,24 @@ def test_tiny_run_writes_a_row_per_case(tmp_path):
     assert rows["pfc_r0.1"]["logits_mb"] == 8 * 30 * 4 / 2**20
     assert rows["pfc_r0.1"]["peak_rss_mb"] >= rows["pfc_r0.1"]["rss_before_mb"] > 0
     assert rows["dense"]["backend"] == keras.backend.backend()
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="keras.distribution's ModelParallel: JAX only")
+def test_sharded_case_halves_the_per_device_state(tmp_path):
+    results = tmp_path / "partial_fc.jsonl"
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", KERAS_BACKEND="jax",
+               PYTHONPATH=os.pathsep.join([interpreters.REPO, os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.bench_partial_fc", "--num_classes=2000", "--batch_size=8", "--feature_dim=64",
+         "--cases=pfc_r0.1,sharded2_r0.1", "--passes=1", "--steps=1", "--warmup=0", f"--results_file={results}"],
+        cwd=interpreters.REPO, capture_output=True, text=True, timeout=600, env=env,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = {r["case"]: r for r in map(json.loads, results.read_text().splitlines())}
+    assert all("error" not in r for r in rows.values()), rows
+    single, sharded = rows["pfc_r0.1"], rows["sharded2_r0.1"]
+    assert (single["devices"], sharded["devices"]) == (1, 2)
+    assert single["columns"] == sharded["columns"] == 200  # 2 blocks of max(ceil(0.1·1000), 8)
+    assert sharded["logits_mb_per_device"] == single["logits_mb_per_device"] / 2
+    # Kernel and momentum split by class; the step counters stay whole on every device.
+    assert 0.5 <= sharded["param_mb_per_device"] / single["param_mb_per_device"] <= 0.51

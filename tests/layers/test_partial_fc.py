@@ -479,6 +479,148 @@ def test_plain_optimizer_moves_unsampled_columns_the_wrapper_does_not(rng):
     assert results[True] == 0.0  # frozen (v1)
 
 
+# The optimizer's update paths: the masked rule (SGD, Adam, AdamW) and copy and restore (everything else), each
+# against a NumPy loop that applies the Keras update formulas to the sampled columns only.
+
+# name -> (inner optimizer factory, expected path). Gradients are random on every column (unsampled and padding
+# included), so an update that leaked outside the sample would show.
+UPDATE_CASES = {
+    "sgd": (lambda: keras.optimizers.SGD(0.1), "masked"),
+    "sgd_momentum": (lambda: keras.optimizers.SGD(0.1, momentum=0.9), "masked"),
+    "sgd_nesterov": (lambda: keras.optimizers.SGD(0.1, momentum=0.9, nesterov=True), "masked"),
+    "sgd_weight_decay": (lambda: keras.optimizers.SGD(0.1, momentum=0.9, weight_decay=0.05), "masked"),
+    "adam": (lambda: keras.optimizers.Adam(0.01), "masked"),
+    "adam_amsgrad": (lambda: keras.optimizers.Adam(0.01, amsgrad=True), "masked"),
+    "adamw": (lambda: keras.optimizers.AdamW(0.01, weight_decay=0.1), "masked"),
+    "sgd_clipnorm": (lambda: keras.optimizers.SGD(0.1, momentum=0.9, clipnorm=0.5), "copy and restore"),
+}
+
+
+def np_update(name, w, g, slots, lr, t, cfg):
+    """One Keras update of `w` (float64) with gradient `g` (the formulas of keras/src/optimizers/sgd.py,
+    adam.py and BaseOptimizer's weight decay, applied first); returns (w, slots)."""
+    if cfg.get("weight_decay"):
+        w = w - w * cfg["weight_decay"] * lr
+    if name.startswith("sgd"):
+        if not cfg.get("momentum"):
+            return w - lr * g, []
+        (m,) = slots
+        m = m * cfg["momentum"] - g * lr
+        step = m * cfg["momentum"] - g * lr if cfg.get("nesterov") else m
+        return w + step, [m]
+    m, v = slots[0], slots[1]
+    m = m + (g - m) * (1 - 0.9)
+    v = v + (g**2 - v) * (1 - 0.999)
+    alpha = lr * math.sqrt(1 - 0.999**t) / (1 - 0.9**t)
+    if cfg.get("amsgrad"):
+        v_hat = np.maximum(slots[2], v)
+        return w - m * alpha / (np.sqrt(v_hat) + 1e-7), [m, v, v_hat]
+    return w - m * alpha / (np.sqrt(v) + 1e-7), [m, v]
+
+
+def _inner_slots(inner, variable):
+    """The inner optimizer's slots of `variable`, as the rules order them (m; m, v[, v̂])."""
+    index = inner._get_variable_index(variable)
+    if isinstance(inner, keras.optimizers.Adam):
+        lists = [inner._momentums, inner._velocities] + ([inner._velocity_hats] if inner.amsgrad else [])
+        return [slots[index] for slots in lists]
+    return [inner.momentums[index]] if inner.momentum else []
+
+
+@pytest.mark.parametrize("name", sorted(UPDATE_CASES))
+def test_update_paths_change_sampled_columns_as_numpy_and_nothing_else(rng, name, caplog):
+    factory, path = UPDATE_CASES[name]
+    inner = factory()
+    cfg = {key: getattr(inner, key, None) for key in ("momentum", "nesterov", "amsgrad", "weight_decay", "clipnorm")}
+    head, _, _ = _head_with_kernel(rng, 23, loss_type="cosface", scale=4.0, sample_rate=0.2, num_shards=2,
+                                   use_bias=True, seed=5)  # 2 blocks of 12: one padding column
+    variables = [head.kernel, head.bias]
+    optimizer = PartialFCOptimizer(inner)
+    with caplog.at_level("INFO", logger="sphere_tf.optimizers.partial_fc"):
+        optimizer.build(variables)
+    messages = [r.getMessage() for r in caplog.records if r.name == "sphere_tf.optimizers.partial_fc"]
+    assert len(messages) == 2  # once per variable
+    if path == "masked":
+        assert all("by its masked rule" in m for m in messages), messages
+    else:
+        assert all("copy and restore (SGD has clipnorm=0.5)" in m for m in messages), messages
+    weights = [to_numpy(v).astype(np.float64) for v in variables]
+    slots = [[np.zeros_like(w) for _ in _inner_slots(inner, v)] for w, v in zip(weights, variables)]
+    for t in range(1, 4):
+        x = rng.normal(size=(4, 4)).astype(np.float32)
+        head(x, labels=rng.integers(0, 23, size=4).astype(np.int32), training=True)  # draws this step's mask
+        sampled = to_numpy(head.update_mask()) == 1
+        assert 0 < sampled.sum() < 23 and not sampled[23:].any()
+        grads = [rng.normal(size=v.shape).astype(np.float32) for v in variables]
+        old = [to_numpy(v).copy() for v in variables]
+        old_slots = [[to_numpy(s).copy() for s in _inner_slots(inner, v)] for v in variables]
+        optimizer.apply([ops.convert_to_tensor(g) for g in grads], variables)
+        for i, variable in enumerate(variables):
+            g = grads[i].astype(np.float64)
+            if cfg["clipnorm"]:  # BaseOptimizer: g·c / max(‖g‖, c), the norm of the whole variable's gradient
+                g = g * cfg["clipnorm"] / max(np.sqrt(np.sum(g**2)), cfg["clipnorm"])
+            new_w, new_slots = np_update(name, weights[i][..., sampled], g[..., sampled],
+                                         [s[..., sampled] for s in slots[i]], 0.1 if "sgd" in name else 0.01, t,
+                                         cfg)
+            weights[i][..., sampled] = new_w
+            for slot, value in zip(slots[i], new_slots):
+                slot[..., sampled] = value
+            got = to_numpy(variable)
+            np.testing.assert_array_equal(got[..., ~sampled], old[i][..., ~sampled])  # bit for bit
+            np.testing.assert_allclose(got, weights[i], rtol=2e-5, atol=1e-6)
+            for got_slot, old_slot, slot in zip(_inner_slots(inner, variable), old_slots[i], slots[i]):
+                got_slot = to_numpy(got_slot)
+                np.testing.assert_array_equal(got_slot[..., ~sampled], old_slot[..., ~sampled])
+                np.testing.assert_allclose(got_slot, slot, rtol=2e-5, atol=1e-6)
+    assert int(to_numpy(optimizer.iterations)) == 3
+    np.testing.assert_array_equal(to_numpy(head.kernel)[:, 23:], 0.0)  # padding never moves
+
+
+def test_unsupported_optimizer_is_logged_and_restored(rng, caplog):
+    head, _, _ = _head_with_kernel(rng, 20, loss_type="cosface", scale=4.0, sample_rate=0.2, seed=1)
+    optimizer = PartialFCOptimizer(keras.optimizers.RMSprop(0.01))
+    with caplog.at_level("INFO", logger="sphere_tf.optimizers.partial_fc"):
+        optimizer.build([head.kernel])
+    (record,) = [r for r in caplog.records if r.name == "sphere_tf.optimizers.partial_fc"]
+    assert record.levelname == "WARNING" and "no masked rule for RMSprop" in record.getMessage()
+    head(rng.normal(size=(4, 4)).astype(np.float32), labels=np.arange(4), training=True)
+    sampled = to_numpy(head.update_mask()) == 1
+    old = to_numpy(head.kernel).copy()
+    optimizer.apply([ops.convert_to_tensor(rng.normal(size=(4, 20)).astype(np.float32))], [head.kernel])
+    new = to_numpy(head.kernel)
+    np.testing.assert_array_equal(new[:, ~sampled], old[:, ~sampled])
+    assert np.all(new[:, sampled] != old[:, sampled])
+
+
+@pytest.mark.parametrize("name", ["sgd_momentum", "sgd_nesterov", "adamw"])
+def test_full_rate_steps_equal_dense_head_with_plain_optimizer(rng, name):
+    """r = 1 through the masked rule: the same steps as MarginHead with the plain (unwrapped) optimizer."""
+    factory, _ = UPDATE_CASES[name]
+    head, w, _ = _head_with_kernel(rng, 12, loss_type="cosface", scale=4.0, sample_rate=1.0, seed=0)
+    dense = MarginHead(12, loss_type="cosface", scale=4.0)
+    dense.build((None, 4))
+    dense.kernel.assign(w)
+    wrapped, plain = PartialFCOptimizer(factory()), factory()
+
+    def dense_loss(outputs, losses):
+        return ops.mean(keras.losses.sparse_categorical_crossentropy(y, outputs, from_logits=True))
+
+    for _ in range(4):
+        x = rng.normal(size=(6, 4)).astype(np.float32)
+        y = rng.integers(0, 12, size=6).astype(np.int32)
+        head(x, labels=y, training=True)  # the mask: every class
+        dense(x, labels=y, training=True)
+        loss, grads = _stateless_loss_and_grads(head, x, y)
+        dense_value, dense_grads = _stateless_loss_and_grads(dense, x, y, dense_loss)
+        assert loss == pytest.approx(dense_value, rel=1e-5, abs=1e-6)
+        wrapped.apply([ops.convert_to_tensor(grads[1])], [head.kernel])
+        plain.apply([ops.convert_to_tensor(dense_grads[1])], [dense.kernel])
+        np.testing.assert_allclose(to_numpy(head.kernel), to_numpy(dense.kernel), rtol=1e-5, atol=1e-6)
+    for got, expected in zip(_inner_slots(wrapped.optimizer, head.kernel), _inner_slots(plain, dense.kernel)):
+        np.testing.assert_allclose(to_numpy(got), to_numpy(expected), rtol=1e-5, atol=1e-6)
+    assert int(to_numpy(wrapped.iterations)) == int(to_numpy(plain.iterations)) == 4
+
+
 @keras.saving.register_keras_serializable(package="sphere_tf_tests")
 class PartialFCClassifier(keras.Model):
     """The subclassed pattern: `(features, labels)` in training, features alone at inference."""
