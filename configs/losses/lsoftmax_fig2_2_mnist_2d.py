@@ -6,7 +6,7 @@ PhD thesis (2020), Fig. 2.2 and Table 2.1's "MNIST (for Figure 2.2)" net: [5×5]
 the training / test features; the paper gives no numbers for it (the claim is the ordering:
 the angular spread of each class shrinks as m grows).
 
-`loss=asoftmax` is thesis Fig. A.5 (SphereFace, CVPR 2017, App. Fig. 8): the same 2-D
+`loss=asoftmax` is thesis Fig. A.5 (App. A.4, the A-Softmax of SphereFace): the same 2-D
 MNIST features under A-Softmax m = 2, 3, 4 (m = 1: the modified softmax, normalised weights
 without margin); the thesis does not give that figure's net or recipe, so it reuses this one
 (not stated; we use the L-Softmax figure's net, recipe and MNIST λ annealing). No numbers; the
