@@ -20,8 +20,9 @@ MHE weight swept "from 10^-2 to 10^2", one curve per placement: MHE on the outpu
 MHE on the hidden layers (H), half-space MHE on the hidden layers (H). `lam` sets the factor of
 every MHE term of the run to that value (the angular variants keep the code's 0.1 weight on top
 for s = 1, 2); `lam=code` (default) is the authors' λ_h = 1, λ_o = 10 of the table. The figure
-has no numbers in the text; its claim is that the error stays below the baseline's 28.13 over
-a wide range of λ. Which s the figure uses is not stated (we keep the table's default).
+has no numbers in the text; its claims: MHE works well for λ from 1e-2 to 1e2, half-space MHE
+beats MHE and hidden-layer MHE beats output-layer MHE at every λ. Which s the figure uses is not
+stated (we keep the table's default).
 
 Recipe: as configs/mhe/table5_1_cnn9.py (SGD 0.1, batch 128, ×0.1 at 20k/30k/37.5k,
 42.5k iterations, weight decay 5e-4; λ_h = 1, λ_o = 10 as the authors' code).
