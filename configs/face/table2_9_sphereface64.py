@@ -6,9 +6,9 @@ L-Softmax 99.10 / 94.0, Softmax+Center 99.05 / 94.4, SphereFace 99.42 / 95.0.
 Table 2.8 (A-Softmax margin): original softmax 97.88 / 93.1, m=1 97.90 / 93.2,
 m=2 98.40 / 93.8, m=3 99.25 / 94.4, m=4 99.42 / 95.0.
 `loss` is softmax, lsoftmax or asoftmax (`m` its margin; m=1 with asoftmax is the
-modified softmax). The YTF column needs the YouTube Faces video protocol, which
-this package does not implement (docs/face.md); LFW is evaluated with the
-`verification` section or `trainers.eval_verification`.
+modified softmax). LFW is evaluated with the `verification` section or
+`trainers.eval_verification`; the YTF column with `trainers.eval_verification
+--protocol=ytf` on the YouTube Faces frames and `splits.txt` (docs/face.md).
 
 Run:
   python -m trainers.train_face --config configs/face/table2_9_sphereface64.py:loss=asoftmax,m=4 \

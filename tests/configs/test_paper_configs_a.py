@@ -48,6 +48,7 @@ CELLS = {
     "dcnet/appf_resnet32_sgd.py": 1 + 7 * 3,
     "convnorm/table4_cifar_resnet18.py": (4 + 2) * 2,  # Table 4 rows + Table 5's affine-off cells, × 2 data sets
     "convnorm/table7_data_scarcity.py": 4 * 4,
+    "convnorm/fig4_convergence.py": 4,  # the four normalisations of the ResNet-18 panel
 }
 QUICK_DATA = {}  # filled by the `archives` fixture: data set name -> (folder, val labels file)
 
