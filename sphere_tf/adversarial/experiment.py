@@ -227,7 +227,7 @@ def _mean_std(per_seed):
     return means, stds
 
 
-@attacks_lib.per_model_tracing()  # one trace per model and attack, not "retracing" (see attacks.py)
+@attacks_lib.per_model_tracing()  # one trace per model, not "retracing" (see attacks.py)
 @classifier.config_errors
 def dry_run(config, probe_steps=3):
     """What `run_experiment(config)` would train, before anything trains or is written: every trained model
@@ -291,6 +291,7 @@ def _measure(cfg, training, config, probe_steps):
                                     probe_steps, seed=cfg["seed"])
 
 
+@attacks_lib.per_model_tracing()  # one trace per model and attack, not "retracing" (see attacks.py)
 def run_experiment(config, workdir):
     """Runs DCNet's white-box / black-box adversarial experiment; writes and returns `results.json`.
 
