@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from bench import synthetic_identities
 from sphere_tf.training import array_checkpoint
+from tests.backends import interpreters
 from tests.face.test_partial_fc_runner import graph_constant_shapes
 from tests.face.test_partial_fc_runner import pfc_config
 
@@ -58,8 +59,11 @@ print(json.dumps({"devices": len(keras.distribution.list_devices()), "partial_fc
 
 
 def run(config, workdir, devices, kill_at=0):
-    env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO,
-               XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+    # The JAX tests' environment (fast code generation, the shared persistent compilation cache), on `devices`
+    # logical CPU devices.
+    env = interpreters.environment("jax")
+    env.update(TF_CPP_MIN_LOG_LEVEL="3",
+               XLA_FLAGS=f"{env['XLA_FLAGS']} --xla_force_host_platform_device_count={devices}")
     process = subprocess.run([sys.executable, "-c", CHILD, json.dumps(config), workdir, str(kill_at)], cwd=REPO,
                              env=env, capture_output=True, text=True, timeout=300)
     if kill_at:
@@ -143,8 +147,8 @@ def test_sharding_on_jax_checks_devices_blocks_and_batch_before_any_data(tmp_pat
     cases = [case(shard_classes=True), case(shard_classes=1), case(shard_classes=True, num_shards=6),
              case(shard_classes=3), case(shard_classes=True, num_shards=3),
              case(train={"batch_size": 7}, shard_classes=True), case(shard_classes=False, num_shards=3)]
-    env = dict(os.environ, KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=REPO,
-               XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    env = interpreters.environment("jax")
+    env.update(TF_CPP_MIN_LOG_LEVEL="3", XLA_FLAGS=f"{env['XLA_FLAGS']} --xla_force_host_platform_device_count=2")
     process = subprocess.run([sys.executable, "-c", PLAN_CHILD, json.dumps(cases)], cwd=REPO, env=env,
                              capture_output=True, text=True, timeout=300)
     assert process.returncode == 0, process.stderr[-3000:]
