@@ -33,13 +33,12 @@ def test_tiny_run_writes_a_row_per_case(tmp_path):
     assert rows["dense"]["backend"] == keras.backend.backend()
 
 
-@pytest.mark.skipif(keras.backend.backend() != "jax", reason="keras.distribution's ModelParallel: JAX only")
+@pytest.mark.tensorflow_only  # drives the JAX venv from the main suite (keras.distribution's ModelParallel is JAX's)
 def test_sharded_case_halves_the_per_device_state(tmp_path):
     results = tmp_path / "partial_fc.jsonl"
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", KERAS_BACKEND="jax",
-               PYTHONPATH=os.pathsep.join([interpreters.REPO, os.environ.get("PYTHONPATH", "")]))
+    env = dict(interpreters.environment("jax"), CUDA_VISIBLE_DEVICES="")
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.bench_partial_fc", "--num_classes=2000", "--batch_size=8", "--feature_dim=64",
+        [interpreters.python_for("jax"), "-m", "bench.bench_partial_fc", "--num_classes=2000", "--batch_size=8", "--feature_dim=64",
          "--cases=pfc_r0.1,sharded2_r0.1", "--passes=1", "--steps=1", "--warmup=0", f"--results_file={results}"],
         cwd=interpreters.REPO, capture_output=True, text=True, timeout=600, env=env,
     )
