@@ -1,7 +1,6 @@
 """The runner's periodic test evaluation (`evaluation.eval_every_steps`), its test-error curve in results.json and
 TensorBoard, best-checkpoint selection (`evaluation.select_best`), and both across a kill -9 and resume."""
 
-import glob
 import json
 import os
 import signal
@@ -11,7 +10,6 @@ import sys
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from sphere_tf import callbacks as callbacks_lib
 from sphere_tf import data as data_lib
@@ -20,6 +18,7 @@ from sphere_tf.training import classifier
 from tests.training._resume import CHILD
 from tests.training._resume import idx_dir  # noqa: F401  (a fixture)
 from tests.training._resume import tiny_config
+from tests.training.test_runner import _scalars
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -44,16 +43,6 @@ def saved_model_accuracy(workdir, config):
     return 100.0 * hits / count
 
 
-def validation_scalars(workdir, tag):
-    values = {}
-    for path in sorted(glob.glob(os.path.join(workdir, "tensorboard", "validation", "events.out.tfevents.*"))):
-        for event in tf.compat.v1.train.summary_iterator(path):
-            for value in event.summary.value:
-                if value.tag == tag:
-                    values[event.step] = float(tf.make_ndarray(value.tensor))
-    return [values[step] for step in sorted(values)]
-
-
 def test_every_four_steps_gives_the_test_error_curve(idx_dir, tmp_path):  # noqa: F811
     config = periodic_config(idx_dir, every=4, epochs=4)  # epochs of 2 steps: evaluations at steps 4 and 8
     workdir = str(tmp_path / "run")
@@ -67,7 +56,7 @@ def test_every_four_steps_gives_the_test_error_curve(idx_dir, tmp_path):  # noqa
     assert curve[-1]["test_accuracy"] == pytest.approx(saved_model_accuracy(workdir, config), abs=1e-4)
     assert curve[-1]["test_accuracy"] == pytest.approx(results["test_accuracy"], abs=1e-4)
     assert results["selection"] == "final"
-    assert validation_scalars(workdir, "epoch_error") == pytest.approx([p["test_error"] for p in curve], abs=1e-4)
+    assert _scalars(workdir, "epoch_error", run="validation") == pytest.approx([p["test_error"] for p in curve], abs=1e-4)
     with open(os.path.join(workdir, "results.json")) as f:
         assert json.load(f)["test_curve"] == curve
 

@@ -284,10 +284,11 @@ def test_step_schedule_rate_is_logged_after_the_boundary(mnist_dir, tmp_path):
     assert _scalars(str(tmp_path / "run"), "epoch_learning_rate") == pytest.approx([0.1, 0.05])
 
 
-def _scalars(workdir, tag):
-    """The per-epoch values of TensorBoard scalar `tag` in the run's `tensorboard/train` event files."""
+def _scalars(workdir, tag, run="train"):
+    """The per-epoch values of TensorBoard scalar `tag` in the run's `tensorboard/<run>` event files (`train`, or
+    `validation` for the periodic test evaluation)."""
     values = {}
-    for path in sorted(glob.glob(os.path.join(workdir, "tensorboard", "train", "events.out.tfevents.*"))):
+    for path in sorted(glob.glob(os.path.join(workdir, "tensorboard", run, "events.out.tfevents.*"))):
         for event in tf.compat.v1.train.summary_iterator(path):
             for value in event.summary.value:
                 if value.tag == tag:
