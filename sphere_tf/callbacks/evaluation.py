@@ -56,6 +56,10 @@ class TestErrorLog(keras.callbacks.Callback):
     def get_config(self):
         return {"accuracy_name": self.accuracy_name, "steps_per_epoch": self.steps_per_epoch}
 
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
+
 
 @keras.saving.register_keras_serializable(package="sphere_tf")
 class BestCheckpoint(keras.callbacks.ModelCheckpoint):
@@ -75,6 +79,10 @@ class BestCheckpoint(keras.callbacks.ModelCheckpoint):
 
     def get_config(self):
         return {"filepath": self.filepath, "monitor": self.monitor}
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)
 
     def checkpoint_state(self):
         """dict name -> `keras.Variable`: the best value so far."""

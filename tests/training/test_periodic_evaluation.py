@@ -127,3 +127,13 @@ def test_kill_then_resume_keeps_the_curve_and_the_best(idx_dir, tmp_path):  # no
     assert resumed["test_curve"] == straight["test_curve"]
     assert resumed["selection"] == straight["selection"]
     assert resumed["test_accuracy"] == straight["test_accuracy"]
+
+
+def test_the_evaluation_callbacks_round_trip_through_their_config(tmp_path):
+    log = callbacks_lib.TestErrorLog("margin_accuracy", 47)
+    again = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(log))
+    assert type(again) is callbacks_lib.TestErrorLog and again.get_config() == log.get_config()
+    best = callbacks_lib.BestCheckpoint(str(tmp_path / "best.weights.h5"), monitor="val_accuracy")
+    again = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(best))
+    assert type(again) is callbacks_lib.BestCheckpoint and again.get_config() == best.get_config()
+    assert again.best_value == float("-inf")
