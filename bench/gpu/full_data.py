@@ -76,8 +76,10 @@ def run_one(config_path, variant, seed, mode, data_dir):
     if data_cfg["test_limit"]:
         x_test, y_test = x_test[: data_cfg["test_limit"]], y_test[: data_cfg["test_limit"]]
     normalize = normalization.get_normalization(data_cfg["normalization"])
-    x_train = normalize(x_train.astype(np.float32)[..., None], None)
-    x_test = normalize(x_test.astype(np.float32)[..., None], None)
+    x_train, x_test = x_train.astype(np.float32)[..., None], x_test.astype(np.float32)[..., None]
+    # 'mean_subtraction' takes the training images' per-channel mean, as the runner's `datasets.get_datasets`.
+    channel_mean = data_cfg.get("channel_mean") or tuple(x_train.mean(axis=(0, 1, 2), dtype=np.float64))
+    x_train, x_test = normalize(x_train, channel_mean), normalize(x_test, channel_mean)
     y_train, y_test = y_train.astype(np.int32), y_test.astype(np.int32)
 
     batch = train_cfg["batch_size"]

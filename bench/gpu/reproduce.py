@@ -37,6 +37,9 @@ _CONFIGS = flags.DEFINE_list("configs", [
     "configs/repro/fashion_mnist_mhe.py", "configs/repro/fashion_mnist_margin_2d.py",
 ], "Config files; each one's SWEEP_VARIANTS are run.")
 _VARIANTS = flags.DEFINE_list("variants", [], "Variant strings to run (default: every config's SWEEP_VARIANTS).")
+_JOBS = flags.DEFINE_string(
+    "jobs", "", "Semicolon-separated 'CONFIG|VARIANT' pairs to run instead of --configs × --variants (a variant "
+    "may hold commas: 'configs/repro/fashion_mnist_margin_2d.py|loss=softmax,recipe=paper').")
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds of every variant.")
 _MODE = flags.DEFINE_enum("mode", "full", ["full", "quick"], "The config argument: 'full' or 'quick' (dry run).")
 _OUT = flags.DEFINE_string("out", None, "Output folder.", required=True)
@@ -47,6 +50,11 @@ _RUN = flags.DEFINE_string("run", "", "Internal: 'CONFIG|VARIANT|SEED', one run 
 
 def _jobs():
     jobs = []
+    if _JOBS.value:
+        pairs = [entry.split("|") for entry in _JOBS.value.split(";") if entry.strip()]
+        if any(len(pair) != 2 for pair in pairs):
+            raise ValueError(f"--jobs={_JOBS.value!r}: expected 'CONFIG|VARIANT' entries separated by ';'.")
+        return [(path.strip(), variant.strip(), seed) for seed in _SEEDS.value for path, variant in pairs]
     for seed in _SEEDS.value:
         for path in _CONFIGS.value:
             variants = _VARIANTS.value or getattr(sweep.load_config_module(path), "SWEEP_VARIANTS", [""])

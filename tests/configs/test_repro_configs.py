@@ -185,3 +185,29 @@ def test_real_sweep_matches_the_runs_results(tmp_path):
     assert agg["mean"] == pytest.approx(np.mean(accs), abs=1e-9)
     assert agg["std"] == pytest.approx(np.std(accs, ddof=1), abs=1e-9)
     assert [r["seed"] for r in summary["variants"]["quick,operator=conv2d"]["runs"]] == [0, 1]
+
+
+def test_margin_paper_recipe_is_the_authors_mnist_recipe():
+    """`recipe=paper`: thesis §2.2.7 / Table 2.1 on Fashion-MNIST (the check behind reproductions.md §5)."""
+    module = sweep.load_config_module(os.path.join(REPRO, "fashion_mnist_margin_2d.py"))
+    for loss in ("softmax", "lsoftmax_m2", "lsoftmax_m4"):
+        config = classifier.validate(module.get_config(f"loss={loss},recipe=paper,full=True"))
+        assert config["data"]["name"] == "fashion_mnist" and config["data"]["train_limit"] == 0
+        assert config["data"]["normalization"] == "mean_subtraction"
+        assert config["model"]["width_multiplier"] == 1.0
+        assert config["model"]["operator"]["kernel_initializer"] == "he_normal"
+        assert config["optimizer"] == {"name": "sgd", "learning_rate": 0.1, "momentum": 0.9}
+        assert config["schedule"]["name"] == "step" and config["schedule"]["boundaries"] == [12000, 15000]
+        assert config["schedule"]["decay_factor"] == 0.1
+        assert config["train"]["batch_size"] == 256 and config["train"]["steps"] == 18000
+        # Caffe's weight decay 5e-4 adds 5e-4·w to the gradient: Keras L2(2.5e-4) on every kernel.
+        assert config["regularizers"] == [{"name": "weight_decay", "layers": "*", "factor": 2.5e-4}]
+        head = config["model"]["head"]
+        assert head is None if loss == "softmax" else head["annealing"] == "mnist"
+    assert module.get_config("recipe=paper,width=0.5").model.width_multiplier == 0.5
+    assert module.get_config("width=1").model.width_multiplier == 1.0
+    assert module.get_config("").model.width_multiplier == 0.25
+    with pytest.raises(ValueError, match="recipe"):
+        module.get_config("recipe=sgd")
+    with pytest.raises(ValueError, match="width"):
+        module.get_config("width=-1")

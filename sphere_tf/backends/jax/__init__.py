@@ -145,15 +145,35 @@ def gather_columns(values, index, num_shards, axis):
     return _gather_columns(values, index, num_shards, axis, values.shape[axis])
 
 
+def _take_in_bounds(values, indices, axis):
+    """`take_along_axis` for indices known to lie in [0, size): no negative-index wrap and no out-of-bounds
+    fill. JAX's default fills out-of-bounds entries with NaN through a select over the whole gathered array,
+    a second pass over the `(d, K)` columns (0.26 of the sampled step's 2.1 s at d = 512, K = 10^5 on 2 CPU
+    cores, docs/partial_fc.md)."""
+    return jnp.take_along_axis(values, indices, axis=axis, mode="promise_in_bounds", wrap_negative_indices=False)
+
+
+def _block_gather(values, index, num_shards, axis):
+    """`sampling.reference_gather_columns` (the same block-wise gather) through `_take_in_bounds`."""
+    shape = values.shape
+    block_size = shape[axis] // num_shards
+    blocked = jnp.reshape(values, shape[:axis] + (num_shards, block_size) + shape[axis + 1:])
+    local = jnp.reshape(index.astype(jnp.int32), (num_shards, -1))
+    local = local - jnp.arange(num_shards, dtype=jnp.int32)[:, None] * block_size
+    local = jnp.reshape(local, (1,) * axis + (num_shards, -1) + (1,) * (len(shape) - axis - 1))
+    gathered = _take_in_bounds(blocked, local, axis + 1)
+    return jnp.reshape(gathered, shape[:axis] + (-1,) + shape[axis + 1:])
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
 def _gather_columns(values, index, num_shards, axis, num_columns):
     del num_columns
-    return sampling.reference_gather_columns(values, index, num_shards, axis)
+    return _block_gather(values, index, num_shards, axis)
 
 
 def _gather_columns_forward(values, index, num_shards, axis, num_columns):
     del num_columns
-    gathered = sampling.reference_gather_columns(values, index, num_shards, axis)
+    gathered = _block_gather(values, index, num_shards, axis)
     return gathered, (index, jnp.zeros((0,), values.dtype))
 
 
