@@ -20,6 +20,10 @@ function gets a constant).
 
 `MeanShifted` adds a constant to another initializer's draw: the thesis's Table 7.2
 raises the initial energy of V by shifting the mean of its He-normal draw.
+
+`UnitNormNeurons` rescales every neuron of another initializer's draw to unit norm: the
+"w/ Norm" column of the thesis's Table 7.7 for a plain (non-OPT) layer, whose neurons are
+then trained freely.
 """
 
 import keras
@@ -146,3 +150,50 @@ class MeanShifted(keras.initializers.Initializer):
     def get_config(self):
         return {"mean": self.mean, "base": keras.initializers.serialize(self.base)}
 
+
+
+@keras.saving.register_keras_serializable(package="sphere_tf")
+class UnitNormNeurons(keras.initializers.Initializer):
+    """`base`'s draw with every neuron rescaled to unit L2 norm.
+
+    A neuron is one output unit: a column of the kernel flattened to
+    ``(-1, shape[-1])`` (all kh·kw·C_in weights of a conv filter; the inputs of a
+    Dense unit), so ``w_i ← w_i / ‖w_i‖``.
+
+    Liu's thesis (2020), §7.3.7 and §7.5.3 (Table 7.7, "w/ Norm"): "After randomly
+    initializing the neurons, we directly normalize the scale of the weights to 1."
+    OPT's layers do it to their fixed V (`normalize_fixed_kernel=True`), which keeps
+    the unit norms for the whole run; for the baseline row, plain convs, it is the
+    initialisation only: nothing in the thesis renormalises the baseline's neurons
+    during training (that would be DCNet's weight projection), so the trained
+    weights are free to change norm.
+
+    Args:
+        base: Keras initializer (object, name or config); default He normal
+            (`VarianceScaling(2, 'fan_in', 'untruncated_normal')`, the thesis's
+            initialisation of the CNN-6 neurons).
+        seed: int or None, the seed of the default base (ignored when `base` is given).
+        epsilon: float >= 0, added to each norm (0: exact; a base that can draw a zero
+            neuron, e.g. 'zeros', then gives NaN).
+
+    Raises:
+        ValueError: `epsilon` not a float >= 0 (named).
+    """
+
+    def __init__(self, base=None, seed=None, epsilon=0.0):
+        if base is None:
+            base = keras.initializers.VarianceScaling(2.0, "fan_in", "untruncated_normal", seed=seed)
+        self.base = keras.initializers.get(base)
+        self.epsilon = validation.non_negative_float(epsilon, "epsilon")
+
+    def __call__(self, shape, dtype=None):
+        dtype = dtype or "float32"
+        shape = tuple(shape)
+        # Norms in float32 whatever the variable's dtype (a float16 sum of squares over 576 weights may round).
+        kernel = ops.cast(self.base(shape, dtype="float32"), "float32")
+        neurons = ops.reshape(kernel, (-1, shape[-1]))
+        norms = ops.sqrt(ops.sum(ops.square(neurons), axis=0, keepdims=True)) + self.epsilon
+        return ops.cast(ops.reshape(neurons / norms, shape), dtype)
+
+    def get_config(self):
+        return {"base": keras.initializers.serialize(self.base), "epsilon": self.epsilon}

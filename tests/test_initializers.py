@@ -67,3 +67,52 @@ def test_mean_shifted_adds_the_mean_to_the_base_draw_and_round_trips():
     np.testing.assert_array_equal(keras.ops.convert_to_numpy(restored((2, 2))), np.full((2, 2), 0.02, np.float32))
     with pytest.raises(ValueError, match="mean"):
         MeanShifted(float("nan"))
+
+
+def np_unit_norm_neurons(kernel):
+    """Each output unit (a column of the (-1, n) flattening) divided by its L2 norm, in float64."""
+    kernel = np.asarray(kernel, np.float64)
+    neurons = kernel.reshape(-1, kernel.shape[-1])
+    return (neurons / np.sqrt((neurons ** 2).sum(axis=0))).reshape(kernel.shape)
+
+
+@pytest.mark.parametrize("shape", [(3, 3, 4, 5), (6, 7), (2, 1, 3, 1)])
+def test_unit_norm_neurons_normalises_each_neuron_of_the_base_draw(shape):
+    from sphere_tf.initializers import UnitNormNeurons  # noqa: PLC0415
+
+    base = keras.initializers.RandomUniform(-1.0, 2.0, seed=4)  # non-zero mean: norms far from 1
+    drawn = keras.ops.convert_to_numpy(keras.initializers.RandomUniform(-1.0, 2.0, seed=4)(shape))
+    got = keras.ops.convert_to_numpy(UnitNormNeurons(base)(shape))
+    assert got.shape == shape and got.dtype == np.float32
+    np.testing.assert_allclose(got, np_unit_norm_neurons(drawn), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(np.linalg.norm(got.reshape(-1, shape[-1]), axis=0), 1.0, rtol=1e-6)
+
+
+def test_unit_norm_neurons_default_base_dtype_and_round_trip():
+    from sphere_tf.initializers import UnitNormNeurons  # noqa: PLC0415
+
+    # Default base: He normal, seeded; normalising removes its scale, not its directions.
+    he = keras.ops.convert_to_numpy(
+        keras.initializers.VarianceScaling(2.0, "fan_in", "untruncated_normal", seed=9)((3, 3, 8, 16)))
+    unit = UnitNormNeurons(seed=9)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(unit((3, 3, 8, 16))), np_unit_norm_neurons(he),
+                               rtol=1e-5, atol=1e-7)
+    half = keras.ops.convert_to_numpy(UnitNormNeurons(seed=9)((3, 3, 8, 16), dtype="float16"))
+    assert half.dtype == np.float16
+    np.testing.assert_allclose(half, np_unit_norm_neurons(he), atol=1e-3)
+    # Serialised under the package name and restored with its base and epsilon.
+    spec = keras.initializers.serialize(UnitNormNeurons("he_uniform", epsilon=1e-6))
+    assert spec["registered_name"] == "sphere_tf>UnitNormNeurons"
+    restored = keras.initializers.get(spec)
+    assert isinstance(restored, UnitNormNeurons) and restored.epsilon == 1e-6
+    assert isinstance(restored.base, keras.initializers.HeUniform)
+    by_name = keras.initializers.get({"class_name": "sphere_tf>UnitNormNeurons",
+                                      "config": {"base": {"class_name": "Constant", "config": {"value": 3.0}}}})
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(by_name((4, 2))), np.full((4, 2), 0.5), rtol=1e-6)
+    # A plain Conv2D built with it starts with unit-norm filters and trains them freely (a plain variable).
+    layer = keras.layers.Conv2D(6, 3, kernel_initializer=restored)
+    layer.build((None, 5, 5, 2))
+    kernel = keras.ops.convert_to_numpy(layer.kernel)
+    np.testing.assert_allclose(np.linalg.norm(kernel.reshape(-1, 6), axis=0), 1.0, rtol=1e-5)
+    with pytest.raises(ValueError, match=r"`epsilon`: expected a float >= 0"):
+        UnitNormNeurons(epsilon=-1.0)

@@ -14,6 +14,7 @@ import numpy as np
 from sphere_tf import metrics as metrics_lib
 from sphere_tf import models as models_lib
 from sphere_tf.data import fashion_mnist
+from sphere_tf.data import label_noise
 from sphere_tf.data import normalization
 from sphere_tf.training import recipe
 from sphere_tf.training import sweep
@@ -73,6 +74,9 @@ def run_one(config_path, variant, seed, mode, data_dir):
     if data_cfg["train_limit"]:
         keep = np.sort(rng.permutation(len(x_train))[: data_cfg["train_limit"]])
         x_train, y_train = x_train[keep], y_train[keep]
+    # The training labels only, after the subset, keyed by the seed: as the runner's `datasets.get_datasets`.
+    y_train = label_noise.add_label_noise(y_train, data_cfg["label_noise"], 10, config["seed"],
+                                          data_cfg["label_noise_type"])
     if data_cfg["test_limit"]:
         x_test, y_test = x_test[: data_cfg["test_limit"]], y_test[: data_cfg["test_limit"]]
     normalize = normalization.get_normalization(data_cfg["normalization"])

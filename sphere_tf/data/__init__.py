@@ -17,9 +17,10 @@ _LAZY = {
     "CorruptDataError": "sphere_tf.data.errors",
     "DataNotFoundError": "sphere_tf.data.errors",
     "load_fashion_mnist": "sphere_tf.data.fashion_mnist",
+    "add_label_noise": "sphere_tf.data.label_noise",
     "fashion_mnist_datasets": "sphere_tf.data.pipeline",
 }
-_SUBMODULES = ("archive_writers", "cifar", "datasets", "errors", "faces", "fashion_mnist", "imagenet", "mnist",
+_SUBMODULES = ("archive_writers", "cifar", "datasets", "errors", "faces", "fashion_mnist", "imagenet", "label_noise", "mnist",
                "normalization", "pipeline", "preprocessing", "tfds_source")
 
 

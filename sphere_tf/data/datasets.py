@@ -18,7 +18,9 @@ global batch): epoch e visits the examples in a permutation drawn from
 `preprocessing.element_seed(seed, e, i)`. `initial_step=s` starts the stream
 at step s (the epoch and the batch within it), so a resumed run sees the same
 batches as an uninterrupted one. The test set is one pass, in file order, with
-the evaluation transform and the same normalisation.
+the evaluation transform and the same normalisation. `label_noise=p` redraws
+training labels (`label_noise.symmetric_label_noise`, ConvNorm's Table 6) after the
+subsets; the test labels are never changed.
 """
 
 import collections
@@ -33,6 +35,7 @@ from sphere_tf.data import cifar
 from sphere_tf.data import faces
 from sphere_tf.data import fashion_mnist
 from sphere_tf.data import imagenet
+from sphere_tf.data import label_noise as label_noise_lib
 from sphere_tf.data import mnist
 from sphere_tf.data import preprocessing
 from sphere_tf.data import tfds_source
@@ -105,8 +108,9 @@ def _tar_examples(path, offsets, lengths, labels):
     return _Examples(len(labels), load)
 
 
-def _face_examples(folder, train_limit, test_limit, rng):
-    """Training and test `_Examples` of a `faces.IdentityFolder` (test: its first `test_limit` images)."""
+def _face_examples(folder, train_limit, test_limit, rng, noisy=lambda labels: labels):
+    """Training and test `_Examples` of a `faces.IdentityFolder` (test: its first `test_limit` images);
+    `noisy` maps the training labels to the ones trained on."""
     shape = faces.image_shape(folder.paths[0])
     paths = np.asarray(folder.paths, dtype=object)
 
@@ -116,7 +120,8 @@ def _face_examples(folder, train_limit, test_limit, rng):
             len(labels), lambda i: (faces.decode_image(tf.gather(paths_t, i), shape), tf.gather(labels_t, i))
         )
 
-    train = examples(*_subset((paths, folder.labels), train_limit, rng))
+    train_paths, train_labels = _subset((paths, folder.labels), train_limit, rng)
+    train = examples(train_paths, noisy(train_labels))
     test = examples(paths[: test_limit or None], folder.labels[: test_limit or None])
     return train, test, folder.num_classes
 
@@ -164,6 +169,11 @@ def _class_subset(arrays, limits, rng):
     return tuple(a[index] if isinstance(a, np.ndarray) else tuple(a[j] for j in index) for a in arrays)
 
 
+def _with_noisy_labels(arrays, noisy):
+    """`arrays` (labels last) with the labels replaced by `noisy(labels)`."""
+    return tuple(arrays[:-1]) + (noisy(np.asarray(arrays[-1])),)
+
+
 def _load_manual(name, manual_dir, split, label_mode):
     """Per-example arrays of one split from the published files; the last array holds the labels."""
     if name == "cifar10":
@@ -206,6 +216,8 @@ def get_datasets(
     initial_step=0,
     drop_remainder=True,
     channel_mean=None,
+    label_noise=0.0,
+    label_noise_type="symmetric",
 ):
     """Batched train and test `tf.data.Dataset`s of (float32 image, int32 label) for data set `name`.
 
@@ -233,6 +245,12 @@ def get_datasets(
         drop_remainder: bool, every training batch holds exactly `batch_size` examples.
         channel_mean: sequence of floats or None, the means for 'mean_subtraction' (None: the
             per-channel mean of all training images; ImageNet: `IMAGENET_CHANNEL_MEAN`).
+        label_noise: float in [0, 1), the fraction of training labels redrawn at random (0: none), after
+            `class_limits` and `train_limit`, keyed by `seed`; the test labels are never changed
+            (`label_noise.symmetric_label_noise`: ConvNorm, NeurIPS 2021, Table 6). Not for ImageNet from
+            tensorflow-datasets.
+        label_noise_type: 'symmetric' (a name in `label_noise.LABEL_NOISE_TYPES`): the authors' `sym` noise,
+            exactly ⌈label_noise·n⌉ labels redrawn uniformly over all classes (their own included).
 
     Returns:
         `(train_ds, test_ds, info)`: train_ds endless, test_ds one pass; info a dict with
@@ -258,6 +276,10 @@ def get_datasets(
     if class_limits and name == "imagenet2012" and source == "tfds":
         raise validation.invalid_argument("class_limits", "None for imagenet2012 from tfds (streamed shards)",
                                           class_limits)
+    label_noise, label_noise_type = label_noise_lib.check_label_noise(label_noise, label_noise_type)
+    if label_noise and name == "imagenet2012" and source == "tfds":
+        raise validation.invalid_argument("label_noise", "0 for imagenet2012 from tfds (streamed shards)",
+                                          label_noise)
     if not callable(augmentation):
         validation.one_of(augmentation, "augmentation", tuple(preprocessing.AUGMENTATIONS))
     eval_augmentation = spec.eval_augmentation if eval_augmentation is None else eval_augmentation
@@ -288,6 +310,9 @@ def get_datasets(
         manual_dir = os.environ.get("SPHERE_TF_FASHION_MNIST_DIR") or fashion_mnist.DEBIAN_DIR
     rng = np.random.default_rng(seed)
 
+    def noisy(labels, num_classes):
+        return label_noise_lib.add_label_noise(labels, label_noise, num_classes, seed, label_noise_type)
+
     if name == "imagenet2012" and source == "manual":
         train_index = imagenet.index_train_tar(manual_dir)
         val_index = imagenet.index_val_tar(manual_dir, val_labels_file, train_index["wnids"])
@@ -295,6 +320,7 @@ def get_datasets(
         keys = ("offsets", "lengths", "labels")
         train_arrays = _class_subset(tuple(train_index[k] for k in keys), class_limits, rng)
         train_arrays = _subset(train_arrays, train_limit, rng)
+        train_arrays = _with_noisy_labels(train_arrays, lambda labels: noisy(labels, num_classes))
         test_arrays = tuple(val_index[k][: test_limit or None] for k in keys)
         train = _tar_examples(os.path.join(manual_dir, imagenet.TRAIN_ARCHIVE), *train_arrays)
         test = _tar_examples(os.path.join(manual_dir, imagenet.VAL_ARCHIVE), *test_arrays)
@@ -302,8 +328,9 @@ def get_datasets(
     elif name == "face_folder":
         if source != "manual":
             raise validation.invalid_argument("source", "'manual' for face_folder (a folder of images)", source)
-        train, test, num_classes = _face_examples(faces.index_identity_folder(manual_dir), train_limit, test_limit,
-                                                  rng)
+        folder = faces.index_identity_folder(manual_dir)
+        train, test, num_classes = _face_examples(folder, train_limit, test_limit, rng,
+                                                  lambda labels: noisy(labels, folder.num_classes))
         mean = spec.channel_mean
         if normalization == "mean_subtraction" and channel_mean is None:
             raise validation.invalid_argument("channel_mean", "the channel means for face_folder with "
@@ -325,6 +352,7 @@ def get_datasets(
         num_classes = 20 if label_mode == "coarse" else spec.num_classes
         train_arrays = _class_subset(train_arrays, class_limits, rng)
         train_arrays = _subset(train_arrays, train_limit, rng)
+        train_arrays = _with_noisy_labels(train_arrays, lambda labels: noisy(labels, num_classes))
         test_arrays = tuple(a[: test_limit or None] for a in test_arrays)
         train = _array_examples(*train_arrays)
         test = _array_examples(*test_arrays)

@@ -208,7 +208,8 @@ def plot_roc(far, tar, path, *, label=None, far_targets=DEFAULT_FAR_TARGETS, tit
 
 def embedding_model(model):
     """The image -> embedding part of a classifier: images input to the layer 'embedding' (SphereFace
-    nets), else to the input of the classifier layer 'logits'.
+    nets; 'embedding_relu' after it when the net keeps the last ReLU, thesis Table A.1 row A, so that
+    the features are those the classifier sees), else to the input of the classifier layer 'logits'.
 
     Args:
         model: a functional `keras.Model` of `sphere_tf.models` (one or two inputs).
@@ -223,7 +224,9 @@ def embedding_model(model):
 
     images = model.input["images"] if isinstance(model.input, dict) else model.input
     names = {layer.name for layer in model.layers}
-    if "embedding" in names:
+    if "embedding_relu" in names:
+        features = model.get_layer("embedding_relu").output
+    elif "embedding" in names:
         features = model.get_layer("embedding").output
     elif "logits" in names:
         features = model.get_layer("logits").input

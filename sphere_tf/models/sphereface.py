@@ -7,7 +7,7 @@ model wy1iu/sphereface `train/code/sphereface_model.prototxt` (SphereFace-20)::
     stage s (widths 64, 128, 256, 512):
         conv [3x3, w]/2 + PReLU                       (xavier init, bias)
         residual_units[s] x ([3x3, w] + PReLU, [3x3, w] + PReLU) + identity  (gaussian 0.01, no bias)
-    FC 512 (the embedding, no activation: thesis App. A.1 drops the ReLU before it)
+    FC 512 (the embedding, no activation: thesis App. A.1 removes the "last ReLU")
     classifier (head)
 
 | name           | residual units per stage | conv layers |
@@ -26,6 +26,13 @@ layer is named 'embedding', the classifier 'logits' (with `head=` any
 `sphere_tf.models.blocks` head: `{'layer': 'margin', 'loss_type': 'asoftmax',
 'annealing': 'sphereface'}` is SphereFace). Input: aligned 112x96 crops,
 (p - 127.5)/128; any size works (4 stride-2 stages, flattened).
+
+`embedding_relu=True` puts the "last ReLU" back after the embedding (layer
+'embedding_relu'): row A of the thesis's Table A.1 (4-layer CNN, LFW 95.13,
+angular Fisher score 0.3477), the standard CNN whose features are confined to
+the non-negative orthant before App. A.1 removes that ReLU (row B, 96.37). The
+classifier and face verification (`evaluation.verification.embedding_model`)
+then see the rectified features.
 """
 
 import keras
@@ -82,6 +89,7 @@ def build_sphereface(
     batch_norm=False,
     head=None,
     width_multiplier=1.0,
+    embedding_relu=False,
     name="sphereface",
 ):
     """Builds a SphereFace residual network (see the module docstring).
@@ -98,6 +106,8 @@ def build_sphereface(
         batch_norm: bool, BatchNorm after every conv (not in the paper's nets).
         head: the classifier (`sphere_tf.models.blocks`): None (Dense), a dict or a layer.
         width_multiplier: float > 0, scales `widths` (not the embedding).
+        embedding_relu: bool, a ReLU after the embedding FC (the "last ReLU" of thesis App. A.1 and
+            Table A.1 row A; the SphereFace nets have none).
         name: str, the model's name.
 
     Returns:
@@ -108,6 +118,7 @@ def build_sphereface(
     """
     multiplier = float(validation.positive_float(width_multiplier, "width_multiplier"))
     validation.one_of(batch_norm, "batch_norm", (True, False))
+    validation.one_of(embedding_relu, "embedding_relu", (True, False))
     widths = blocks.scale_widths(widths, multiplier)
     if len(widths) != 4:
         raise validation.invalid_argument("widths", "4 stage widths", widths)
@@ -133,6 +144,8 @@ def build_sphereface(
             x = keras.layers.Add(name=f"res{stage}_{i + 1}")([x, y])
     x = keras.layers.Flatten(name="flatten")(x)
     features = keras.layers.Dense(embedding_dim, kernel_initializer="glorot_uniform", name="embedding")(x)
+    if embedding_relu:
+        features = keras.layers.ReLU(name="embedding_relu")(features)
     return blocks.finish(images, features, head, num_classes, name)
 
 

@@ -27,6 +27,7 @@ from sphere_tf import losses as losses_lib
 from sphere_tf import models as models_lib
 from sphere_tf import validation
 from sphere_tf.data import datasets as datasets_lib
+from sphere_tf.data import label_noise as label_noise_lib
 from sphere_tf.data import preprocessing
 from sphere_tf.metrics import classification
 from sphere_tf.models import blocks
@@ -175,6 +176,10 @@ def validate(config):
     validation.integer(data["test_limit"], "data.test_limit", minimum=0)
     classes = 20 if data["label_mode"] == "coarse" else datasets_lib.DATASETS[data["name"]].num_classes
     datasets_lib.check_class_limits(data["class_limits"], classes, "data.class_limits")
+    label_noise_lib.check_label_noise(data["label_noise"], data["label_noise_type"], prefix="data.")
+    if data["label_noise"] and data["name"] == "imagenet2012" and data["source"] == "tfds":
+        raise validation.invalid_argument("data.label_noise", "0 for imagenet2012 from tfds (streamed shards)",
+                                          data["label_noise"])
 
     _check_model(config["model"])
     loss = config["loss"]

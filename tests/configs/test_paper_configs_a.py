@@ -47,6 +47,7 @@ CELLS = {
     "dcnet/table6_imagenet_resnet18.py": 4 * 3,
     "dcnet/appf_resnet32_sgd.py": 1 + 7 * 3,
     "convnorm/table4_cifar_resnet18.py": (4 + 2) * 2,  # Table 4 rows + Table 5's affine-off cells, × 2 data sets
+    "convnorm/table6_label_noise.py": 4 * 4,
     "convnorm/table7_data_scarcity.py": 4 * 4,
     "convnorm/fig4_convergence.py": 4,  # the four normalisations of the ResNet-18 panel
 }
@@ -287,6 +288,14 @@ def test_convnorm_recipe():
     assert config["data"]["augmentation"] == "cifar_plus"
     vanilla = _config("convnorm/table4_cifar_resnet18.py", "method=vanilla")
     assert vanilla["model"]["operator"]["layer"] == "conv2d" and vanilla["model"]["batch_norm"] is False
+    # Table 6: Table 4's recipe with 20-80 % symmetric noise, the best of per-epoch test evaluations.
+    noisy = _config("convnorm/table6_label_noise.py", "noise=80,method=bn")
+    table4 = _config("convnorm/table4_cifar_resnet18.py", "method=bn")
+    assert (noisy["data"]["label_noise"], noisy["data"]["label_noise_type"]) == (0.8, "symmetric")
+    assert noisy["evaluation"]["eval_every_steps"] == 351 and noisy["evaluation"]["select_best"] is True
+    assert {k: v for k, v in noisy.items() if k not in ("data", "evaluation")} == {
+        k: v for k, v in table4.items() if k not in ("data", "evaluation")}
+    assert {**noisy["data"], "label_noise": 0.0} == table4["data"]
 
 
 def test_convnorm_initializer_is_pytorchs_default():

@@ -80,3 +80,45 @@ def test_embedding_model_of_a_zoo_classifier():
     model = models.create_model("small_cnn", input_shape=(8, 8, 1), num_classes=3)
     embedder = verification.embedding_model(model)
     assert embedder.output.shape[-1] == model.get_layer("logits").kernel.shape[0]
+
+
+def test_embedding_relu_is_table_a1_row_a_and_round_trips(tmp_path):
+    """Thesis Table A.1 row A: a ReLU after the embedding FC ("last ReLU"); off by default (rows B-G)."""
+    assert "embedding_relu" not in [layer.name for layer in _small_model().layers]
+    keras.utils.set_random_seed(1)
+    model = models.create_model("sphereface4", input_shape=(12, 10, 3), num_classes=4, width_multiplier=0.125,
+                                embedding_relu=True)
+    names = [layer.name for layer in model.layers]
+    assert names[names.index("embedding") + 1:] == ["embedding_relu", "logits"]
+    images = np.random.default_rng(2).normal(size=(6, 12, 10, 3)).astype(np.float32)
+    # NumPy reference: the classifier sees max(0, embedding); so does verification.
+    before = keras.ops.convert_to_numpy(keras.Model(model.input, model.get_layer("embedding").output)(images))
+    assert (before < 0).any()
+    features = keras.ops.convert_to_numpy(verification.embedding_model(model)(images))
+    np.testing.assert_allclose(features, np.maximum(before, 0.0), atol=1e-6)
+    kernel, bias = (keras.ops.convert_to_numpy(w) for w in model.get_layer("logits").weights)
+    logits = keras.ops.convert_to_numpy(model(images))
+    np.testing.assert_allclose(logits, np.maximum(before, 0.0) @ kernel + bias, rtol=1e-4, atol=1e-4)
+    path = str(tmp_path / "row_a.keras")
+    model.save(path)
+    restored = keras.models.load_model(path)
+    assert "embedding_relu" in [layer.name for layer in restored.layers]
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(restored(images)), logits, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match=r"`embedding_relu`: expected one of \(True, False\)"):
+        models.create_model("sphereface4", embedding_relu="yes")
+
+
+def test_table2_11_row_a_variant():
+    import importlib  # noqa: PLC0415
+
+    from sphere_tf.evaluation import face  # noqa: PLC0415
+    from sphere_tf.training import classifier  # noqa: PLC0415
+
+    module = importlib.import_module("configs.face.table2_11_depth")
+    row_a = module.get_config("depth=4,loss=softmax,last_relu=true")
+    row_b = module.get_config("depth=4,loss=softmax")
+    assert row_a.model.embedding_relu is True and "embedding_relu" not in row_b.model
+    assert row_a.model.head is None and row_a.model.name == "sphereface4"
+    assert {**row_a.to_dict(), "model": None} == {**row_b.to_dict(), "model": None}
+    checked = classifier.validate(face.split_config(module.get_config("quick,depth=4,loss=softmax,last_relu=true"))[0])
+    assert checked["model"]["embedding_relu"] is True
