@@ -393,9 +393,9 @@ def dry_run(config, probe_steps=3, data=None):
     The step count comes from the data set's published training size (`DatasetSpec.train_size`, with
     `data.train_limit`); where that is unknown (a folder of identities) and the config does not fix the steps,
     it is None. A caller that knows more about the data (the face runner counts an identity folder's images,
-    `sphere_tf.evaluation.face.dry_run`) passes it in `data`. The time is measured: the model is built and compiled as the run builds it (no strategy), one
-    step on a synthetic batch of the run's shape compiles it (`compile_seconds`), then `probe_steps` more are
-    timed; the estimate is compile + steps × the measured step time (test evaluations, data loading and
+    `sphere_tf.evaluation.face.dry_run`) passes it in `data`. The time is measured: the model is built and
+    compiled as the run builds it (no strategy), one step on a synthetic batch of the run's shape compiles it
+    (`compile_seconds`), then `probe_steps` more are timed; the estimate is compile + steps × the measured step time (test evaluations, data loading and
     export are not counted).
 
     Args:
