@@ -12,6 +12,11 @@ plus a `verification` section (docs/face.md); after training, when
 A Partial FC head comes from `model.head.sample_rate` / `model.head.shard_classes`
 (configs/face/partial_fc_*.py, docs/partial_fc.md); the export leaves the class
 matrix out unless `--config.export_class_matrix=True`.
+
+`--dry_run` (no `--workdir` needed) prints the resolved config, the step count (from the identity folder where it
+is on this machine, else the published size the config's `training_set` states), the class matrix's memory and an
+estimated training time measured on a few steps of a synthetic batch, then exits: nothing is trained or written
+(`face.dry_run`, docs/face.md).
 """
 
 import json
@@ -35,7 +40,16 @@ _STRATEGY = flags.DEFINE_enum(
     "strategy", None, ["auto", "one_device", "mirrored", "multi_worker", "tpu"],
     "tf.distribute strategy; overrides `config.strategy`.",
 )
-flags.mark_flags_as_required(["config", "workdir"])
+_DRY_RUN = flags.DEFINE_bool(
+    "dry_run", False, "Print the resolved config, the step count, the class matrix's memory and an estimated "
+    "training time on this machine (measured on a few steps of a synthetic batch), then exit: nothing is trained or "
+    "written.")
+_DRY_RUN_STEPS = flags.DEFINE_integer("dry_run_steps", 3, "Steps timed by --dry_run (0: no time estimate).")
+_DRY_RUN_CLASS_MEMORY_GB = flags.DEFINE_float(
+    "dry_run_class_memory_gb", face.DRY_RUN_CLASS_MEMORY_BYTES / 2**30,
+    "--dry_run builds no class matrix whose weights and optimizer slots exceed this many GiB (its memory is "
+    "printed, the time is not measured).", lower_bound=0.0)
+flags.mark_flag_as_required("config")
 
 
 def main(argv):
@@ -46,6 +60,14 @@ def main(argv):
     if _STRATEGY.value is not None:
         with config.unlocked():
             config.strategy = _STRATEGY.value
+    if _DRY_RUN.value:
+        plan = face.dry_run(config, probe_steps=_DRY_RUN_STEPS.value,
+                            class_memory_limit=max(1, int(_DRY_RUN_CLASS_MEMORY_GB.value * 2**30)))
+        print(json.dumps(plan["config"], indent=2))
+        print("\n".join(face.dry_run_lines(plan)))
+        return
+    if not _WORKDIR.value:
+        raise app.UsageError("--workdir is required (except with --dry_run).")
     logging.info("Config:\n%s", config)
     results = face.train_face(config, _WORKDIR.value)
     if results.get("lfw_accuracy") is not None:

@@ -31,7 +31,8 @@ Run:
 from configs import common
 from configs.face import recipe
 
-STEPS_PER_EPOCH = 234  # 30,000 images of classes 0-4, batch 128
+NUM_IMAGES = 30000  # the training images of classes 0-4
+STEPS_PER_EPOCH = NUM_IMAGES // 128  # 234
 
 
 def get_config(arg=None):
@@ -51,6 +52,9 @@ def get_config(arg=None):
     config.train.checkpoint_every_steps = 0
     config.export = False
     config.verification.image_pattern = "{name}/{name}_{index:04d}.png"
+    # The folder experiments/face_open_set_fashion_mnist.py writes: the training images of classes 0-4.
+    config.training_set = dict(name="Fashion-MNIST classes 0-4", images=NUM_IMAGES, identities=5,
+                               image_shape=[28, 28, 1])
     if arg.quick:
         config.data.test_limit = 16
     return config

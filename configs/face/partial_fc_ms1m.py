@@ -22,8 +22,8 @@ Run:
 from configs import common
 from configs.face import recipe
 
-NUM_IDENTITIES = 85742
-NUM_IMAGES = 5822653
+NUM_IDENTITIES = recipe.MS1M_ARCFACE["identities"]  # 85,742
+NUM_IMAGES = recipe.MS1M_ARCFACE["images"]  # 5,822,653
 BATCH_SIZE = 512
 STEPS_PER_EPOCH = NUM_IMAGES // BATCH_SIZE  # 11,372
 EPOCHS, DECAY_EPOCHS = 16, (8, 14)
@@ -36,6 +36,7 @@ def get_config(arg=None):
         boundaries=tuple(e * STEPS_PER_EPOCH for e in DECAY_EPOCHS), learning_rate=0.1, batch_size=BATCH_SIZE,
         sample_rate=arg.sample_rate, shard_classes=arg.shard_classes,
     )
+    config.training_set = dict(recipe.MS1M_ARCFACE)
     if not arg.quick:
         config.train.steps_per_epoch = STEPS_PER_EPOCH
         config.train.checkpoint_every_steps = 2000

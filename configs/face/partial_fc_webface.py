@@ -23,7 +23,7 @@ Run:
 from configs import common
 from configs.face import recipe
 
-NUM_IDENTITIES = 10575
+NUM_IDENTITIES = recipe.CASIA_WEBFACE["identities"]  # 10,575 (the recipe's `training_set`)
 
 
 def get_config(arg=None):

@@ -20,6 +20,13 @@ HEADS = {
     "combined": {"layer": "margin", "loss_type": "combined", "scale": 64.0, "margin": (1.0, 0.3, 0.2)},
 }
 WEIGHT_DECAY = 2.5e-4
+# The published training sets, as a face config's `training_set` section states them (the dry run counts the steps
+# with it when the identity folder is not on the machine; a run counts the folder). CASIA-WebFace: D. Yi et al.,
+# "Learning Face Representation from Scratch", arXiv:1411.7923, 494,414 images of 10,575 subjects, here as the
+# SphereFace 112x96 crops. MS1M-ArcFace ("emore"): the insightface data set of `partial_fc_ms1m.py`'s docstring,
+# 112x112 crops.
+CASIA_WEBFACE = {"name": "CASIA-WebFace", "images": 494414, "identities": 10575, "image_shape": [112, 96, 3]}
+MS1M_ARCFACE = {"name": "MS1M-ArcFace", "images": 5822653, "identities": 85742, "image_shape": [112, 112, 3]}
 
 
 def head(loss, margin=0):
@@ -57,6 +64,7 @@ def face_config(model, head_spec, *, quick=False, seed=0, steps=28000, boundarie
     config.data.test_limit = 10000
     config.verification = dict(pairs="", images="", image_pattern="{name}/{name}_{index:04d}.jpg", batch_size=64,
                                far_targets=[1e-3, 1e-4])
+    config.training_set = dict(CASIA_WEBFACE)
     if quick:
         config.data.train_limit = 64
         config.data.test_limit = 16

@@ -33,6 +33,7 @@ import tensorflow as tf
 from sphere_tf import json_files
 from sphere_tf import metrics
 from sphere_tf import validation
+from sphere_tf.data import datasets as datasets_lib
 from sphere_tf.data import faces
 from sphere_tf.data import preprocessing
 from sphere_tf.evaluation import verification
@@ -45,28 +46,64 @@ VERIFICATION_DEFAULTS = {
     "batch_size": 64,
     "far_targets": list(verification.DEFAULT_FAR_TARGETS),
 }
+# The `training_set` section of a face config (not part of the runner's schema): the published size of the set
+# the identity folder holds, which `dry_run` counts the steps with when the folder is not on this machine (a run
+# always counts the folder). 0 / [] = not stated.
+TRAINING_SET_DEFAULTS = {
+    "name": "",  # for the printout, e.g. "CASIA-WebFace"
+    "images": 0,
+    "identities": 0,
+    "image_shape": [],  # (height, width, channels) of the aligned crops
+}
+# The face-only sections, taken out of a face config before the runner sees it.
+FACE_SECTIONS = {"verification": VERIFICATION_DEFAULTS, "training_set": TRAINING_SET_DEFAULTS}
 
 
-def split_config(config):
-    """`(runner_config, verification_section)` of a face config (plain dicts, defaults filled in).
+def _check_training_set(section):
+    validation.integer(section["images"], "training_set.images", minimum=0)
+    validation.integer(section["identities"], "training_set.identities", minimum=0)
+    shape = section["image_shape"]
+    if not isinstance(shape, (list, tuple)) or len(shape) not in (0, 3) or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape):
+        raise validation.invalid_argument("training_set.image_shape", "[] or [height, width, channels] (ints > 0)",
+                                          shape)
+    return {**section, "image_shape": list(shape)}
+
+
+def face_sections(config):
+    """`(runner_config, sections)` of a face config: plain dicts, defaults filled in; `sections` maps each name of
+    `FACE_SECTIONS` (`verification`, `training_set`) to its section.
 
     The runner config's `export_class_matrix` is False unless the config sets it: the face runner exports the
     `embeddings` signature without the head's class matrix (`sphere_tf.export.export_model`'s `class_matrix`).
 
     Raises:
-        ValueError: an unknown key in the `verification` section (named).
+        ValueError: an unknown key in a face section, or a bad `training_set` value (named).
     """
     if hasattr(config, "to_dict"):
         config = config.to_dict()
     config = copy.deepcopy(dict(config))
     # Face models serve embeddings: the export leaves the class matrix out unless the config keeps it.
     config.setdefault("export_class_matrix", False)
-    section = dict(config.pop("verification", None) or {})
-    unknown = sorted(set(section) - set(VERIFICATION_DEFAULTS))
-    if unknown:
-        raise ValueError(f"Unknown config key 'verification.{unknown[0]}'; expected one of "
-                         f"{sorted(VERIFICATION_DEFAULTS)}.")
-    return config, {**VERIFICATION_DEFAULTS, **section}
+    sections = {}
+    for name, defaults in FACE_SECTIONS.items():
+        section = dict(config.pop(name, None) or {})
+        unknown = sorted(set(section) - set(defaults))
+        if unknown:
+            raise ValueError(f"Unknown config key '{name}.{unknown[0]}'; expected one of {sorted(defaults)}.")
+        sections[name] = {**defaults, **section}
+    sections["training_set"] = _check_training_set(sections["training_set"])
+    return config, sections
+
+
+def split_config(config):
+    """`(runner_config, verification_section)` of a face config (`face_sections`, without `training_set`).
+
+    Raises:
+        ValueError: an unknown key in a face section, or a bad `training_set` value (named).
+    """
+    config, sections = face_sections(config)
+    return config, sections["verification"]
 
 
 def _pair_images_dataset(paths, shape, normalization, batch_size):
@@ -264,3 +301,133 @@ def train_face(config, workdir):
             workdir, section["pairs"], section["images"], image_pattern=section["image_pattern"],
             batch_size=section["batch_size"], far_targets=tuple(section["far_targets"])))
     return results
+
+
+# The dry run builds no class matrix whose float weights and optimizer slots together exceed this: its probe
+# allocates them on this one machine, where a Partial FC run would split them over its devices.
+DRY_RUN_CLASS_MEMORY_BYTES = 2 * 2**30
+
+
+def _training_data(runner_config, training_set):
+    """`(source, images, identities, image_shape)` the dry run counts with: the identity folder `data.manual_dir`
+    where it is a folder here (read as the run reads it), else the config's `training_set` ('training_set' where
+    it states the images, else 'unknown'; None for what it does not state)."""
+    folder = runner_config["data"]["manual_dir"]
+    if folder and os.path.isdir(folder):
+        index = faces.index_identity_folder(folder)
+        return "folder", len(index.paths), index.num_classes, faces.image_shape(index.paths[0])
+    source = "training_set" if training_set["images"] else "unknown"
+    return (source, training_set["images"] or None, training_set["identities"] or None,
+            tuple(training_set["image_shape"]) or None)
+
+
+def _class_matrix(runner_config, num_classes, input_shape):
+    """The head's `(d, C)` class matrix: `width` d, `classes` C, `bytes` (in the variable dtype),
+    `optimizer_slots` (the configured optimizer's slots per weight) and `total_bytes` (weights and slots).
+
+    d is read from the model built with a handful of classes (not C: that is the allocation to be judged)."""
+    import keras  # noqa: PLC0415
+
+    from sphere_tf import models as models_lib  # noqa: PLC0415
+    from sphere_tf.training import optimization  # noqa: PLC0415
+    from sphere_tf.training import recipe  # noqa: PLC0415
+
+    model_cfg = recipe.model_kwargs(runner_config["model"])
+    head = model_cfg.get("head") if isinstance(model_cfg.get("head"), dict) else {}
+    name = model_cfg.pop("name")
+    small = models_lib.create_model(name, input_shape=input_shape, num_classes=max(2, head.get("num_shards", 1)),
+                                    **model_cfg)
+    width = int(small.get_layer(head.get("name", "logits")).kernel.shape[0])
+    itemsize = np.dtype(keras.mixed_precision.DTypePolicy(runner_config["mixed_precision"]).variable_dtype).itemsize
+    # The slots per weight: the variables a built optimizer adds for one weight (momentum 1, Adam 2, plain SGD 0).
+    bare = optimization.build_optimizer(runner_config["optimizer"], 0.1)
+    bare.build([])
+    one = optimization.build_optimizer(runner_config["optimizer"], 0.1)
+    one.build([keras.Variable(np.zeros((1,), "float32"))])
+    slots = len(one.variables) - len(bare.variables)
+    matrix = width * int(num_classes) * itemsize
+    return {"width": width, "classes": int(num_classes), "bytes": matrix, "optimizer_slots": slots,
+            "total_bytes": matrix * (1 + slots)}
+
+
+def dry_run(config, probe_steps=3, class_memory_limit=DRY_RUN_CLASS_MEMORY_BYTES):
+    """What `train_face(config, workdir)` would do, before anything trains or any file is written: the resolved
+    config, the step count, the class matrix's memory and an estimated training time on this machine.
+
+    The config is checked as the run checks it (`face_sections`, then the runner's `validate`: the same errors).
+    The steps count the identity folder `data.manual_dir` where it is a folder on this machine (its images, with
+    `data.train_limit`, and identities, as the run reads them), else the published size the config's
+    `training_set` states (CASIA-WebFace, MS1M in configs/face/), else they are unknown. The time is
+    `sphere_tf.training.classifier.dry_run`'s: the model, head and optimizer built and compiled as the run
+    builds them (a Partial FC head as `PartialFCHead` with its own loss and `PartialFCOptimizer`, one device) on
+    the folder's (or `training_set`'s) image shape and identity count, one step on a synthetic batch to compile,
+    `probe_steps` timed. A class matrix whose weights and optimizer slots exceed `class_memory_limit` bytes is
+    not built: its memory is reported and the time is not measured.
+
+    Args:
+        config: ConfigDict or dict, a face config (runner config plus `FACE_SECTIONS`).
+        probe_steps: int >= 0, timed steps (0: no model is built, no time estimate).
+        class_memory_limit: int > 0, bytes.
+
+    Returns:
+        dict: `classifier.dry_run`'s plan (`config` now holds the face sections too), plus `data_source`
+        ('folder', 'training_set' or 'unknown'), `folder_images`, `identities`, `image_shape`, `class_matrix`
+        (see `_class_matrix`) and `probe_skipped` (None, or why no time was measured).
+
+    Raises:
+        ConfigError / ValueError: a bad config, as the run (named).
+        DataNotFoundError, CorruptDataError: `data.manual_dir` is a folder but not an identity folder.
+    """
+    from sphere_tf.training import classifier  # noqa: PLC0415 (training imports the whole package)
+
+    runner_config, sections = face_sections(config)
+    runner_config = classifier.validate(runner_config)
+    probe_steps = validation.integer(probe_steps, "probe_steps", minimum=0)
+    class_memory_limit = validation.positive_int(class_memory_limit, "class_memory_limit")
+    source, images, identities, image_shape = _training_data(runner_config, sections["training_set"])
+    # Not stated: timed on the face_folder data set's own shapes (the SphereFace crops of CASIA-WebFace).
+    spec = datasets_lib.DATASETS["face_folder"]
+    identities, image_shape = identities or spec.num_classes, tuple(image_shape or spec.input_shape)
+    matrix = _class_matrix(runner_config, identities, image_shape)
+    skipped = None
+    if probe_steps and matrix["total_bytes"] > class_memory_limit:
+        skipped = (f"the class matrix and its optimizer slots ({matrix['total_bytes'] / 2**30:.2f} GiB) exceed the "
+                   f"dry run's limit of {class_memory_limit / 2**30:.2f} GiB on this machine")
+    plan = classifier.dry_run(runner_config, probe_steps=0 if skipped else probe_steps,
+                              data={"train_images": images, "num_classes": identities, "input_shape": image_shape})
+    plan.update(config={**plan["config"], **sections}, data_source=source, folder_images=images,
+                identities=identities, image_shape=image_shape, class_matrix=matrix, probe_skipped=skipped)
+    return plan
+
+
+def dry_run_lines(plan):
+    """The face dry run's summary (`dry_run`), printed after the resolved config."""
+    from sphere_tf.training import classifier  # noqa: PLC0415
+
+    config = plan["config"]
+    shape = "x".join(str(d) for d in plan["image_shape"])
+    folder = config["data"]["manual_dir"]
+    absent = f"data.manual_dir {folder!r} is not a folder here" if folder else "data.manual_dir is not set"
+    if plan["data_source"] == "folder":
+        data = (f"identity folder {folder}: {plan['folder_images']:,} images of "
+                f"{plan['identities']:,} identities, {shape}")
+    elif plan["data_source"] == "training_set":
+        name = config["training_set"]["name"] or "the config's training_set"
+        data = (f"{name} as published (training_set): {plan['folder_images']:,} images of {plan['identities']:,} "
+                f"identities, {shape}; {absent}")
+    else:
+        data = (f"unknown: {absent} and the config states no training_set.images (timed with "
+                f"{plan['identities']:,} identities, {shape})")
+    matrix = plan["class_matrix"]
+    memory = (f"{matrix['width']} x {matrix['classes']:,}: {matrix['bytes'] / 2**20:,.1f} MiB, "
+              f"{matrix['total_bytes'] / 2**20:,.1f} MiB with {matrix['optimizer_slots']} optimizer slot(s) per weight")
+    head = config["model"].get("head") or {}
+    if head.get("shard_classes"):
+        memory += " (split over the devices: model.head.shard_classes)"
+    lines = [f"data             {data}"] + classifier.dry_run_lines(plan) + [f"class matrix     {memory}"]
+    if plan["probe_skipped"]:
+        lines.append(f"step time        not measured: {plan['probe_skipped']} (--dry_run_class_memory_gb)")
+    pairs = config["verification"]["pairs"]
+    lines.append(f"verification     {pairs if pairs else 'none'}" + (
+        f" with images {config['verification']['images']}" if pairs else " (verification.pairs is '')"))
+    return lines

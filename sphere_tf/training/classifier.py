@@ -391,20 +391,23 @@ def summary_lines(config, info, results, seconds, workdir):
 
 
 @config_errors
-def dry_run(config, probe_steps=3):
+def dry_run(config, probe_steps=3, data=None):
     """What a run of `config` would do, before anything trains or any file is written: the resolved config, the
     step count and an estimated training time on this machine.
 
     The step count comes from the data set's published training size (`DatasetSpec.train_size`, with
     `data.train_limit`); where that is unknown (a folder of identities) and the config does not fix the steps,
-    it is None. The time is measured: the model is built and compiled as the run builds it (no strategy), one
-    step on a synthetic batch of the run's shape compiles it (`compile_seconds`), then `probe_steps` more are
-    timed; the estimate is compile + steps × the measured step time (test evaluations, data loading and
+    it is None. A caller that knows more about the data (the face runner counts an identity folder's images,
+    `sphere_tf.evaluation.face.dry_run`) passes it in `data`. The time is measured: the model is built and
+    compiled as the run builds it (no strategy), one step on a synthetic batch of the run's shape compiles it
+    (`compile_seconds`), then `probe_steps` more are timed; the estimate is compile + steps × the measured step time (test evaluations, data loading and
     export are not counted).
 
     Args:
         config: ConfigDict or dict following `DEFAULTS`.
         probe_steps: int >= 0, timed steps (0: no model is built, no time estimate).
+        data: None or a dict overriding the data set's published `train_images` (int or None: unknown),
+            `num_classes` and `input_shape` (the run's image shape, without the batch axis).
 
     Returns:
         dict: `config` (resolved), `train_images`, `steps_per_epoch`, `epochs`, `total_steps`, `evaluations`,
@@ -418,7 +421,8 @@ def dry_run(config, probe_steps=3):
     probe_steps = validation.integer(probe_steps, "probe_steps", minimum=0)
     data_cfg, train_cfg = config["data"], config["train"]
     spec = datasets_lib.DATASETS[data_cfg["name"]]
-    train_images = spec.train_size
+    data = dict(data or {})
+    train_images = data.get("train_images", spec.train_size)
     if train_images is not None and data_cfg["train_limit"]:
         train_images = min(train_images, data_cfg["train_limit"])
     data_steps = train_images // train_cfg["batch_size"] if train_images else None  # drop_remainder, as the run
@@ -433,8 +437,9 @@ def dry_run(config, probe_steps=3):
                     evaluations=(steps_per_epoch * epochs) // every if every else 1)
     if not probe_steps:
         return plan
-    classes = 20 if data_cfg["label_mode"] == "coarse" else spec.num_classes
-    input_shape = spec.input_shape or (preprocessing.IMAGENET_CROP, preprocessing.IMAGENET_CROP, 3)
+    classes = data.get("num_classes", 20 if data_cfg["label_mode"] == "coarse" else spec.num_classes)
+    input_shape = tuple(data.get("input_shape") or spec.input_shape
+                        or (preprocessing.IMAGENET_CROP, preprocessing.IMAGENET_CROP, 3))
     info = {"input_shape": input_shape, "num_classes": classes}
     previous_policy = keras.mixed_precision.global_policy().name
     keras.mixed_precision.set_global_policy(config["mixed_precision"])
