@@ -1,8 +1,14 @@
 """Tracks the hyperspherical energy of a model's layers during `fit` [T-E.2].
 
-The default measurement is the one the thesis plots for CoMHE (Figs 6.1, 6.2,
-E.2–E.7): the *unprojected* half-space energy with s = 1 (Eq E.2, per-layer mean
-over the 2N points), per layer and summed over layers.
+The default measurement is the one the thesis plots for CoMHE's training curves
+(Fig. 6.1 and Figs. E.2–E.5, App. E.2.3): the *unprojected* half-space energy
+with s = 1 (Eq. E.2, per-layer mean over the ordered pairs of the 2N points
+{ŵ_k, −ŵ_k}), per layer and summed over layers. `power` and `half_space` select
+another: Fig. 6.2's text names E_2 of Eq. 6.1 (full space, s = 2).
+
+A layer's neurons are its effective kernel (`sphere_tf.layers.kernels`): the
+`kernel` of a Conv2D / Dense / SphereConv2D / DecoupledConv2D, ``W = R·V`` of an
+OPT layer, whatever a layer's `effective_kernel()` returns.
 """
 
 import keras
@@ -11,29 +17,20 @@ from keras import ops
 
 from sphere_tf import energy as energy_lib
 from sphere_tf import validation
-from sphere_tf.layers import walk
-
-
-def _has_kernel(layer):
-    kernel = getattr(layer, "kernel", None)
-    return kernel is not None and len(kernel.shape) >= 2
+from sphere_tf.layers import kernels
 
 
 def kernel_layers(model):
-    """All layers under `model` owning a rank >= 2 `kernel`, in model order.
-
-    Nested models and layers held by custom blocks are searched
-    (`sphere_tf.layers.walk`); the walk does not descend into a layer that has a
-    kernel, so a wrapper's inner kernel is not counted twice.
-    """
-    return walk.find_layers(model, _has_kernel, descend=lambda layer: getattr(layer, "kernel", None) is None)
+    """All layers under `model` with an effective kernel, in model order (`sphere_tf.layers.kernels`)."""
+    return kernels.kernel_layers(model)
 
 
 def layer_energies(model, layers=None, **energy_kwargs):
-    """Dict layer name -> float energy of `layer.kernel` (`energy.hyperspherical_energy` kwargs)."""
+    """Dict layer name -> float energy of the layer's effective kernel (`energy.hyperspherical_energy` kwargs)."""
     layers = kernel_layers(model) if layers is None else layers
     return {
-        layer.name: float(ops.convert_to_numpy(energy_lib.hyperspherical_energy(layer.kernel, **energy_kwargs)))
+        layer.name: float(ops.convert_to_numpy(
+            energy_lib.hyperspherical_energy(kernels.effective_kernel(layer), **energy_kwargs)))
         for layer in layers
     }
 
@@ -52,7 +49,7 @@ class HypersphericalEnergy(keras.callbacks.Callback):
         half_space: bool (default True, Eq E.2).
         distance: 'euclidean', 'angular' or 'normalized_angular'.
         layer_names: optional list of layer names to track (default: every layer
-            with a kernel, including the output layer).
+            with an effective kernel, including the output layer).
         frequency: int >= 1, write to TensorBoard every `frequency` epochs (or
             batches). The History gets a value at the end of every epoch.
         update_freq: 'epoch' or 'batch' (TensorBoard granularity).

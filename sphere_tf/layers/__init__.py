@@ -9,6 +9,8 @@ from sphere_tf.layers.margin_head import MarginHead
 from sphere_tf.layers.partial_fc import PartialFCHead
 from sphere_tf.layers.partial_fc import class_sharding_layout
 from sphere_tf.layers.folding import fold_opt_model
+from sphere_tf.layers.kernels import effective_kernel
+from sphere_tf.layers.kernels import has_effective_kernel
 from sphere_tf.layers.opt import OPTConv2D
 from sphere_tf.layers.opt import OPTDense
 from sphere_tf.layers.opt import OPTLayer

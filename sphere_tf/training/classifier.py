@@ -133,15 +133,18 @@ def _test_curve(history, accuracy_name):
 
 def _probe_model(config):
     """Builds the configured model once on the data set's shapes (no data read), so a model option a
-    `**kwargs` model function passes on is checked too; the probe is discarded."""
+    `**kwargs` model function passes on is checked too, and so is each `train.energy_layers` pattern (it must
+    match a layer); the probe is discarded."""
     spec = datasets_lib.DATASETS[config["data"]["name"]]
     input_shape = spec.input_shape or (preprocessing.IMAGENET_CROP, preprocessing.IMAGENET_CROP, 3)
     model_cfg = recipe.model_kwargs(config["model"])
     name = model_cfg.pop("name")
     try:
-        models_lib.create_model(name, input_shape=input_shape, num_classes=spec.num_classes, **model_cfg)
+        model = models_lib.create_model(name, input_shape=input_shape, num_classes=spec.num_classes, **model_cfg)
     except TypeError as error:
         raise ValueError(f"Invalid config key in 'model' for model {name!r}: {error}") from None
+    if config["train"]["energy_layers"] is not None:  # each pattern names a layer of this model
+        recipe.energy_layer_names(config["train"]["energy_layers"], model, {})
 
 
 @config_errors
@@ -217,6 +220,9 @@ def validate(config):
     for key in ("steps", "steps_per_epoch", "checkpoint_every_steps"):
         validation.integer(train[key], f"train.{key}", minimum=0)
     validation.positive_int(train["energy_every_epochs"], "train.energy_every_epochs")
+    recipe.energy_layer_patterns(train["energy_layers"])
+    validation.non_negative_float(train["energy_power"], "train.energy_power")
+    validation.one_of(train["energy_half_space"], "train.energy_half_space", (True, False))
     validation.one_of(train["verbose"], "train.verbose", FIT_VERBOSITY)
     total = train["steps"] or train["epochs"] * max(train["steps_per_epoch"], 1)
     rate = optimization.build_learning_rate(config["optimizer"].get("learning_rate"), config["schedule"], total)
@@ -685,6 +691,7 @@ def train_and_evaluate(config, workdir, strategy=None):
         "epochs": epochs,
         "steps_per_epoch": steps_per_epoch,
         "regularized_layers": attached,
+        "energy_layers": recipe.energy_layer_names(config["train"]["energy_layers"], model, attached),
         "bn_statistics": bn_statistics,
         "history": fitted["history"],
         "test_curve": test_curve,

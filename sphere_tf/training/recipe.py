@@ -8,6 +8,7 @@ docs/runner.md.
 """
 
 import copy
+import fnmatch
 import functools
 import os
 import time
@@ -23,6 +24,7 @@ from sphere_tf import models as models_lib
 from sphere_tf import optimizers as optimizers_lib
 from sphere_tf import regularizers as regularizers_lib
 from sphere_tf import validation
+from sphere_tf.layers import kernels as kernels_lib
 from sphere_tf.training import model as sphere_model_lib
 from sphere_tf.training import optimization
 from sphere_tf.training import precise_bn
@@ -57,7 +59,8 @@ DEFAULTS = {
     },
     "train": {
         "batch_size": 128, "epochs": 1, "steps": 0, "steps_per_epoch": 0, "checkpoint_every_steps": 0,
-        "verbose": "auto", "energy_every_epochs": 1,
+        "verbose": "auto", "energy_every_epochs": 1, "energy_layers": None, "energy_power": 1.0,
+        "energy_half_space": True,
     },
     "evaluation": {"precise_bn_batches": "auto", "eval_every_steps": 0, "select_best": False,
                    "minority_classes": []},
@@ -286,16 +289,53 @@ def recompute_batch_statistics(model, evaluation_cfg, batches, steps, batches_pe
     return f"precise ({used} batches)"
 
 
+def energy_layer_patterns(energy_layers):
+    """The `fnmatch` patterns of `train.energy_layers`: None (the regularized layers, see `energy_layer_names`),
+    one pattern or a list of them ([] tracks no layer); anything else raises, naming the key."""
+    if energy_layers is None:
+        return None
+    patterns = [energy_layers] if isinstance(energy_layers, str) else energy_layers
+    if not isinstance(patterns, (list, tuple)) or not all(isinstance(p, str) and p for p in patterns):
+        raise validation.invalid_argument(
+            "train.energy_layers", "None (the regularized layers), a layer-name pattern or a list of them",
+            energy_layers)
+    return list(patterns)
+
+
+def energy_layer_names(energy_layers, model, attached):
+    """The sorted names of the layers whose hyperspherical energy a run tracks (`train.energy_layers`).
+
+    None: the regularized layers (`attached`, from `build_model`; any regularizer, weight decay included).
+    Patterns: the layers with an effective kernel (`sphere_tf.layers.kernels`: a `kernel`, or an OPT layer's
+    ``W = R·V``) whose names match any of them, regularized or not.
+
+    Raises:
+        ValueError: a pattern matches no such layer (the message names the key and lists the layers).
+    """
+    patterns = energy_layer_patterns(energy_layers)
+    if patterns is None:
+        return sorted(attached)
+    candidates = [layer.name for layer in kernels_lib.kernel_layers(model)]
+    for pattern in patterns:
+        if not any(fnmatch.fnmatchcase(name, pattern) for name in candidates):
+            raise ValueError(f"train.energy_layers: the pattern {pattern!r} matches no layer with a kernel; "
+                             f"layers: {candidates}.")
+    return sorted(name for name in candidates if any(fnmatch.fnmatchcase(name, p) for p in patterns))
+
+
 def training_callbacks(config, model, attached):
     """The callbacks every run of `config` trains with, before the runner's own (checkpoints, TensorBoard, output):
     the learning-rate and λ logger, the schedule's callbacks, the E{‖x‖} skip warning, the hyperspherical energy
-    of the regularized layers (`attached`, from `build_model`), SRIP's coefficient schedule and S-OPT's
-    episodes."""
+    of the layers `train.energy_layers` names (default: the regularized layers, `attached` from `build_model`),
+    SRIP's coefficient schedule and S-OPT's episodes."""
     run_callbacks = [ScheduleLogger(margin_heads(model))] + optimization.schedule_callbacks(config["schedule"])
     run_callbacks.append(callbacks_lib.WarnOnSkippedNormMean())  # non-finite batches left out of E{‖x‖}
-    if attached:
+    train = config["train"]
+    tracked = energy_layer_names(train["energy_layers"], model, attached)
+    if tracked:
         run_callbacks.append(callbacks_lib.HypersphericalEnergy(
-            layer_names=sorted(attached), frequency=config["train"]["energy_every_epochs"]))
+            power=train["energy_power"], half_space=train["energy_half_space"], layer_names=tracked,
+            frequency=train["energy_every_epochs"]))
     if regularizers_lib.srip.srip_regularizers(model):  # SRIP's λ schedule (Bansal et al.'s code)
         regularizers_lib.track_state(model)  # on JAX the scheduled λ travels with its layer
         run_callbacks.append(regularizers_lib.SRIPSchedule())
@@ -327,7 +367,8 @@ def measure_step_time(model, batch_size, input_shape, num_classes, probe_steps, 
 
 
 __all__ = ["DEFAULTS", "FIT_VERBOSITY", "LOSSES", "MIXED_PRECISION", "SHARD_CLASSES_KEY", "ConfigError", "ScheduleLogger",
-           "build_loss", "build_model", "build_optimizer", "config_errors", "is_margin_head", "margin_heads",
+           "build_loss", "build_model", "build_optimizer", "config_errors", "energy_layer_names",
+           "energy_layer_patterns", "is_margin_head", "margin_heads",
            "measure_step_time", "merge_config", "model_kwargs", "plain_config",
            "pretrained_model_path", "recompute_batch_statistics", "run_length", "training_accuracy",
            "training_callbacks"]

@@ -175,3 +175,104 @@ def test_kernel_layers_walks_blocks_but_not_inside_kernel_layers():
     outputs = _Wrapper(name="wrapper")(x)
     model = keras.Model(inputs, outputs)
     assert [layer.name for layer in callbacks.energy.kernel_layers(model)] == ["blk_conv", "wrapper"]
+
+
+# -- the runner's tracked layers (`train.energy_layers`) and effective kernels ------------------------------------
+
+
+def np_row_gram_schmidt(p):
+    """Orthonormalises the rows of `p` one by one (OPT's Gram-Schmidt, thesis App. F.1, Alg. 1)."""
+    p = np.asarray(p, np.float64)
+    rows = []
+    for row in p:
+        t = row - sum(np.dot(row, e) * e for e in rows)
+        rows.append(t / np.linalg.norm(t))
+    return np.stack(rows)
+
+
+def _opt_model(orthogonalization="gram_schmidt"):
+    inputs = keras.Input((6, 6, 2))
+    x = keras.layers.Conv2D(4, 3, name="conv1")(inputs)
+    x = sphere_layers.OPTConv2D(5, 3, orthogonalization=orthogonalization, seed=3, name="opt1")(x)
+    x = keras.layers.Flatten()(x)
+    outputs = keras.layers.Dense(5, name="logits")(x)
+    return keras.Model(inputs, outputs)
+
+
+def _runner_config(**train):
+    from sphere_tf.training import recipe  # noqa: PLC0415
+
+    return recipe.merge_config(recipe.DEFAULTS, {"train": train})
+
+
+def _energy_callbacks(run_callbacks):
+    return [cb for cb in run_callbacks if isinstance(cb, callbacks.HypersphericalEnergy)]
+
+
+@pytest.mark.parametrize("orthogonalization,power,half_space",
+                         [("gram_schmidt", 1, True), ("gram_schmidt", 2, False), ("soft", 1, True)])
+def test_runner_logs_unregularized_conv_and_opt_layers_as_numpy(orthogonalization, power, half_space):
+    """`train.energy_layers` tracks layers no regularizer touches; an OPT layer is measured on W = R·V.
+
+    An orthogonal R keeps V's energy [T-7.2], so 'soft' (R = the raw, non-orthogonal P) shows that the product
+    is measured, not V.
+    """
+    from sphere_tf.training import recipe  # noqa: PLC0415
+
+    keras.utils.set_random_seed(0)
+    model = _opt_model(orthogonalization)
+    config = _runner_config(energy_layers=["conv*", "opt*"], energy_power=power, energy_half_space=half_space)
+    run_callbacks = recipe.training_callbacks(config, model, attached={})
+    assert [cb.layer_names for cb in _energy_callbacks(run_callbacks)] == [["conv1", "opt1"]]
+    history = _fit(model, _energy_callbacks(run_callbacks), epochs=1)
+
+    opt1 = model.get_layer("opt1")
+    raw = ops.convert_to_numpy(opt1.rotation_param)
+    rotation = np_row_gram_schmidt(raw) if orthogonalization == "gram_schmidt" else np.asarray(raw, np.float64)
+    fixed = np.asarray(ops.convert_to_numpy(opt1.fixed_kernel), np.float64)
+    w = (rotation @ fixed.reshape(-1, 5)).reshape(fixed.shape)
+    expected = {"conv1": np_energy(ops.convert_to_numpy(model.get_layer("conv1").kernel), power, half_space),
+                "opt1": np_energy(w, power, half_space)}
+    if orthogonalization == "soft":
+        # far outside the tolerance below: the check tells W from V
+        assert abs(expected["opt1"] - np_energy(fixed, power, half_space)) > 20 * 1e-4 * expected["opt1"]
+    assert sorted(history.history) == ["energy/conv1", "energy/opt1", "energy/total", "loss"]
+    for name, value in expected.items():
+        np.testing.assert_allclose(history.history[f"energy/{name}"], [value], rtol=1e-4)
+    np.testing.assert_allclose(history.history["energy/total"], [sum(expected.values())], rtol=1e-4)
+
+
+def test_runner_default_tracks_the_regularized_layers_and_empty_tracks_none():
+    from sphere_tf.training import recipe  # noqa: PLC0415
+
+    model = _opt_model()
+    default = _energy_callbacks(recipe.training_callbacks(_runner_config(), model, attached={"logits": "mhe"}))
+    assert [cb.layer_names for cb in default] == [["logits"]]
+    assert not _energy_callbacks(recipe.training_callbacks(_runner_config(), model, attached={}))
+    assert not _energy_callbacks(recipe.training_callbacks(_runner_config(energy_layers=[]), model,
+                                                           attached={"logits": "mhe"}))
+    with pytest.raises(ValueError, match=r"train.energy_layers: the pattern 'fc\*' matches no layer"):
+        recipe.training_callbacks(_runner_config(energy_layers=["conv*", "fc*"]), model, attached={})
+
+
+class _ScaledDense(keras.layers.Layer):
+    """Neurons derived from a raw weight: tracked through the `effective_kernel()` protocol."""
+
+    def build(self, input_shape):
+        self.raw = self.add_weight(name="raw", shape=(input_shape[-1], 3))
+
+    def effective_kernel(self):
+        return 2.0 * ops.flip(self.raw, axis=1)
+
+    def call(self, x):
+        return ops.matmul(x, self.effective_kernel())
+
+
+def test_a_layer_implementing_effective_kernel_is_tracked():
+    model = keras.Sequential([keras.Input((4,)), _ScaledDense(name="scaled"), keras.layers.Dense(2, name="d")])
+    assert [layer.name for layer in callbacks.energy.kernel_layers(model)] == ["scaled", "d"]
+    raw = ops.convert_to_numpy(model.get_layer("scaled").raw)
+    energies = callbacks.energy.layer_energies(model, power=1, half_space=True)
+    assert energies["scaled"] == pytest.approx(np_hs_s1(2.0 * raw[:, ::-1]), rel=2e-5)
+    with pytest.raises(ValueError, match="has no neurons to measure"):
+        sphere_layers.effective_kernel(keras.layers.Flatten(name="flat"))

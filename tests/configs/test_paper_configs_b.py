@@ -244,3 +244,31 @@ def test_plain_cnn_stem_and_first_operator():
     assert model.get_layer("pool1").output.shape[1:3] == (8, 8)  # 64 /2 (conv0) /2 (pool0) /2 (pool1)
     with pytest.raises(ValueError, match="stem"):
         models_lib.create_model("small_cnn", input_shape=(8, 8, 1), num_classes=2, stem="big")
+
+
+def test_energy_curve_figures_track_the_hidden_layers_of_every_method(archives, tmp_path):
+    """CoMHE Fig. 6.1 / Figs. E.2–E.5: Table E.3's CNN-3 / CNN-9, rotation training as OPT-GS without weight
+    decay, and the energy of the same hidden layers logged for every method, the unregularized ones included."""
+    module = _load(os.path.join(ROOT, "configs", "comhe", "fig6_1_energy_curves.py"))
+    for model, convs in (("cnn3", 1), ("cnn9", 3)):
+        for method in module.METHODS:
+            config = module.get_config(f"method={method},model={model},bn=off")
+            assert (tuple(config.model.widths), config.model.convs_per_stage) == ((32, 64, 64), convs)
+            assert config.model.dense_units == 64 and config.model.batch_norm is False
+            assert list(config.train.energy_layers) == ["conv*", "fc"]
+            assert config.train.energy_power == 1 and config.train.energy_half_space is True  # Eq. E.2
+            if method == "rotation":
+                assert config.model.operator.layer == config.model.fc_operator.layer == "opt"
+                assert config.model.operator.orthogonalization == "gram_schmidt"
+                assert list(config.regularizers) == []
+            else:
+                assert config.model.operator.layer == "conv2d"
+                assert config.regularizers[0]["name"] == "weight_decay"
+    config = module.get_config("quick,method=rotation")
+    config.data.manual_dir = archives["cifar100"][0]
+    results = classifier.train_and_evaluate(config, str(tmp_path))
+    hidden = [f"conv{stage}_{i}" for stage in (1, 2, 3) for i in (1, 2, 3)] + ["fc"]
+    assert results["regularized_layers"] == {} and results["energy_layers"] == sorted(hidden)
+    assert all(math.isfinite(results["history"][f"energy/{name}"][0]) for name in hidden + ["total"])
+    assert "energy/logits" not in results["history"]
+    assert len(results["test_curve"]) == 1

@@ -79,10 +79,16 @@ def test_variants_differ_only_in_their_axis():
 def test_mhe_baseline_tracks_the_same_layers_unregularized():
     module = sweep.load_config_module(os.path.join(REPRO, "fashion_mnist_mhe.py"))
     baseline = module.get_config("reg=none")
-    assert [r["factor"] for r in baseline.regularizers] == [0.0, 0.0]
+    assert list(baseline.regularizers) == []
+    assert list(baseline.train.energy_layers) == ["conv*", "fc", "logits"]
     for reg in ("mhe", "hs_mhe", "rp_comhe"):
         config = module.get_config(f"reg={reg}")
-        assert [r["layers"] for r in config.regularizers] == [r["layers"] for r in baseline.regularizers]
+        assert list(config.train.energy_layers) == list(baseline.train.energy_layers)
+        # The regularized variants' layers are the tracked ones: the default (`None`, the regularized layers)
+        # would log the same keys.
+        patterns = [p for r in config.regularizers for p in ([r["layers"]] if isinstance(r["layers"], str)
+                                                             else r["layers"])]
+        assert sorted(patterns) == sorted(baseline.train.energy_layers)
 
 
 # One quick variant per config: the one with the most distinctive layers.

@@ -120,6 +120,12 @@ TYPOS = [
     ({"paradigm": {"pretrained_match": "index"}}, "paradigm.pretrained_match", "position"),
     ({"evaluation": {"minority_classes": [10]}}, "evaluation.minority_classes", "[0, 10)"),
     ({"evaluation": {"minority_classes": [0, 0]}}, "evaluation.minority_classes", "distinct"),
+    ({"train": {"energy_layers": ["conv*", ""]}}, "train.energy_layers", "pattern"),
+    ({"train": {"energy_layers": 3}}, "train.energy_layers", "pattern"),
+    ({"train": {"energy_layers": {"layers": "conv*"}}}, "train.energy_layers", "pattern"),
+    ({"train": {"energy_layers": ["conv*", "fcc"]}}, "train.energy_layers", "'fcc' matches no layer"),
+    ({"train": {"energy_power": -1}}, "train.energy_power", ">= 0"),
+    ({"train": {"energy_half_space": "yes"}}, "train.energy_half_space", "True"),
 ]
 
 
