@@ -151,8 +151,20 @@ def _device_name():
     return keras.backend.backend()
 
 
+def _add_mean_std(entry, key, values):
+    finite = [v for v in values if math.isfinite(v)]
+    if finite:
+        entry[key] = sweep.mean_std(finite)
+    if len(finite) < len(values):
+        entry[f"{key}_nonfinite"] = len(values) - len(finite)
+
+
 def summarize(records):
-    """Mean ± sample std (ddof 1) over the seeds of each (claim, variant)."""
+    """Mean ± sample std (ddof 1) over the seeds of each (claim, variant).
+
+    A diverged run's non-finite statistics (the Fisher score of NaN features) are left out of the mean and
+    counted under `<key>_nonfinite`, so one divergence does not hide the other seeds.
+    """
     keys = ("test_accuracy", "best_pass_test_accuracy", "train_accuracy_last_pass", "angular_fisher_score",
             "min_interclass_angle_deg", "wall_seconds")
     groups = {}
@@ -162,10 +174,8 @@ def summarize(records):
     for (claim, variant), rows in sorted(groups.items()):
         entry = {"seeds": sorted(r["seed"] for r in rows), "device": rows[0]["device"], "steps": rows[0]["steps"]}
         for key in keys:
-            values = [r[key] for r in rows if key in r]
-            if values:
-                entry[key] = sweep.mean_std(values)
+            _add_mean_std(entry, key, [r[key] for r in rows if r.get(key) is not None])
         for name in rows[0]["history_last"]:
-            entry[name] = sweep.mean_std([r["history_last"][name] for r in rows])
+            _add_mean_std(entry, name, [r["history_last"][name] for r in rows])
         summary.setdefault(claim, {})[variant] = entry
     return summary

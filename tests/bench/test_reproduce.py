@@ -48,3 +48,15 @@ def test_quick_reproduction_runs_on_jax_without_tensorflow(tmp_path):
         assert record["angular_fisher_score"] >= 0.0  # the 2-D feature statistics of the `fc` layer
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["fashion_mnist_margin_2d"]["loss=lsoftmax_m2"]["test_accuracy"]["n"] == 1
+
+
+def test_summary_leaves_out_and_counts_a_diverged_seed():
+    def record(seed, accuracy, fisher):
+        return {"claim": "c", "variant": "v", "seed": seed, "device": "cpu", "steps": 2, "history_last": {},
+                "test_accuracy": accuracy, "angular_fisher_score": fisher}
+
+    summary = full_data.summarize([record("0", 80.0, 0.1), record("1", 10.0, float("nan")), record("2", 82.0, 0.3)])
+    entry = summary["c"]["v"]
+    assert entry["test_accuracy"]["n"] == 3 and entry["test_accuracy"]["mean"] == pytest.approx(172.0 / 3)
+    assert entry["angular_fisher_score"]["n"] == 2 and entry["angular_fisher_score"]["mean"] == pytest.approx(0.2)
+    assert entry["angular_fisher_score_nonfinite"] == 1 and "test_accuracy_nonfinite" not in entry
