@@ -391,12 +391,13 @@ class MarginHead(keras.layers.Layer):
     def _logits(self, features, labels, lam):
         return self._margin_logits(features, self.kernel, self.bias, labels, lam)
 
-    def _margin_logits(self, features, kernel, bias, labels, lam):
-        """`margin_logits` with this head's loss hyperparameters, on the given class columns `kernel` / `bias`."""
+    def _margin_logits(self, features, kernel, bias, labels, lam, class_axis=1):
+        """`margin_logits` with this head's loss hyperparameters, on the given classes of `kernel` / `bias`."""
         return margin_lib.margin_logits(
             features,
             kernel,
             labels,
+            class_axis=class_axis,
             loss_type=self.loss_type,
             margin=self.margin,
             angular=self.angular,

@@ -21,6 +21,7 @@ import threading
 import weakref
 
 import keras
+import numpy as np
 from keras import ops
 
 from sphere_tf import validation
@@ -30,6 +31,16 @@ from sphere_tf.ops import angles
 from sphere_tf.ops import sampling
 from sphere_tf.optimizers import partial_fc as partial_fc_optimizer
 from sphere_tf.regularizers import random_state
+
+def _class_major_initializer(initializer):
+    """`initializer` drawn for the `(d, C)` layout of `MarginHead` and stored transposed, `(C, d)`: the same
+    values (and fan-in / fan-out) as a `MarginHead` built with the same initializer and seed."""
+
+    def initialize(shape, dtype=None):
+        return ops.transpose(initializer((shape[1], shape[0]), dtype=dtype))
+
+    return initialize
+
 
 def _padded_initializer(initializer, num_classes, axis):
     """`initializer` for the real classes, zeros for the padding columns after them."""
@@ -72,7 +83,7 @@ def class_sharding_layout(layout_map, head, axis_name=None):
     under outer models' scopes):
 
     ```
-    <head>/kernel   (None, axis_name)   (d, C_padded): C_padded / M columns per device
+    <head>/kernel   (axis_name, None)   (C_padded, d): C_padded / M classes per device
     <head>/bias     (axis_name,)
     <head>/sampled  (axis_name,)        the per-step mask of sampled classes
     ```
@@ -134,7 +145,7 @@ def class_sharding_layout(layout_map, head, axis_name=None):
     else:
         raise ValueError(f"Invalid value for argument `head`: expected a PartialFCHead or its name. Received: {head!r}")
     prefix = "(?:.*/)?" + re.escape(name)
-    layout_map[prefix + "/kernel"] = (None, axis_name)
+    layout_map[prefix + "/kernel"] = (axis_name, None)
     layout_map[prefix + "/bias"] = (axis_name,)
     layout_map[prefix + "/sampled"] = (axis_name,)
     return layout_map
@@ -199,7 +210,13 @@ class PartialFCHead(margin_head.MarginHead):
 
     Every `MarginHead` argument and loss type works the same way (L-/A-Softmax
     with λ annealing, W-/GA-/S-Softmax, CosFace, ArcFace, combined); the class
-    weights are `head.kernel`, `(feature_dim, C_padded)`, classes on axis 1.
+    weights are `head.kernel`, stored class-major, `(C_padded, feature_dim)`
+    (classes on axis 0, as upstream's `weight` of `num_local × embedding_size`;
+    `real_kernel()` gives `MarginHead`'s `(feature_dim, num_classes)` view). A
+    sampled class is then one contiguous row, gathered and normalised without a
+    strided pass or a transposed copy of the sampled weights (docs/partial_fc.md,
+    "Step time"). `.keras` files written with the earlier `(feature_dim,
+    C_padded)` layout load (transposed on load).
 
     A training call with labels, `head(features, labels=labels, training=True)`:
 
@@ -247,7 +264,7 @@ class PartialFCHead(margin_head.MarginHead):
     `strategy.scope()`. On JAX and PyTorch there is no replica engine here.
 
     Padding: when `num_shards` does not divide `num_classes`, the kernel gets
-    `C_padded − C < num_shards` extra zero columns at its end (and the bias zero
+    `C_padded − C < num_shards` extra zero rows at its end (and the bias zero
     entries), so every block has the same width for a later sharded layout (the
     constructor logs it). A padding column is never a label (labels are checked
     against `num_classes`), never wins the sampling (its score is below every
@@ -373,13 +390,13 @@ class PartialFCHead(margin_head.MarginHead):
             bias_initializer = _padded_initializer(bias_initializer, self.num_classes, axis=0)
         self.kernel = self.add_weight(
             name="kernel",
-            shape=(feature_dim, self.num_padded_classes),
-            initializer=kernel_initializer,
+            shape=(self.num_padded_classes, feature_dim),
+            initializer=_class_major_initializer(kernel_initializer),
             regularizer=self.kernel_regularizer,
             constraint=self.kernel_constraint,
             autocast=False,
         )
-        setattr(self.kernel, partial_fc_optimizer.COLUMNS_ATTRIBUTE, (weakref.ref(self), 1))
+        setattr(self.kernel, partial_fc_optimizer.COLUMNS_ATTRIBUTE, (weakref.ref(self), 0))
         if self.use_bias:
             self.bias = self.add_weight(
                 name="bias",
@@ -418,30 +435,35 @@ class PartialFCHead(margin_head.MarginHead):
             layout = distribution.get_tensor_layout(path)
         except NotImplementedError:
             layout = None
-        if layout is None or layout.axes[1:2] in ((), (None,)):
+        if layout is None or layout.axes[:1] in ((), (None,)):
             if layout is not None and any(axis is not None for axis in layout.axes):
                 raise ValueError(
                     f"PartialFCHead {self.name!r}: the layout {layout.axes} of {path!r} shards the feature axis; "
-                    "only the class axis (axis 1) can be sharded. Use `class_sharding_layout`."
+                    "only the class axis (axis 0 of the class-major kernel) can be sharded. Use "
+                    "`class_sharding_layout`."
                 )
             return sampling.NO_SHARDING
-        if len(layout.axes) != 2 or layout.axes[0] is not None:
+        if len(layout.axes) != 2 or layout.axes[1] is not None:
             raise ValueError(
-                f"PartialFCHead {self.name!r}: expected the layout (None, <mesh axis>) for {path!r} (the class "
-                f"axis sharded, the feature axis whole). Received: {layout.axes}"
+                f"PartialFCHead {self.name!r}: expected the layout (<mesh axis>, None) for {path!r} (the class "
+                f"axis of the class-major kernel sharded, the feature axis whole). Received: {layout.axes}"
             )
         mesh = layout.device_mesh or distribution.device_mesh
-        axis = layout.axes[1]
+        axis = layout.axes[0]
         _check_num_shards(self.name, self.num_shards, mesh, axis)
         return sampling.ClassSharding(mesh, axis, distribution.batch_dim_name)
 
     # -- helpers ----------------------------------------------------------------------
 
-    def real_kernel(self):
-        """The class weights of the real classes, `(feature_dim, num_classes)` (padding sliced off)."""
+    def _real_rows(self):
+        """The stored class weights of the real classes, `(num_classes, feature_dim)` (padding sliced off)."""
         if self.num_padded_classes == self.num_classes:
             return self.kernel.value
-        return self.kernel.value[:, : self.num_classes]
+        return self.kernel.value[: self.num_classes]
+
+    def real_kernel(self):
+        """The class weights of the real classes in `MarginHead`'s layout, `(feature_dim, num_classes)`."""
+        return ops.transpose(self._real_rows())
 
     def _real_bias(self):
         if self.bias is None or self.num_padded_classes == self.num_classes:
@@ -450,10 +472,10 @@ class PartialFCHead(margin_head.MarginHead):
 
     def normalized_kernel(self):
         """Unit-norm class weights of the real classes, float32 `(d, num_classes)`."""
-        return angles.normalize(self.real_kernel(), axis=0, epsilon=self.epsilon)[0]
+        return ops.transpose(angles.normalize(self._real_rows(), axis=1, epsilon=self.epsilon)[0])
 
     def _logits(self, features, labels, lam):
-        return self._margin_logits(features, self.real_kernel(), self._real_bias(), labels, lam)
+        return self._margin_logits(features, self._real_rows(), self._real_bias(), labels, lam, class_axis=0)
 
     def sample_size(self, batch_size):
         """k_block for a batch of `batch_size` (an int, or a scalar tensor in a graph with unknown batch)."""
@@ -502,7 +524,8 @@ class PartialFCHead(margin_head.MarginHead):
                 logits = self._logits(inputs, None, 0.0)
             else:  # class-sharded: the padded kernel as it lies, the padding's columns sliced off the logits
                 logits = self._margin_logits(
-                    inputs, self.kernel.value, None if self.bias is None else self.bias.value, None, 0.0
+                    inputs, self.kernel.value, None if self.bias is None else self.bias.value, None, 0.0,
+                    class_axis=0,
                 )
                 logits = sharding.constrain(logits, class_dim=1, batch_dim=0)[:, : self.num_classes]
             if training:  # plain logits in training: every real column takes part
@@ -533,18 +556,18 @@ class PartialFCHead(margin_head.MarginHead):
         )
         kernel, bias = self.kernel.value, None if self.bias is None else self.bias.value
         if not sampling.samples_everything(sample_size, self.block_size):
-            kernel = sampling.gather_columns(kernel, index, self.num_shards, axis=1, sharding=shard)
+            kernel = sampling.gather_columns(kernel, index, self.num_shards, axis=0, sharding=shard)
             bias = None if bias is None else sampling.gather_columns(
                 bias, index, self.num_shards, axis=0, sharding=shard
             )
-        kernel = shard.constrain(kernel, class_dim=1)
+        kernel = shard.constrain(kernel, class_dim=0)
         bias = None if bias is None else shard.constrain(bias, class_dim=0)
         padded = self.num_padded_classes != self.num_classes
         if padded:
-            # A fixed unit column in place of padding: finite even with epsilon=0 and a zero column, and the
+            # A fixed unit row in place of padding: finite even with epsilon=0 and a zero row, and the
             # select passes no gradient to the padding.
-            kernel = ops.where(real_columns[None, :], kernel, ops.ones_like(kernel))
-        logits = self._margin_logits(inputs, kernel, bias, labels, self.lambda_at(step))
+            kernel = ops.where(real_columns[:, None], kernel, ops.ones_like(kernel))
+        logits = self._margin_logits(inputs, kernel, bias, labels, self.lambda_at(step), class_axis=0)
         logits = shard.constrain(logits, class_dim=1, batch_dim=0)  # per-device columns: no full (B, K) anywhere
         if padded:
             logits = ops.where(real_columns[None, :], logits, sampling.MASKED_LOGIT)
@@ -563,6 +586,18 @@ class PartialFCHead(margin_head.MarginHead):
         if training and batch is not None:
             width = self.num_shards * self.sample_size(batch)
         return keras.KerasTensor((batch, width), dtype="float32")
+
+    def load_own_variables(self, store):
+        # Files written before the kernel became class-major hold it as (feature_dim, C_padded): transposed here.
+        variables = self._trainable_variables + self._non_trainable_variables
+        index = next((str(i) for i, v in enumerate(variables) if v is self.kernel), None)
+        if index is not None and index in store.keys():
+            stored_shape = tuple(store[index].shape)
+            legacy_shape = tuple(reversed(self.kernel.shape))
+            if stored_shape != tuple(self.kernel.shape) and stored_shape == legacy_shape:
+                store = {key: store[key] for key in store.keys()}
+                store[index] = np.transpose(np.asarray(store[index]))
+        super().load_own_variables(store)
 
     def get_config(self):
         config = super().get_config()

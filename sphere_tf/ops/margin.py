@@ -349,6 +349,7 @@ def margin_logits(
     bias=None,
     lam=0.0,
     epsilon=None,
+    class_axis=1,
 ):
     """Logits of the margin-softmax family; the margin touches the target logit only.
 
@@ -365,7 +366,8 @@ def margin_logits(
 
     Args:
         features: `(N, d)` tensor, any float dtype.
-        kernel: `(d, C)` class weights (columns are classes).
+        kernel: `(d, C)` class weights (columns are classes), or `(C, d)` with
+            `class_axis=0`.
         labels: `(N,)` or `(N, 1)` integer labels, or None for plain logits.
         loss_type: one of `LOSS_TYPES`.
         margin: m (int or float, or `(m1, m2, m3)` for 'combined').
@@ -375,14 +377,23 @@ def margin_logits(
         bias: optional `(C,)` bias.
         lam: float or scalar tensor, the annealing weight λ >= 0.
         epsilon: float >= 0 inside the norms, or None for `default_epsilon(loss_type)`.
+        class_axis: 1 when `kernel`'s columns are the classes (Keras's Dense
+            layout), 0 when its rows are (class-major, as `PartialFCHead`
+            stores it: a gathered class is then a contiguous row and its norm a
+            contiguous reduction).
 
     Returns:
         float32 logits `(N, C)`.
     """
+    if class_axis not in (0, 1):
+        raise ValueError(f"class_axis must be 0 or 1. Received: class_axis={class_axis!r}")
     if epsilon is None:
         epsilon = default_epsilon(loss_type)
     x_unit, x_norm = angles.normalize(features, axis=-1, epsilon=epsilon)  # (N, 1) norms
-    w_unit, w_norm = angles.normalize(kernel, axis=0, epsilon=epsilon)  # (1, C) norms
+    w_unit, w_norm = angles.normalize(kernel, axis=1 - class_axis, epsilon=epsilon)
+    if class_axis == 0:  # (C, d): the transposes fold into the matmuls (no transposed copy of the kernel)
+        w_unit, w_norm, kernel = ops.transpose(w_unit), ops.transpose(w_norm), ops.transpose(kernel)
+    # w_norm: (1, C) norms
     cos = ops.matmul(x_unit, w_unit)
     if loss_type == "lsoftmax":
         radius = x_norm * w_norm

@@ -52,7 +52,7 @@ COLUMNS_ATTRIBUTE = "_partial_fc_columns"
 
 
 def class_axis_owner(variable):
-    """`(head, class_axis)` for the kernel (axis 1) or bias (axis 0) of a `PartialFCHead`, else None."""
+    """`(head, class_axis)` for the kernel (class-major: axis 0) or bias (axis 0) of a `PartialFCHead`, else None."""
     marker = getattr(variable, COLUMNS_ATTRIBUTE, None)
     if marker is None:
         return None
@@ -362,8 +362,10 @@ class PartialFCOptimizer(wrapping.WrappingOptimizer):
             if id(head) not in masks:
                 masks[id(head)] = ops.convert_to_tensor(head.update_mask()) > 0
             sampled = masks[id(head)]
-            if axis == 1:
-                sampled = sampled[None, :]
+            if len(variable.shape) > 1:  # the class mask along the variable's class axis, broadcast elsewhere
+                shape = [1] * len(variable.shape)
+                shape[axis] = -1
+                sampled = ops.reshape(sampled, shape)
             update = self._slots.by_variable[id(variable)]
             if update.rule is not None and replicated:
                 self._log_path(variable, "a tf.distribute strategy updates the variables of each replica")

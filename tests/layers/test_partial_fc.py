@@ -103,13 +103,20 @@ def np_lambda(t, base, gamma, power, lambda_min):
     return max(lambda_min, base * (1.0 + gamma * t) ** (-power))
 
 
+def class_last(array):
+    """A head variable, gradient or slot with the classes on its last axis: the class-major `(C_padded, d)`
+    kernel as `MarginHead`'s `(d, C_padded)`; a `(C_padded,)` bias as it is."""
+    return np.transpose(to_numpy(array))
+
+
 def _head_with_kernel(rng, num_classes, d=4, **kwargs):
-    """A built head whose real columns are N(0, 1) and whose bias (if any) is N(0, 0.5); returns (head, W, b)."""
+    """A built head whose real classes' weights are N(0, 1) and whose bias (if any) is N(0, 0.5); returns (head,
+    W, b) with W in `MarginHead`'s `(d, C)` layout (the head stores it class-major)."""
     head = PartialFCHead(num_classes, **kwargs)
     head.build((None, d))
     padded = head.num_padded_classes
     w = rng.normal(size=(d, num_classes)).astype(np.float32)
-    head.kernel.assign(np.concatenate([w, np.zeros((d, padded - num_classes), np.float32)], axis=1))
+    head.kernel.assign(np.concatenate([w, np.zeros((d, padded - num_classes), np.float32)], axis=1).T)
     b = None
     if head.use_bias:
         b = (0.5 * rng.normal(size=num_classes)).astype(np.float32)
@@ -168,8 +175,8 @@ def test_full_rate_equals_dense_margin_head(rng, loss_type, num_classes, num_sha
     dense_value, dense_grads = _stateless_loss_and_grads(dense, x, y, dense_loss)
     assert loss == pytest.approx(dense_value, rel=1e-5, abs=1e-5)
     np.testing.assert_allclose(grads[0], dense_grads[0], rtol=1e-4, atol=1e-5)  # features
-    np.testing.assert_allclose(grads[1][:, :num_classes], dense_grads[1], rtol=1e-4, atol=1e-5)  # kernel
-    np.testing.assert_array_equal(grads[1][:, num_classes:], 0.0)  # padding: no gradient
+    np.testing.assert_allclose(grads[1][:num_classes].T, dense_grads[1], rtol=1e-4, atol=1e-5)  # kernel
+    np.testing.assert_array_equal(grads[1][num_classes:], 0.0)  # padding: no gradient
     if b is not None:
         np.testing.assert_allclose(grads[2][:num_classes], dense_grads[2], rtol=1e-4, atol=1e-5)
         np.testing.assert_array_equal(grads[2][num_classes:], 0.0)
@@ -336,7 +343,7 @@ def test_gradients_vanish_on_unsampled_columns(rng):
     head(x, labels=y, training=True)  # same sample: same seed state
     mask = to_numpy(head.sampled_mask())
     assert mask.sum() == 2 * sampling.block_sample_size(15, 0.2, 3) and mask[[1, 17]].tolist() == [1.0, 1.0]
-    kernel_grad, bias_grad = grads[1], grads[2]
+    kernel_grad, bias_grad = class_last(grads[1]), grads[2]
     np.testing.assert_array_equal(kernel_grad[:, mask == 0], 0.0)
     np.testing.assert_array_equal(bias_grad[mask == 0], 0.0)
     assert np.all(np.any(kernel_grad[:, mask == 1] != 0, axis=0))  # every sampled column takes gradient
@@ -363,8 +370,8 @@ class _Recorder(keras.callbacks.Callback):
     def snapshot(self):
         variables = [self.head.kernel] + ([self.head.bias] if self.head.use_bias else [])
         return {
-            "weights": [to_numpy(v).copy() for v in variables],
-            "slots": [to_numpy(s).copy() for s in self.slots()],
+            "weights": [class_last(v).copy() for v in variables],
+            "slots": [class_last(s).copy() for s in self.slots()],
             "mask": to_numpy(self.head.sampled_mask()).copy(),
         }
 
@@ -544,7 +551,7 @@ def test_update_paths_change_sampled_columns_as_numpy_and_nothing_else(rng, name
         assert all("by its masked rule" in m for m in messages), messages
     else:
         assert all("copy and restore (SGD has clipnorm=0.5)" in m for m in messages), messages
-    weights = [to_numpy(v).astype(np.float64) for v in variables]
+    weights = [class_last(v).astype(np.float64) for v in variables]
     slots = [[np.zeros_like(w) for _ in _inner_slots(inner, v)] for w, v in zip(weights, variables)]
     for t in range(1, 4):
         x = rng.normal(size=(4, 4)).astype(np.float32)
@@ -552,11 +559,11 @@ def test_update_paths_change_sampled_columns_as_numpy_and_nothing_else(rng, name
         sampled = to_numpy(head.update_mask()) == 1
         assert 0 < sampled.sum() < 23 and not sampled[23:].any()
         grads = [rng.normal(size=v.shape).astype(np.float32) for v in variables]
-        old = [to_numpy(v).copy() for v in variables]
-        old_slots = [[to_numpy(s).copy() for s in _inner_slots(inner, v)] for v in variables]
+        old = [class_last(v).copy() for v in variables]
+        old_slots = [[class_last(s).copy() for s in _inner_slots(inner, v)] for v in variables]
         optimizer.apply([ops.convert_to_tensor(g) for g in grads], variables)
         for i, variable in enumerate(variables):
-            g = grads[i].astype(np.float64)
+            g = class_last(grads[i]).astype(np.float64)
             if cfg["clipnorm"]:  # BaseOptimizer: g·c / max(‖g‖, c), the norm of the whole variable's gradient
                 g = g * cfg["clipnorm"] / max(np.sqrt(np.sum(g**2)), cfg["clipnorm"])
             new_w, new_slots = np_update(name, weights[i][..., sampled], g[..., sampled],
@@ -565,15 +572,15 @@ def test_update_paths_change_sampled_columns_as_numpy_and_nothing_else(rng, name
             weights[i][..., sampled] = new_w
             for slot, value in zip(slots[i], new_slots):
                 slot[..., sampled] = value
-            got = to_numpy(variable)
+            got = class_last(variable)
             np.testing.assert_array_equal(got[..., ~sampled], old[i][..., ~sampled])  # bit for bit
             np.testing.assert_allclose(got, weights[i], rtol=2e-5, atol=1e-6)
             for got_slot, old_slot, slot in zip(_inner_slots(inner, variable), old_slots[i], slots[i]):
-                got_slot = to_numpy(got_slot)
+                got_slot = class_last(got_slot)
                 np.testing.assert_array_equal(got_slot[..., ~sampled], old_slot[..., ~sampled])
                 np.testing.assert_allclose(got_slot, slot, rtol=2e-5, atol=1e-6)
     assert int(to_numpy(optimizer.iterations)) == 3
-    np.testing.assert_array_equal(to_numpy(head.kernel)[:, 23:], 0.0)  # padding never moves
+    np.testing.assert_array_equal(to_numpy(head.kernel)[23:], 0.0)  # padding never moves
 
 
 def test_unsupported_optimizer_is_logged_and_restored(rng, caplog):
@@ -586,10 +593,10 @@ def test_unsupported_optimizer_is_logged_and_restored(rng, caplog):
     head(rng.normal(size=(4, 4)).astype(np.float32), labels=np.arange(4), training=True)
     sampled = to_numpy(head.update_mask()) == 1
     old = to_numpy(head.kernel).copy()
-    optimizer.apply([ops.convert_to_tensor(rng.normal(size=(4, 20)).astype(np.float32))], [head.kernel])
+    optimizer.apply([ops.convert_to_tensor(rng.normal(size=(20, 4)).astype(np.float32))], [head.kernel])
     new = to_numpy(head.kernel)
-    np.testing.assert_array_equal(new[:, ~sampled], old[:, ~sampled])
-    assert np.all(new[:, sampled] != old[:, sampled])
+    np.testing.assert_array_equal(new[~sampled], old[~sampled])
+    assert np.all(new[sampled] != old[sampled])
 
 
 @pytest.mark.parametrize("name", ["sgd_momentum", "sgd_nesterov", "adamw"])
@@ -615,9 +622,9 @@ def test_full_rate_steps_equal_dense_head_with_plain_optimizer(rng, name):
         assert loss == pytest.approx(dense_value, rel=1e-5, abs=1e-6)
         wrapped.apply([ops.convert_to_tensor(grads[1])], [head.kernel])
         plain.apply([ops.convert_to_tensor(dense_grads[1])], [dense.kernel])
-        np.testing.assert_allclose(to_numpy(head.kernel), to_numpy(dense.kernel), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(class_last(head.kernel), to_numpy(dense.kernel), rtol=1e-5, atol=1e-6)
     for got, expected in zip(_inner_slots(wrapped.optimizer, head.kernel), _inner_slots(plain, dense.kernel)):
-        np.testing.assert_allclose(to_numpy(got), to_numpy(expected), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(class_last(got), to_numpy(expected), rtol=1e-5, atol=1e-6)
     assert int(to_numpy(wrapped.iterations)) == int(to_numpy(plain.iterations)) == 4
 
 
@@ -819,9 +826,9 @@ def test_padding_is_logged_and_zero(caplog):
         head = PartialFCHead(10, num_shards=4)
     assert "not divisible by num_shards=4" in caplog.text and "2 zero padding column(s)" in caplog.text
     head.build((None, 3))
-    assert tuple(head.kernel.shape) == (3, 12) and head.num_padded_classes == 12
-    np.testing.assert_array_equal(to_numpy(head.kernel)[:, 10:], 0.0)
-    assert np.all(to_numpy(head.kernel)[:, :10] != 0)
+    assert tuple(head.kernel.shape) == (12, 3) and head.num_padded_classes == 12  # class-major
+    np.testing.assert_array_equal(to_numpy(head.kernel)[10:], 0.0)
+    assert np.all(to_numpy(head.kernel)[:10] != 0)
     assert is_partial_fc_variable(head.kernel) and not is_partial_fc_variable(head.iteration)
 
 
