@@ -470,14 +470,16 @@ def dry_run(config, probe_steps=3, data=None):
     return plan
 
 
+def duration_text(seconds):
+    """A dry run's estimate for people: `"unknown"` (None), seconds below 2 min, minutes below 1.5 h, else hours."""
+    if seconds is None:
+        return "unknown"
+    return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min" if seconds >= 120 \
+        else f"{seconds:.0f} s"
+
+
 def dry_run_lines(plan):
     """The dry run's summary, printed after the resolved config."""
-    def duration(seconds):
-        if seconds is None:
-            return "unknown"
-        return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min" if seconds >= 120 \
-            else f"{seconds:.0f} s"
-
     total = plan["total_steps"]
     lines = [
         f"training images  {plan['train_images'] if plan['train_images'] is not None else 'unknown until read'}",
@@ -490,7 +492,7 @@ def dry_run_lines(plan):
             f"model            {plan['parameters']:,} parameters; backend {plan['backend']}",
             f"step time        {plan['seconds_per_step'] * 1000:.1f} ms measured on a synthetic batch "
             f"(compile {plan['compile_seconds']:.1f} s)",
-            f"estimated time   {duration(plan['estimated_train_seconds'])} of training on this machine "
+            f"estimated time   {duration_text(plan['estimated_train_seconds'])} of training on this machine "
             "(data loading, evaluations and export not counted)",
         ]
     return lines
@@ -713,5 +715,5 @@ def train_and_evaluate(config, workdir, strategy=None):
     return results
 
 
-__all__ = ["DEFAULTS", "ConfigError", "ScheduleLogger", "config_errors", "data_kwargs", "dry_run", "dry_run_lines", "make_run_strategy", "merge_config", "plain_config", "run_length", "summary_lines", "train_and_evaluate",
+__all__ = ["DEFAULTS", "ConfigError", "ScheduleLogger", "config_errors", "data_kwargs", "dry_run", "dry_run_lines", "duration_text", "make_run_strategy", "merge_config", "plain_config", "run_length", "summary_lines", "train_and_evaluate",
            "validate"]

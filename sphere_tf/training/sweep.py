@@ -7,14 +7,25 @@ Each (variant, seed) is one `classifier.train_and_evaluate` run of
 accuracy, final-epoch history values (loss, accuracy, `energy/total`, ...), wall
 and process CPU seconds, and their mean and sample standard deviation (ddof 1)
 over the seeds. `trainers/sweep.py` is the absl main.
+
+The runs are sequential: one process trains them one after another, variant by
+variant, each variant's seeds in order. `dry_run` says what a sweep would run
+before anything trains or is written: the recipe keys each variant changes, every
+(variant, seed) run with its step count, a step time measured once per variant
+(`classifier.dry_run`; the seeds of a variant share the model, hence the
+estimate) and the estimated time of the whole sweep, the sum over its runs.
 """
 
+import contextlib
 import importlib.util
+import json
+import logging
 import math
 import os
 import time
 
 from sphere_tf import json_files
+from sphere_tf import validation
 
 # Per-run scalars aggregated over the seeds (history values are the last epoch's).
 RUN_METRICS = ("test_accuracy", "test_error", "test_loss", "wall_seconds", "cpu_seconds")
@@ -119,6 +130,28 @@ def markdown_table(summary):
     return "\n".join(lines) + "\n"
 
 
+def _checked_runs(variants, seeds, caller):
+    """`(variants, seeds)` as lists (seeds as ints), refused when empty or holding a duplicate."""
+    variants, seeds = list(variants), [int(s) for s in seeds]
+    if not variants or not seeds:
+        raise ValueError(f"{caller}: expected variants and seeds, got {variants!r} and {seeds!r}.")
+    if len(set(variants)) != len(variants) or len(set(seeds)) != len(seeds):
+        raise ValueError(f"{caller}: duplicate variants or seeds in {variants!r}, {seeds!r}.")
+    return variants, seeds
+
+
+def run_config(module, variant, seed):
+    """The config of one run: `get_config(variant)` with `config.seed = seed` (a bad variant raises here)."""
+    config = module.get_config(variant)
+    config.seed = seed
+    return config
+
+
+def run_dirname(variant, seed):
+    """The run's folder under the sweep's workdir: `<variant_dirname>/seed_<n>`."""
+    return os.path.join(variant_dirname(variant), f"seed_{seed}")
+
+
 def run_sweep(config_path, variants, seeds, workdir, train_fn=None):
     """Trains every (variant, seed) and returns the summary dict.
 
@@ -138,24 +171,197 @@ def run_sweep(config_path, variants, seeds, workdir, train_fn=None):
     if train_fn is None:
         from sphere_tf.training import classifier  # noqa: PLC0415 (TensorFlow only when training)
         train_fn = classifier.train_and_evaluate
-    variants, seeds = list(variants), [int(s) for s in seeds]
-    if not variants or not seeds:
-        raise ValueError(f"run_sweep: expected variants and seeds, got {variants!r} and {seeds!r}.")
-    if len(set(variants)) != len(variants) or len(set(seeds)) != len(seeds):
-        raise ValueError(f"run_sweep: duplicate variants or seeds in {variants!r}, {seeds!r}.")
+    variants, seeds = _checked_runs(variants, seeds, "run_sweep")
     module = load_config_module(config_path)
     summary = {"config": config_path, "seeds": seeds, "variants": {}}
     for variant in variants:
         runs = []
-        for seed in seeds:
-            config = module.get_config(variant)
-            config.seed = seed
-            run_dir = os.path.join(workdir, variant_dirname(variant), f"seed_{seed}")
+        for seed in seeds:  # one run at a time (`dry_run` sums its estimate over the runs for this reason)
+            config = run_config(module, variant, seed)
+            run_dir = os.path.join(workdir, run_dirname(variant, seed))
             wall, cpu = time.time(), time.process_time()
             results = train_fn(config, run_dir)
             runs.append(run_record(seed, results, time.time() - wall, time.process_time() - cpu))
         summary["variants"][variant] = {"runs": runs, "aggregate": aggregate(runs)}
     return summary
+
+
+class _PerVariantTracingFilter(logging.Filter):
+    """Drops TensorFlow's "calls to <train function> triggered tf.function retracing" warning: the dry run
+    builds one model per variant, and each model traces its own train function once (as in
+    `adversarial.attacks.per_model_tracing`)."""
+
+    def filter(self, record):
+        message = record.getMessage()
+        return not ("triggered tf.function retracing" in message and "TensorFlowTrainer._make_function" in message)
+
+
+@contextlib.contextmanager
+def _per_variant_tracing():
+    logger = logging.getLogger("tensorflow")
+    quiet = _PerVariantTracingFilter()
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
+
+
+# A key one variant's resolved config lacks (another variant's section holds more keys).
+_ABSENT = object()
+
+
+def _varying_paths(configs, path=()):
+    """The key paths (tuples) whose value is not the same in every one of `configs`, in the configs' key order.
+
+    Sections that are dicts in every config are compared key by key; a section that is a dict in one config and
+    not in another (a margin head against `head=None`) differs as a whole.
+    """
+    paths = []
+    for key in dict.fromkeys(key for config in configs for key in config):
+        values = [config.get(key, _ABSENT) for config in configs]
+        if all(isinstance(value, dict) for value in values):
+            paths += _varying_paths(values, path + (key,))
+        elif any(value != values[0] for value in values[1:]):
+            paths.append(path + (key,))
+    return paths
+
+
+def _lookup(config, path):
+    for key in path:
+        if not isinstance(config, dict) or key not in config:
+            return _ABSENT
+        config = config[key]
+    return config
+
+
+def recipe_differences(configs):
+    """What each variant changes: the resolved config's keys that are not the same in every variant.
+
+    Args:
+        configs: dict variant -> resolved config (`classifier.validate`, plain dicts).
+
+    Returns:
+        `(varying_keys, differences)`: the dotted keys, and `{variant: {dotted key: value}}` over them (a key
+        the variant's config lacks is left out).
+    """
+    paths = _varying_paths(list(configs.values()))
+    differences = {variant: {".".join(path): value for path in paths
+                             if (value := _lookup(config, path)) is not _ABSENT}
+                   for variant, config in configs.items()}
+    return [".".join(path) for path in paths], differences
+
+
+def dry_run(config_path, variants, seeds, probe_steps=3):
+    """What `run_sweep` would run, before anything trains or any file is written.
+
+    Every run's config is made as `run_sweep` makes it and resolved by `classifier.dry_run`, all of them before
+    any model is built, so a bad variant raises what the sweep raises (the config's own `ValueError`, or
+    `classifier.ConfigError` as `train_and_evaluate` raises it), without a sweep's earlier runs first. Each
+    variant's step is then measured once, on its first seed's config (`classifier.dry_run` with
+    `probe_steps`): the seeds of a variant build the same model, so they share the measurement. A run's
+    estimate is compile + steps × step time (every run builds and compiles its own model); the sweep's is the
+    sum over its runs, because `run_sweep` trains them one after another in one process. No workdir is read:
+    runs a workdir already holds finished (which the sweep would not train again) are counted too.
+
+    Args:
+        config_path: str, the config file.
+        variants: list of config-argument strings (one per variant).
+        seeds: list of ints.
+        probe_steps: int >= 0, timed steps per variant (0: no model is built, no time estimate).
+
+    Returns:
+        dict: `config` (the path), `variants`, `seeds`, `varying_keys` and `differences` (`recipe_differences`
+        of the variants' resolved configs), `runs` (one per (variant, seed) in the sweep's order: `variant`,
+        `seed`, `run_dir` (under the workdir), `steps_per_epoch`, `epochs`, `total_steps`, and with
+        `probe_steps` > 0 `estimated_train_seconds`), `probes` (`{variant: {"parameters", "compile_seconds",
+        "seconds_per_step", "backend"}}`, empty without a probe), `total_steps` and `estimated_train_seconds`
+        (sums over the runs; None when a run's steps are unknown, or without a probe).
+
+    Raises:
+        ValueError: as `run_sweep` (no variants or seeds, a duplicate, a bad variant), or a bad `probe_steps`.
+        classifier.ConfigError (a ValueError): a variant's config is one the runner refuses.
+    """
+    from sphere_tf.training import classifier  # noqa: PLC0415 (TensorFlow only when dry-running or training)
+    variants, seeds = _checked_runs(variants, seeds, "dry_run")
+    probe_steps = validation.integer(probe_steps, "probe_steps", minimum=0)
+    module = load_config_module(config_path)
+    runs, resolved = [], {}
+    for variant in variants:  # every run's config, before any model is built: mistakes fail at once
+        for seed in seeds:
+            plan = classifier.dry_run(run_config(module, variant, seed), probe_steps=0)
+            resolved.setdefault(variant, plan["config"])  # the first seed's: the variants differ by their keys only
+            runs.append({"variant": variant, "seed": seed, "run_dir": run_dirname(variant, seed),
+                         **{key: plan[key] for key in ("steps_per_epoch", "epochs", "total_steps")}})
+    varying_keys, differences = recipe_differences(resolved)
+    probes = {}
+    if probe_steps:
+        for variant in variants:
+            with _per_variant_tracing():
+                plan = classifier.dry_run(run_config(module, variant, seeds[0]), probe_steps=probe_steps)
+            probes[variant] = {key: plan[key] for key in ("parameters", "compile_seconds", "seconds_per_step",
+                                                           "backend")}
+        for run in runs:
+            probe = probes[run["variant"]]
+            run["estimated_train_seconds"] = (probe["compile_seconds"] + probe["seconds_per_step"] * run["total_steps"]
+                                              if run["total_steps"] is not None else None)
+    steps_known = all(run["total_steps"] is not None for run in runs)
+    return {
+        "config": config_path, "variants": variants, "seeds": seeds, "varying_keys": varying_keys,
+        "differences": differences, "runs": runs, "probes": probes,
+        "total_steps": sum(run["total_steps"] for run in runs) if steps_known else None,
+        "estimated_train_seconds": (sum(run["estimated_train_seconds"] for run in runs)
+                                    if probes and steps_known else None),
+    }
+
+
+def _variant_name(variant):
+    return variant or "default"
+
+
+def dry_run_lines(plan):
+    """The sweep dry run's report (`dry_run`): what each variant changes, every run's steps, the total time."""
+    from sphere_tf.training import classifier  # noqa: PLC0415
+
+    runs = plan["runs"]
+    def count(n, noun):
+        return f"{n} {noun}" + ("" if n == 1 else "s")
+
+    lines = [f"sweep            {plan['config']}: {count(len(plan['variants']), 'variant')} x "
+             f"{count(len(plan['seeds']), 'seed')} = {count(len(runs), 'run')}, trained one after another in one "
+             "process"]
+    if plan["varying_keys"]:
+        lines.append(f"varying keys     {', '.join(plan['varying_keys'])} (every other key is the same in every "
+                     "variant)")
+    else:
+        lines.append("varying keys     none" + (" (one variant)" if len(plan["variants"]) == 1
+                                                else " (the variants resolve to the same config)"))
+    for variant in plan["variants"]:
+        values = plan["differences"][variant]
+        changes = ", ".join(f"{key}={json.dumps(values[key])}" if key in values else f"{key} not set"
+                            for key in plan["varying_keys"])
+        lines.append(f"variant          {_variant_name(variant)}" + (f": {changes}" if changes else ""))
+        if variant in plan["probes"]:
+            probe = plan["probes"][variant]
+            lines.append(f"  step time      {probe['seconds_per_step'] * 1000:.1f} ms measured on a synthetic batch "
+                         f"(compile {probe['compile_seconds']:.1f} s), {probe['parameters']:,} parameters; "
+                         "shared by its seeds")
+    for run in runs:
+        if run["total_steps"] is None:
+            text = "steps unknown until the data is read"
+        else:
+            text = f"{run['total_steps']} steps ({run['epochs']} epochs of {run['steps_per_epoch']})"
+        if "estimated_train_seconds" in run:
+            text += f", {classifier.duration_text(run['estimated_train_seconds'])}"
+        lines.append(f"run              {_variant_name(run['variant'])} seed {run['seed']}: {text}")
+    total = plan["total_steps"]
+    lines.append(f"steps            {total if total is not None else 'unknown'} in {count(len(runs), 'run')}")
+    if plan["probes"]:
+        backend = next(iter(plan["probes"].values()))["backend"]
+        lines.append(f"estimated time   {classifier.duration_text(plan['estimated_train_seconds'])} of training on "
+                     f"this machine (backend {backend}): the sum over the {count(len(runs), 'run')}, trained one after "
+                     "another, each compiling its own model (data loading, evaluations and export not counted)")
+    return lines
 
 
 def write_summary(summary, path):

@@ -1,7 +1,9 @@
 """The Fashion-MNIST reproduction configs (configs/repro/) and the sweep driver (trainers/sweep.py).
 
 Every variant of every config validates; every config's quick variant trains two steps on the real
-Fashion-MNIST files; the sweep's mean ± std matches hand-computed values and the runs' own results.json.
+Fashion-MNIST files; the sweep's mean ± std matches hand-computed values and the runs' own results.json; the
+sweep's dry run lists every (variant, seed) with the config's step count, refuses a bad variant as the sweep does
+and writes nothing.
 """
 
 import glob
@@ -9,6 +11,8 @@ import itertools
 import json
 import math
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -217,3 +221,140 @@ def test_margin_paper_recipe_is_the_authors_mnist_recipe():
         module.get_config("recipe=sgd")
     with pytest.raises(ValueError, match="width"):
         module.get_config("width=-1")
+
+
+# The published Fashion-MNIST training split; a run's epoch is whole batches of it (or of `data.train_limit`).
+FASHION_MNIST_TRAIN_IMAGES = 60000
+
+
+def _expected_steps(config):
+    """A run's optimizer steps from its config alone: `train.steps`, else epochs × steps per epoch, one epoch
+    being `train.steps_per_epoch` or one pass in whole batches (the runner drops the last partial batch)."""
+    train = config.train
+    if train.steps:
+        return train.steps
+    images = min(config.data.train_limit or FASHION_MNIST_TRAIN_IMAGES, FASHION_MNIST_TRAIN_IMAGES)
+    return train.epochs * (train.steps_per_epoch or images // train.batch_size)
+
+
+def test_sweep_dry_run_lists_every_run_and_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # anything written to a relative path would land here
+    path = os.path.join(REPRO, "fashion_mnist_no_relu.py")
+    module = sweep.load_config_module(path)
+    # A short run, a full-data one (epochs of whole batches) and a quick one (fixed epochs of 2 steps).
+    variants = ["operator=conv2d,relu=False", "operator=sphere,full=True", "quick,operator=tanh"]
+    seeds = [0, 1, 2]
+    plan = sweep.dry_run(path, variants, seeds, probe_steps=1)
+
+    assert [(run["variant"], run["seed"]) for run in plan["runs"]] == list(itertools.product(variants, seeds))
+    expected = {variant: _expected_steps(module.get_config(variant)) for variant in variants}
+    assert expected == {variants[0]: 300, variants[1]: 20 * (60000 // 128), variants[2]: 2}
+    for run in plan["runs"]:
+        assert run["total_steps"] == expected[run["variant"]], run
+        assert run["run_dir"] == os.path.join(sweep.variant_dirname(run["variant"]), f"seed_{run['seed']}")
+    assert plan["total_steps"] == sum(run["total_steps"] for run in plan["runs"]) == len(seeds) * sum(expected.values())
+
+    # One measurement per variant, shared by its seeds; the sweep's estimate is the sum over its runs.
+    assert sorted(plan["probes"]) == sorted(variants)
+    for run in plan["runs"]:
+        probe = plan["probes"][run["variant"]]
+        assert probe["seconds_per_step"] > 0 and probe["compile_seconds"] > 0
+        assert run["estimated_train_seconds"] == pytest.approx(
+            probe["compile_seconds"] + probe["seconds_per_step"] * run["total_steps"])
+    assert plan["estimated_train_seconds"] == pytest.approx(
+        sum(run["estimated_train_seconds"] for run in plan["runs"]))
+
+    # The differences: the keys some variant changes, each variant's values; nothing the variants share.
+    resolved = {variant: classifier.validate(module.get_config(variant)) for variant in variants}
+    assert {"model.relu", "model.operator", "data.train_limit", "train.batch_size"} <= set(plan["varying_keys"])
+    assert "optimizer.name" not in plan["varying_keys"] and "seed" not in plan["varying_keys"]
+    for variant in variants:
+        assert plan["differences"][variant]["model.relu"] == resolved[variant]["model"]["relu"]
+        assert plan["differences"][variant]["data.train_limit"] == resolved[variant]["data"]["train_limit"]
+    lines = sweep.dry_run_lines(plan)
+    assert sum(line.startswith("run ") for line in lines) == len(variants) * len(seeds)
+    assert sum(line.startswith("  step time") for line in lines) == len(variants)
+    assert f"steps            {plan['total_steps']} in 9 runs" in lines
+    assert any(line.startswith("estimated time") and "the sum over the 9 runs" in line for line in lines)
+    assert not any('"optimizer"' in line for line in lines)  # not the whole config per variant
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_recipe_differences_of_nested_and_missing_sections():
+    configs = {"a": {"seed": 0, "model": {"head": None, "relu": True}, "train": {"steps": 5}},
+               "b": {"seed": 0, "model": {"head": {"margin": 4}, "relu": True, "extra": 1}, "train": {"steps": 6}}}
+    keys, differences = sweep.recipe_differences(configs)
+    assert keys == ["model.head", "model.extra", "train.steps"]
+    assert differences == {"a": {"model.head": None, "train.steps": 5},
+                           "b": {"model.head": {"margin": 4}, "model.extra": 1, "train.steps": 6}}
+    assert sweep.recipe_differences({"only": configs["a"]}) == ([], {"only": {}})
+
+
+def _sweep_error(run):
+    with pytest.raises(Exception) as error:  # noqa: PT011 (the type is what the test compares)
+        run()
+    return type(error.value), str(error.value)
+
+
+@pytest.mark.parametrize("bad", ["operator=bogus", "nope=1", "operator="])
+def test_sweep_dry_run_refuses_a_bad_variant_as_the_sweep_does(bad, tmp_path):
+    """The same exception and message as a real sweep, which raises it on reaching the variant."""
+    path = os.path.join(REPRO, "fashion_mnist_no_relu.py")
+    trained = []
+
+    def train_fn(config, workdir):
+        trained.append(workdir)
+        return {"test_accuracy": 50.0, "test_error": 50.0, "test_loss": 1.0, "steps": 2, "history": {}}
+
+    variants = ["quick,operator=conv2d", bad]
+    real = _sweep_error(lambda: sweep.run_sweep(path, variants, [0], str(tmp_path / "w"), train_fn))
+    assert len(trained) == 1  # the real sweep ran the good variant first
+    assert _sweep_error(lambda: sweep.dry_run(path, variants, [0], probe_steps=0)) == real
+
+
+def test_sweep_dry_run_refuses_a_config_the_runner_refuses(tmp_path):
+    """A variant whose config fails `classifier.validate`: the dry run raises the sweep's ConfigError."""
+    config_file = tmp_path / "cfg.py"
+    config_file.write_text(
+        "from configs.repro import fashion_mnist_no_relu as base\n"
+        "def get_config(arg=None):\n"
+        "    config = base.get_config('quick')\n"
+        "    config.data.augmentation = arg\n"
+        "    return config\n")
+    real = _sweep_error(lambda: sweep.run_sweep(str(config_file), ["flipp"], [0], str(tmp_path / "w")))
+    assert real[0] is classifier.ConfigError and "data.augmentation" in real[1]
+    assert _sweep_error(lambda: sweep.dry_run(str(config_file), ["none", "flipp"], [0], probe_steps=0)) == real
+    assert not (tmp_path / "w").exists()
+    with pytest.raises(ValueError, match="dry_run: duplicate"):
+        sweep.dry_run(str(config_file), ["none", "none"], [0])
+    with pytest.raises(ValueError, match="dry_run: expected variants and seeds"):
+        sweep.dry_run(str(config_file), ["none"], [])
+
+
+def _sweep_main(args, cwd):
+    return subprocess.run([sys.executable, "-m", "trainers.sweep", *args], cwd=cwd,
+                          env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=300)
+
+
+def test_sweep_main_dry_run_needs_no_workdir_and_writes_nothing(tmp_path):
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    config = os.path.join(REPRO, "fashion_mnist_mhe.py")
+    result = _sweep_main([f"--config={config}", "--dry_run", "--dry_run_steps=1", "--seeds=0,1",
+                          "--variants=quick,reg=none;quick,reg=mhe"], cwd)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    assert "2 variants x 2 seeds = 4 runs, trained one after another" in out
+    assert "variant          quick,reg=none: regularizers=[]" in out
+    assert out.count("  step time") == 2 and "run              quick,reg=mhe seed 1: 2 steps (1 epochs of 2)" in out
+    assert "steps            8 in 4 runs" in out and "estimated time" in out
+    assert list(cwd.iterdir()) == []
+    # Given a workdir and a summary path, still nothing is written; without --dry_run the workdir is required.
+    workdir, summary = tmp_path / "never", tmp_path / "never.json"
+    result = _sweep_main([f"--config={config}", "--dry_run", "--dry_run_steps=0", f"--workdir={workdir}",
+                          f"--summary={summary}"], cwd)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "run              reg=rp_comhe seed 2:" in result.stdout and "estimated time" not in result.stdout
+    assert not workdir.exists() and not summary.exists() and list(cwd.iterdir()) == []
+    result = _sweep_main([f"--config={config}"], cwd)
+    assert result.returncode != 0 and "--workdir is required (except with --dry_run)" in result.stderr
