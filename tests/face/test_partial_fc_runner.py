@@ -54,6 +54,13 @@ def pfc_config(folder, **head):
     return config
 
 
+def dense_layout(weight, dense_weight):
+    """A Partial FC run's weight in the dense run's layout: its class-major kernel `(C, d)` as `(d, C)`."""
+    if weight.ndim == 2 and weight.shape != dense_weight.shape and weight.shape == dense_weight.shape[::-1]:
+        return weight.T
+    return weight
+
+
 def spy_runs(monkeypatch):
     """Records each run's model, its weights before training and the head's sampled mask after every step."""
     runs = []
@@ -93,9 +100,9 @@ def test_r1_partial_fc_path_trains_the_dense_heads_weights(identities, tmp_path,
     assert "partial_fc" not in dense_results
     assert blocked_results["partial_fc"] == {"sample_rate": 1.0, "num_shards": 2, "devices": 1, "sharded": False}
     for a, b in zip(runs[0]["initial"], runs[1]["initial"]):
-        np.testing.assert_array_equal(a, b)  # the same initial model
+        np.testing.assert_array_equal(a, dense_layout(b, a))  # the same initial model
     for a, b in zip(dense_model.get_weights(), blocked_model.get_weights()):
-        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(dense_layout(b, a), a, rtol=1e-5, atol=1e-6)
     assert max(np.abs(w - w0).max() for w0, w in zip(runs[0]["initial"], dense_model.get_weights())) > 1e-3
     # The runner's training loss (the head's) and test loss / accuracy (plain logits) are the dense run's.
     np.testing.assert_allclose(blocked_results["history"]["loss"], dense_results["history"]["loss"], rtol=1e-5)
@@ -117,12 +124,14 @@ def test_r01_leaves_never_sampled_classes_and_their_momentum_alone(identities, t
     ever = masks.max(axis=0) > 0
     assert 0 < ever.sum() < CLASSES
     kernel_index = next(i for i, v in enumerate(model.weights) if v is head.kernel)
-    initial, final = run["initial"][kernel_index], keras.ops.convert_to_numpy(head.kernel)
+    # The class-major kernel (C, d) as MarginHead's (d, C): a class is a column below.
+    initial, final = run["initial"][kernel_index].T, keras.ops.convert_to_numpy(head.kernel).T
     np.testing.assert_array_equal(final[:, ~ever], initial[:, ~ever])
     # Sampled columns move (a negative far from every feature may get a zero gradient at s = 64: not all of them).
     changed = np.abs(final - initial).max(axis=0) > 0
     assert changed.sum() >= 8 and not (changed & ~ever).any()
-    slots = [keras.ops.convert_to_numpy(v) for v in model.optimizer.variables if tuple(v.shape) == final.shape]
+    slots = [keras.ops.convert_to_numpy(v).T for v in model.optimizer.variables
+             if tuple(v.shape) == tuple(head.kernel.shape)]
     assert len(slots) == 1 and (slots[0][:, ~ever] == 0).all()
     assert not ((np.abs(slots[0]).max(axis=0) > 0) & ~ever).any()
     assert np.isfinite(results["history"]["loss"]).all() and np.isfinite(results["test_loss"])
@@ -199,8 +208,8 @@ def test_export_without_and_with_the_class_matrix(identities, tmp_path, monkeypa
     results = face.train_face(config, str(tmp_path / "run"))
     model = runs[0]["model"]
     head = model.get_layer("logits")
-    dim = head.kernel.shape[0]
-    assert tuple(head.kernel.shape) == (dim, 301)
+    dim = head.kernel.shape[1]
+    assert tuple(head.kernel.shape) == (301, dim)  # class-major
     class_shapes = {(dim, CLASSES), (dim, 301), (CLASSES, dim), (301, dim)}
     pixels = serving.sample_pixels(5, SHAPE, seed=3)
     embedder = keras.Model(model.input["images"], model.get_layer("embedding").output)
@@ -224,10 +233,10 @@ def test_export_without_and_with_the_class_matrix(identities, tmp_path, monkeypa
     np.testing.assert_allclose(out["embeddings"].numpy(), unit, rtol=1e-4, atol=1e-5)
 
     kept = serving.export_model(model, str(tmp_path / "kept"), class_matrix=True, warmup_batch_sizes=(1,)).path
-    assert (dim, 301) in set(graph_constant_shapes(kept))
+    assert class_shapes & set(graph_constant_shapes(kept))
     out = tf.saved_model.load(kept).signatures["embeddings"](images=tf.constant(pixels))
     assert sorted(out) == ["cosine", "embeddings", "logits"]
-    weights = keras.ops.convert_to_numpy(head.kernel)[:, :CLASSES]
+    weights = keras.ops.convert_to_numpy(head.kernel)[:CLASSES].T
     np.testing.assert_allclose(out["cosine"].numpy(), unit @ (weights / np.linalg.norm(weights, axis=0)),
                                rtol=1e-4, atol=1e-5)
 

@@ -119,7 +119,7 @@ def build_head(num_classes, name, distribution=None, **kwargs):
 
 def set_weights(head, w, b, iteration):
     padded = head.num_padded_classes - w.shape[1]
-    head.kernel.assign(np.concatenate([w, np.zeros((w.shape[0], padded), np.float32)], axis=1))
+    head.kernel.assign(np.concatenate([w, np.zeros((w.shape[0], padded), np.float32)], axis=1).T)
     if b is not None:
         head.bias.assign(np.concatenate([b, np.zeros(padded, np.float32)]))
     head.iteration.assign(iteration)  # the λ of step iteration + 1 (annealed types)
@@ -196,7 +196,7 @@ def full_rate_case():
                               **kwargs)
             set_weights(head, *problems[name][:2], iteration=4)
             padded = head.num_padded_classes
-            assert shard_shapes(head.kernel) == [(D, padded // n)], (n, shard_shapes(head.kernel))
+            assert shard_shapes(head.kernel) == [(padded // n, D)], (n, shard_shapes(head.kernel))
             assert len(head.kernel.value.addressable_shards) == n
             heads.append(head)
         results = loss_grads(heads, put_batch(distribution, x), put_batch(distribution, y), distribution)
@@ -204,7 +204,7 @@ def full_rate_case():
             what = f"{name}, N={n}"
             assert_close(loss, reference[0], f"loss, {what}")
             assert_close(gx, reference[1], f"d/d features, {what}", rtol=1e-4)
-            gw_kernel = to_numpy(gw[0])
+            gw_kernel = to_numpy(gw[0]).T  # class-major: back to (d, C_padded)
             assert_close(gw_kernel[:, :num_classes], reference[2][0], f"d/d kernel, {what}", rtol=1e-4)
             np.testing.assert_array_equal(gw_kernel[:, num_classes:], 0.0)
             if len(gw) > 1:
@@ -243,7 +243,7 @@ def sampled_case():
         heads = [build_head(SAMPLED_CLASSES, f"head_{s}", distribution, **head_kwargs(s)) for s in configs]
         for head in heads:
             set_weights(head, w, b, iteration=2)
-            assert shard_shapes(head.kernel) == [(D, head.num_padded_classes // n)]
+            assert shard_shapes(head.kernel) == [(head.num_padded_classes // n, D)]
             assert shard_shapes(head.bias) == [(head.num_padded_classes // n,)]
         results = loss_grads(heads, put_batch(distribution, x), put_batch(distribution, y), distribution)
         for num_shards, head, got in zip(configs, heads, results):
@@ -335,7 +335,7 @@ def fit_case():
             model, head = fit_model(n)
             model.set_weights(initial)
             padded = head.num_padded_classes
-            assert shard_shapes(head.kernel) == [(D, padded // n)], shard_shapes(head.kernel)
+            assert shard_shapes(head.kernel) == [(padded // n, D)], shard_shapes(head.kernel)
             (mask,) = [v for v in model.non_trainable_variables if v.path == "head/sampled"]
             assert shard_shapes(mask) == [(padded // n,)], shard_shapes(mask)
             history = model.fit([x, y], None, batch_size=B, epochs=1, verbose=0, shuffle=False)
@@ -390,7 +390,7 @@ def fit_2d_case():
     with distribution.scope():
         model, head = fit_model(2)
         model.set_weights(initial)
-        assert shard_shapes(head.kernel) == [(D, FIT_CLASSES // 2)]
+        assert shard_shapes(head.kernel) == [(FIT_CLASSES // 2, D)]
         assert len(head.kernel.value.addressable_shards) == 4
         history = model.fit([x, y], None, batch_size=B, epochs=1, verbose=0, shuffle=False)
         text = train_step_hlo(model, x, y)
@@ -509,7 +509,7 @@ def bad_mesh_case():
         expect_num_shards_error(build, f"N={n}, num_shards={num_shards}")
     # A hand-written layout sharding the feature axis is refused too.
     layout_map = kd.LayoutMap(mesh)
-    layout_map["head/kernel"] = (AXIS, None)
+    layout_map["head/kernel"] = (None, AXIS)
     distribution = kd.ModelParallel(layout_map=layout_map, batch_dim_name=AXIS)
     try:
         build_head(128, "head", distribution, num_shards=4)

@@ -11,7 +11,7 @@ check's outcome to a JSON file; `test_sharded_head_on_1_2_4_cpu_devices` fails w
   per device;
 * `model.fit` (functional features -> Dense -> PartialFCHead with a labels input, PartialFCOptimizer over
   SGD with momentum) under ModelParallel equals the same steps on one device; every device holds a
-  `(d, C_padded / N)` kernel shard (momentum and sampled mask split alike), one device's parameter bytes
+  `(C_padded / N, d)` kernel shard (momentum and sampled mask split alike), one device's parameter bytes
   are <= 0.55 of the model's at N = 2;
 * the same on a 2-D mesh (batch 2 x model 2): batch split over "batch", classes over "model";
 * the compiled (per-device) HLO of the train step `fit` ran: no tensor with a full class dimension
@@ -78,13 +78,13 @@ def test_class_sharding_layout_entries_and_argument_errors():
 
     mesh = kd.DeviceMesh((2,), ("devices",), ["cpu:0", "cpu:1"])
     layout_map = class_sharding_layout(kd.LayoutMap(mesh), PartialFCHead(10, num_shards=4, name="head"))
-    assert layout_map["head/kernel"].axes == (None, "devices")
-    assert layout_map["outer_model/head/kernel"].axes == (None, "devices")
+    assert layout_map["head/kernel"].axes == ("devices", None)
+    assert layout_map["outer_model/head/kernel"].axes == ("devices", None)
     assert layout_map["head/bias"].axes == ("devices",) and layout_map["head/sampled"].axes == ("devices",)
     assert layout_map["my_head/kernel"] is None and layout_map["head/iteration"] is None
 
     mesh_2d = kd.DeviceMesh((1, 2), ("batch", "model"), ["cpu:0", "cpu:1"])
-    assert class_sharding_layout(kd.LayoutMap(mesh_2d), "head", "model")["head/kernel"].axes == (None, "model")
+    assert class_sharding_layout(kd.LayoutMap(mesh_2d), "head", "model")["head/kernel"].axes == ("model", None)
     with pytest.raises(ValueError, match="num_shards=3"):
         class_sharding_layout(kd.LayoutMap(mesh), PartialFCHead(10, num_shards=3))
     with pytest.raises(ValueError, match="axis_name"):
