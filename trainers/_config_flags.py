@@ -59,10 +59,17 @@ def _is_number(text):
 
 
 def load_config_file(spec):
-    """`get_config(ARG)` (or `get_config()`) of the config file `spec` = 'FILE[:ARG]', as plain dicts."""
+    """`get_config(ARG)` (or `get_config()`) of the config file `spec` = 'FILE[:ARG]', as plain dicts.
+
+    The config file's folder is added to the end of `sys.path`, so a config can import a module
+    beside it, e.g. one that registers a user's data set or model (`register_dataset`, `register_model`).
+    """
     path, _, arg = spec.partition(":")
     if not os.path.isfile(path):
         raise ConfigFlagError(f"--config: no config file {path!r}.")
+    folder = os.path.dirname(os.path.abspath(path))
+    if folder not in sys.path:
+        sys.path.append(folder)  # last: never shadows an installed module
     module_spec = importlib.util.spec_from_file_location("sphere_tf_config_file", path)
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)

@@ -1,10 +1,14 @@
 """One entry point for every data set: `get_datasets(name, source=..., ...)` -> `(train_ds, test_ds, info)`.
 
-Data sets (`DATASETS`): 'cifar10', 'cifar100', 'mnist', 'fashion_mnist',
-'imagenet2012', 'face_folder' (an identity-per-folder tree of aligned face crops
-in `manual_dir`, `sphere_tf.data.faces`; its test split is the first
-`test_limit` images of the same tree: the runner's test accuracy is a
-closed-set check there, faces are evaluated by verification). Two sources, both offline:
+Every data set is a registered loader (`register_dataset(name, DatasetSpec(..., reader=fn))`): the reader
+returns the training and test splits (NumPy arrays, examples read by index, or a `tf.data` stream) and the
+spec says what the data set is. The built-in ones below are registered exactly as a user's:
+'cifar10', 'cifar100', 'mnist', 'fashion_mnist', 'imagenet2012', 'face_folder' (an identity-per-folder tree
+of aligned face crops in `manual_dir`, `sphere_tf.data.faces`; its test split is the first `test_limit`
+images of the same tree: the runner's test accuracy is a closed-set check there, faces are evaluated by
+verification). `get_datasets` checks the arguments, calls the reader once, then applies the shared pipeline
+(class limits, subset, label noise, normalisation, augmentation, batching) whatever the reader. The built-in
+readers take two sources, both offline:
 
 - `source='manual'`: the archives as published, in `manual_dir` (file names in
   `DatasetSpec.manual_files`; Fashion-MNIST defaults to the Debian package's
@@ -43,42 +47,194 @@ from sphere_tf.data.errors import DataNotFoundError
 
 DatasetSpec = collections.namedtuple(
     "DatasetSpec",
-    ["input_shape", "num_classes", "tfds_name", "manual_files", "eval_augmentation", "channel_mean", "train_size"],
-    defaults=(None,),
+    ["input_shape", "num_classes", "tfds_name", "manual_files", "eval_augmentation", "channel_mean", "train_size",
+     "reader", "num_coarse_classes", "title"],
+    defaults=(None, (), "none", None, None, None, None, None),
 )
-DatasetSpec.__doc__ = """What a data set is: shapes, classes, file names, evaluation transform.
+DatasetSpec.__doc__ = """What a data set is and how it is read: shapes, classes, files, evaluation transform, reader.
 
-`input_shape` is None for ImageNet (set by the augmentation: 224x224x3);
-`channel_mean` None means "computed over the training images" for
-`normalization='mean_subtraction'`. `train_size` is the published number of training images (None: known only
-once the files are read), which a dry run uses to count the steps without reading the data."""
+`input_shape` is None where the images differ in size (ImageNet: the augmentation sets 224x224x3);
+`channel_mean` None means "computed over the training images" for `normalization='mean_subtraction'`
+(a reader of examples read by index or of a stream must then give it, or the caller passes `channel_mean=`).
+`train_size` is the published number of training images (None: known only once the files are read), which a
+dry run uses to count the steps without reading the data. `reader` is the function `get_datasets` calls,
+with keyword arguments `spec`, `source`, `manual_dir`, `data_dir`, `label_mode` and `val_labels_file` (take
+`**options` for the ones not needed); it returns `(train, test)` or `(train, test, num_classes)` (the classes
+found in the files), each split a pair `(images, labels)` of NumPy arrays (uint8 or float `(N, H, W, C)`,
+int labels), an `Examples` or a `Stream`. `num_coarse_classes` is the class count of `label_mode='coarse'`
+(None: no coarse labels); `title` names the data set in messages (None: its registry name)."""
+
+
+class Examples(collections.namedtuple("Examples", ["arrays", "decode"], defaults=(None,))):
+    """One split read by index: per-example NumPy `arrays` (labels last) and `decode`.
+
+    `decode(*columns)` maps the scalar tensors of one example's other arrays (file offsets, a path, ...) to
+    its image tensor (uint8 `(H, W, C)`); None: `arrays` is `(images, labels)`. The shared pipeline takes
+    subsets of the arrays, so nothing is decoded before it is needed.
+    """
+
+    __slots__ = ()
+
+
+class Stream(collections.namedtuple("Stream", ["open", "size", "decode"])):
+    """One split that can only be read in order (tensorflow-datasets shards).
+
+    `open(shuffle_seed)` is a `tf.data.Dataset` of `(raw, label)` (`shuffle_seed` None: stored order, else the
+    files in a seeded order); `size` the number of examples (an int, or a function giving it, so that a
+    reader does no I/O before the arguments are checked); `decode(raw)` the image tensor. Limits take the first
+    examples, a 10,000-example buffer shuffles the training stream, and `class_limits` and `label_noise`
+    are not available.
+    """
+
+    __slots__ = ()
+
 
 # Per-channel RGB mean of the ILSVRC-2012 training images as used by the Caffe/VGG models
 # (`keras.applications.imagenet_utils.preprocess_input`, mode 'caffe', lists it in BGR order).
 IMAGENET_CHANNEL_MEAN = (123.68, 116.779, 103.939)
-
-DATASETS = {
-    "cifar10": DatasetSpec((32, 32, 3), 10, "cifar10", (cifar.CIFAR10_ARCHIVE,), "none", None, 50000),
-    "cifar100": DatasetSpec((32, 32, 3), 100, "cifar100", (cifar.CIFAR100_ARCHIVE,), "none", None, 50000),
-    "mnist": DatasetSpec((28, 28, 1), 10, "mnist", tuple(fashion_mnist.FILES.values()), "none", None, 60000),
-    "fashion_mnist": DatasetSpec(
-        (28, 28, 1), 10, "fashion_mnist", tuple(fashion_mnist.FILES.values()), "none", None, 60000
-    ),
-    "imagenet2012": DatasetSpec(
-        None, 1000, "imagenet2012", (imagenet.TRAIN_ARCHIVE, imagenet.VAL_ARCHIVE), "imagenet_eval",
-        IMAGENET_CHANNEL_MEAN, 1281167,
-    ),
-    # Shapes of the SphereFace crops of CASIA-WebFace (10,575 identities); a run takes both from the folder.
-    "face_folder": DatasetSpec(faces.SPHEREFACE_CROP + (3,), 10575, None, ("<identity>/<image> folders",), "none",
-                               None),
-}
 SOURCES = ("manual", "tfds")
+DATASETS = {}
 _PERMUTATION_TAG = -1
+_STREAM_SHUFFLE_BUFFER = 10_000
 
 
 def register_dataset(name, spec):
-    """Adds a `DatasetSpec` under `name` (a taken name raises `KeyError`)."""
+    """Adds the data set `name`: a `DatasetSpec` whose `reader` reads it; returns the spec.
+
+    The registered name is then valid wherever a data set is named (`get_datasets`, the runner's
+    `data.name`); a config file makes a user's data set known by importing the module that registers it.
+
+    Raises:
+        KeyError: `name` is taken.
+        TypeError: `spec` is not a `DatasetSpec` with a callable `reader`.
+    """
+    if not isinstance(spec, DatasetSpec) or not callable(spec.reader):
+        raise TypeError(f"register_dataset({name!r}, spec): expected a DatasetSpec whose `reader` is the function "
+                        f"reading the data. Received: {spec!r}")
     return registry.register(DATASETS, name, spec, "dataset")
+
+
+def _manual_dir(manual_dir, spec, default=None):
+    """The folder a built-in reader reads (`default()` when `manual_dir` is None), else `DataNotFoundError`."""
+    if manual_dir is None and default is not None:
+        manual_dir = default()
+    if manual_dir is None:
+        raise DataNotFoundError(
+            f"source='manual' needs manual_dir, the folder holding {', '.join(spec.manual_files)}."
+        )
+    return manual_dir
+
+
+def _in_memory_reader(read_split, default_manual_dir=None):
+    """A reader of a data set loaded whole into memory: `read_split(manual_dir, split, label_mode)` for
+    source='manual', `spec.tfds_name` from tensorflow-datasets for source='tfds'."""
+
+    def read(*, spec, source, manual_dir, data_dir, label_mode, **_):
+        if source == "tfds":
+            label_key = "coarse_label" if label_mode == "coarse" else "label"
+            return tuple(tfds_source.load_arrays(spec.tfds_name, split, data_dir, label_key)
+                         for split in ("train", "test"))
+        manual_dir = _manual_dir(manual_dir, spec, default_manual_dir)
+        return tuple(read_split(manual_dir, split, label_mode) for split in ("train", "test"))
+
+    return read
+
+
+def _cifar10_split(manual_dir, split, label_mode):
+    del label_mode
+    return cifar.load_cifar10(manual_dir, split)
+
+
+def _idx_split(dataset):
+    return lambda manual_dir, split, label_mode: mnist.load_idx_split(manual_dir, split, dataset=dataset)
+
+
+_MANUAL_SPLITS = {
+    "cifar10": _cifar10_split,
+    "cifar100": cifar.load_cifar100,
+    "mnist": _idx_split("mnist"),
+    "fashion_mnist": _idx_split("fashion_mnist"),
+}
+
+
+def _load_manual(name, manual_dir, split, label_mode):
+    """Per-example arrays of one split of an in-memory built-in data set; the last array holds the labels."""
+    if name not in _MANUAL_SPLITS:
+        raise ValueError(f"no manual reader for {name!r}")
+    return _MANUAL_SPLITS[name](manual_dir, split, label_mode)
+
+
+def _fashion_mnist_dir():
+    return os.environ.get("SPHERE_TF_FASHION_MNIST_DIR") or fashion_mnist.DEBIAN_DIR
+
+
+def _tar_decoder(path):
+    """`decode(offset, length)` of the JPEG stored at that byte range of the tar file `path`."""
+
+    def decode(offset, length):
+        data = tf.numpy_function(lambda o, n: imagenet.read_bytes(path, o, n),
+                                 [tf.cast(offset, tf.int64), tf.cast(length, tf.int64)], tf.string, stateful=False)
+        return tf.io.decode_jpeg(tf.reshape(data, []), channels=3)
+
+    return decode
+
+
+def _decode_jpeg(encoded):
+    return tf.io.decode_jpeg(encoded, channels=3)
+
+
+def read_imagenet(*, spec, source, manual_dir, data_dir, val_labels_file, **_):
+    """ILSVRC-2012: the two published tars indexed in place (source='manual'; classes: the WordNet ids found),
+    or the prepared tensorflow-datasets shards as streams (source='tfds')."""
+    if source == "tfds":
+        def stream(split, size):
+            return Stream(lambda shuffle_seed: tfds_source.load_encoded(spec.tfds_name, split, data_dir,
+                                                                        shuffle_seed=shuffle_seed),
+                          size, _decode_jpeg)
+
+        return (stream("train", lambda: tfds_source.split_size(spec.tfds_name, "train", data_dir)),
+                stream("validation", lambda: tfds_source.split_size(spec.tfds_name, "validation", data_dir)))
+    manual_dir = _manual_dir(manual_dir, spec)
+    train_index = imagenet.index_train_tar(manual_dir)
+    val_index = imagenet.index_val_tar(manual_dir, val_labels_file, train_index["wnids"])
+    keys = ("offsets", "lengths", "labels")
+    train = Examples(tuple(train_index[k] for k in keys),
+                     _tar_decoder(os.path.join(manual_dir, imagenet.TRAIN_ARCHIVE)))
+    test = Examples(tuple(val_index[k] for k in keys), _tar_decoder(os.path.join(manual_dir, imagenet.VAL_ARCHIVE)))
+    return train, test, len(train_index["wnids"])
+
+
+def read_face_folder(*, spec, source, manual_dir, **_):
+    """An identity-per-folder tree (`faces.index_identity_folder`); the test split is the same tree."""
+    if source != "manual":
+        raise validation.invalid_argument("source", "'manual' for face_folder (a folder of images)", source)
+    folder = faces.index_identity_folder(_manual_dir(manual_dir, spec))
+    shape = faces.image_shape(folder.paths[0])
+    examples = Examples((np.asarray(folder.paths, dtype=str), folder.labels),
+                        lambda path: faces.decode_image(path, shape))
+    return examples, examples, folder.num_classes
+
+
+register_dataset("cifar10", DatasetSpec(
+    (32, 32, 3), 10, "cifar10", (cifar.CIFAR10_ARCHIVE,), train_size=50000, reader=_in_memory_reader(_cifar10_split),
+    title="CIFAR-10"))
+register_dataset("cifar100", DatasetSpec(
+    (32, 32, 3), 100, "cifar100", (cifar.CIFAR100_ARCHIVE,), train_size=50000,
+    reader=_in_memory_reader(cifar.load_cifar100), num_coarse_classes=20, title="CIFAR-100"))
+register_dataset("mnist", DatasetSpec(
+    (28, 28, 1), 10, "mnist", tuple(fashion_mnist.FILES.values()), train_size=60000,
+    reader=_in_memory_reader(_MANUAL_SPLITS["mnist"]), title="MNIST"))
+register_dataset("fashion_mnist", DatasetSpec(
+    (28, 28, 1), 10, "fashion_mnist", tuple(fashion_mnist.FILES.values()), train_size=60000,
+    reader=_in_memory_reader(_MANUAL_SPLITS["fashion_mnist"], default_manual_dir=_fashion_mnist_dir),
+    title="Fashion-MNIST"))
+register_dataset("imagenet2012", DatasetSpec(
+    None, 1000, "imagenet2012", (imagenet.TRAIN_ARCHIVE, imagenet.VAL_ARCHIVE), "imagenet_eval",
+    IMAGENET_CHANNEL_MEAN, 1281167, reader=read_imagenet, title="ImageNet"))
+# Shapes of the SphereFace crops of CASIA-WebFace (10,575 identities); a run takes both from the folder.
+register_dataset("face_folder", DatasetSpec(
+    faces.SPHEREFACE_CROP + (3,), 10575, None, ("<identity>/<image> folders",), reader=read_face_folder,
+    title="face folder"))
 
 
 class _Examples:
@@ -88,42 +244,30 @@ class _Examples:
         self.size, self.load = size, load
 
 
-def _array_examples(images, labels):
-    images_t, labels_t = tf.constant(images), tf.constant(labels, tf.int32)
-    return _Examples(len(images), lambda i: (tf.gather(images_t, i), tf.gather(labels_t, i)))
-
-
-def _tar_examples(path, offsets, lengths, labels):
-    offsets_t, lengths_t = tf.constant(offsets, tf.int64), tf.constant(lengths, tf.int64)
+def _indexed(examples):
+    """`_Examples` of an `Examples` split (its arrays as constants, `decode` applied per example)."""
+    *columns, labels = examples.arrays
+    tensors = [tf.constant(column) for column in columns]
     labels_t = tf.constant(labels, tf.int32)
-
-    def load(i):
-        data = tf.numpy_function(
-            lambda o, n: imagenet.read_bytes(path, o, n), [tf.gather(offsets_t, i), tf.gather(lengths_t, i)],
-            tf.string, stateful=False,
-        )
-        image = tf.io.decode_jpeg(tf.reshape(data, []), channels=3)
-        return image, tf.gather(labels_t, i)
-
-    return _Examples(len(labels), load)
+    decode = examples.decode or (lambda image: image)
+    return _Examples(len(labels), lambda i: (decode(*[tf.gather(t, i) for t in tensors]), tf.gather(labels_t, i)))
 
 
-def _face_examples(folder, train_limit, test_limit, rng, noisy=lambda labels: labels):
-    """Training and test `_Examples` of a `faces.IdentityFolder` (test: its first `test_limit` images);
-    `noisy` maps the training labels to the ones trained on."""
-    shape = faces.image_shape(folder.paths[0])
-    paths = np.asarray(folder.paths, dtype=object)
-
-    def examples(paths, labels):
-        paths_t, labels_t = tf.constant(list(paths), tf.string), tf.constant(labels, tf.int32)
-        return _Examples(
-            len(labels), lambda i: (faces.decode_image(tf.gather(paths_t, i), shape), tf.gather(labels_t, i))
-        )
-
-    train_paths, train_labels = _subset((paths, folder.labels), train_limit, rng)
-    train = examples(train_paths, noisy(train_labels))
-    test = examples(paths[: test_limit or None], folder.labels[: test_limit or None])
-    return train, test, folder.num_classes
+def _as_split(split, name, spec, what):
+    """A reader's split as `Examples` or `Stream`; a pair of arrays is checked (shapes, lengths)."""
+    if isinstance(split, (Examples, Stream)):
+        return split
+    if not isinstance(split, (tuple, list)) or len(split) != 2:
+        raise TypeError(f"the reader of data set {name!r} returned a {what} split of type {type(split).__name__}; "
+                        "expected (images, labels) arrays, an Examples or a Stream.")
+    images, labels = np.asarray(split[0]), np.asarray(split[1])
+    if images.ndim != 4 or labels.ndim != 1 or len(images) != len(labels):
+        raise ValueError(f"the reader of data set {name!r} returned {what} images of shape {images.shape} and "
+                         f"labels of shape {labels.shape}; expected (N, H, W, C) images and N labels.")
+    if spec.input_shape is not None and tuple(images.shape[1:]) != tuple(spec.input_shape):
+        raise ValueError(f"the reader of data set {name!r} returned {what} images of shape {images.shape[1:]}; "
+                         f"its DatasetSpec says input_shape={tuple(spec.input_shape)}.")
+    return Examples((images, labels))
 
 
 def _subset(arrays, limit, rng):
@@ -174,17 +318,6 @@ def _with_noisy_labels(arrays, noisy):
     return tuple(arrays[:-1]) + (noisy(np.asarray(arrays[-1])),)
 
 
-def _load_manual(name, manual_dir, split, label_mode):
-    """Per-example arrays of one split from the published files; the last array holds the labels."""
-    if name == "cifar10":
-        return cifar.load_cifar10(manual_dir, split)
-    if name == "cifar100":
-        return cifar.load_cifar100(manual_dir, split, label_mode)
-    if name in ("mnist", "fashion_mnist"):
-        return mnist.load_idx_split(manual_dir, split, dataset=name)
-    raise ValueError(f"no manual reader for {name!r}")
-
-
 def epoch_order(seed, epoch, size):
     """The order (int32 permutation of `range(size)`) in which epoch `epoch` visits the training examples."""
     permutation_seed = tf.random.experimental.stateless_fold_in(
@@ -222,7 +355,8 @@ def get_datasets(
     """Batched train and test `tf.data.Dataset`s of (float32 image, int32 label) for data set `name`.
 
     Args:
-        name: str, one of `DATASETS`.
+        name: str, a registered data set (`DATASETS`: the built-in ones and those added by
+            `register_dataset`).
         batch_size: int > 0, the global batch.
         source: 'manual' (published archives in `manual_dir`) or 'tfds' (prepared data in `data_dir`).
         manual_dir: str, the folder holding the archives (Fashion-MNIST: default the Debian folder).
@@ -234,21 +368,21 @@ def get_datasets(
         seed: int, keys the subset, the epoch permutations and every augmentation draw.
         train_limit, test_limit: int >= 0, use this many examples (0: all); the training subset is
             a seeded random one, the test subset the first ones in file order.
-        label_mode: 'fine' or 'coarse' (CIFAR-100 only).
+        label_mode: 'fine' or 'coarse' (data sets with `num_coarse_classes`: CIFAR-100).
         val_labels_file: str, ImageNet validation ground truth (source='manual'; see
             `imagenet.read_val_labels`).
         class_limits: None or a list of ints >= 0: keep at most `class_limits[c]` training
             examples of class c (0: all; classes past the list: all), a seeded random choice
             made before `train_limit` (the imbalanced-data settings of MHE, NeurIPS 2018, §5 and
-            Liu's thesis 2020, App. D.1). Not for ImageNet from tensorflow-datasets.
+            Liu's thesis 2020, App. D.1). Not for streamed data (ImageNet from tensorflow-datasets).
         initial_step: int >= 0, the training step the stream starts at (resume).
         drop_remainder: bool, every training batch holds exactly `batch_size` examples.
         channel_mean: sequence of floats or None, the means for 'mean_subtraction' (None: the
             per-channel mean of all training images; ImageNet: `IMAGENET_CHANNEL_MEAN`).
         label_noise: float in [0, 1), the fraction of training labels redrawn at random (0: none), after
             `class_limits` and `train_limit`, keyed by `seed`; the test labels are never changed
-            (`label_noise.symmetric_label_noise`: ConvNorm, NeurIPS 2021, Table 6). Not for ImageNet from
-            tensorflow-datasets.
+            (`label_noise.symmetric_label_noise`: ConvNorm, NeurIPS 2021, Table 6). Not for streamed data
+            (ImageNet from tensorflow-datasets).
         label_noise_type: 'symmetric' (a name in `label_noise.LABEL_NOISE_TYPES`): the authors' `sym` noise,
             exactly ⌈label_noise·n⌉ labels redrawn uniformly over all classes (their own included).
 
@@ -260,9 +394,11 @@ def get_datasets(
         ValueError: a bad argument, named.
         DataNotFoundError: the data are not where the source says; the message names the files and folder.
         CorruptDataError: a file is not in its published format.
+        TypeError: a registered reader returned something other than the documented splits.
     """
     name = validation.one_of(name, "name", tuple(DATASETS))
     spec = DATASETS[name]
+    title = spec.title or name
     source = validation.one_of(source, "source", SOURCES)
     batch_size = validation.positive_int(batch_size, "batch_size")
     seed = validation.integer(seed, "seed", minimum=0)
@@ -270,26 +406,24 @@ def get_datasets(
     test_limit = validation.integer(test_limit, "test_limit", minimum=0)
     initial_step = validation.integer(initial_step, "initial_step", minimum=0)
     label_mode = validation.one_of(label_mode, "label_mode", ("fine", "coarse"))
-    if label_mode == "coarse" and name != "cifar100":
-        raise validation.invalid_argument("label_mode", "'fine' (only cifar100 has coarse labels)", label_mode)
-    class_limits = check_class_limits(class_limits, 20 if label_mode == "coarse" else spec.num_classes)
-    if class_limits and name == "imagenet2012" and source == "tfds":
-        raise validation.invalid_argument("class_limits", "None for imagenet2012 from tfds (streamed shards)",
-                                          class_limits)
+    if label_mode == "coarse" and spec.num_coarse_classes is None:
+        coarse = sorted(n for n, s in DATASETS.items() if s.num_coarse_classes is not None)
+        raise validation.invalid_argument(
+            "label_mode", f"'fine' (only {' and '.join(coarse)} {'has' if len(coarse) == 1 else 'have'} coarse "
+            "labels)", label_mode)
+    num_classes = spec.num_coarse_classes if label_mode == "coarse" else spec.num_classes
+    class_limits = check_class_limits(class_limits, num_classes)
     label_noise, label_noise_type = label_noise_lib.check_label_noise(label_noise, label_noise_type)
-    if label_noise and name == "imagenet2012" and source == "tfds":
-        raise validation.invalid_argument("label_noise", "0 for imagenet2012 from tfds (streamed shards)",
-                                          label_noise)
     if not callable(augmentation):
         validation.one_of(augmentation, "augmentation", tuple(preprocessing.AUGMENTATIONS))
     eval_augmentation = spec.eval_augmentation if eval_augmentation is None else eval_augmentation
     if not callable(eval_augmentation):
         validation.one_of(eval_augmentation, "eval_augmentation", tuple(preprocessing.AUGMENTATIONS))
-    if name == "imagenet2012":
+    if spec.input_shape is None:
         for arg, value in (("augmentation", augmentation), ("eval_augmentation", eval_augmentation)):
             if isinstance(value, str) and value not in preprocessing.FIXED_SIZE_AUGMENTATIONS:
                 raise validation.invalid_argument(
-                    arg, f"one of {sorted(preprocessing.FIXED_SIZE_AUGMENTATIONS)} (ImageNet images differ in size)",
+                    arg, f"one of {sorted(preprocessing.FIXED_SIZE_AUGMENTATIONS)} ({title} images differ in size)",
                     value,
                 )
     if not callable(normalization):
@@ -302,67 +436,46 @@ def get_datasets(
     augment = preprocessing.get_augmentation(augmentation)
     augment_eval = preprocessing.get_augmentation(eval_augmentation)
     normalize = preprocessing.get_normalization(normalization)
-    if source == "manual" and manual_dir is None:
-        if name != "fashion_mnist":
-            raise DataNotFoundError(
-                f"source='manual' needs manual_dir, the folder holding {', '.join(spec.manual_files)}."
-            )
-        manual_dir = os.environ.get("SPHERE_TF_FASHION_MNIST_DIR") or fashion_mnist.DEBIAN_DIR
-    rng = np.random.default_rng(seed)
 
-    def noisy(labels, num_classes):
-        return label_noise_lib.add_label_noise(labels, label_noise, num_classes, seed, label_noise_type)
+    # The reader: the one part that differs between data sets.
+    splits = spec.reader(spec=spec, source=source, manual_dir=manual_dir, data_dir=data_dir, label_mode=label_mode,
+                         val_labels_file=val_labels_file)
+    if not isinstance(splits, (tuple, list)) or len(splits) not in (2, 3):
+        raise TypeError(f"the reader of data set {name!r} returned {type(splits).__name__}; expected "
+                        "(train, test) or (train, test, num_classes).")
+    train, test = (_as_split(split, name, spec, what) for split, what in zip(splits[:2], ("training", "test")))
+    if len(splits) == 3 and splits[2] is not None:
+        num_classes = validation.positive_int(splits[2], "num_classes")
+    streamed = isinstance(train, Stream)
+    if streamed != isinstance(test, Stream):
+        raise TypeError(f"the reader of data set {name!r} returned one Stream split; both splits must be streams "
+                        "or neither.")
+    for arg, value, unset in (("class_limits", class_limits, "None"), ("label_noise", label_noise, "0")):
+        if streamed and value:
+            raise validation.invalid_argument(arg, f"{unset} for {name} from {source} (streamed shards)", value)
 
-    if name == "imagenet2012" and source == "manual":
-        train_index = imagenet.index_train_tar(manual_dir)
-        val_index = imagenet.index_val_tar(manual_dir, val_labels_file, train_index["wnids"])
-        num_classes = len(train_index["wnids"])
-        keys = ("offsets", "lengths", "labels")
-        train_arrays = _class_subset(tuple(train_index[k] for k in keys), class_limits, rng)
-        train_arrays = _subset(train_arrays, train_limit, rng)
-        train_arrays = _with_noisy_labels(train_arrays, lambda labels: noisy(labels, num_classes))
-        test_arrays = tuple(val_index[k][: test_limit or None] for k in keys)
-        train = _tar_examples(os.path.join(manual_dir, imagenet.TRAIN_ARCHIVE), *train_arrays)
-        test = _tar_examples(os.path.join(manual_dir, imagenet.VAL_ARCHIVE), *test_arrays)
-        mean = spec.channel_mean
-    elif name == "face_folder":
-        if source != "manual":
-            raise validation.invalid_argument("source", "'manual' for face_folder (a folder of images)", source)
-        folder = faces.index_identity_folder(manual_dir)
-        train, test, num_classes = _face_examples(folder, train_limit, test_limit, rng,
-                                                  lambda labels: noisy(labels, folder.num_classes))
-        mean = spec.channel_mean
-        if normalization == "mean_subtraction" and channel_mean is None:
-            raise validation.invalid_argument("channel_mean", "the channel means for face_folder with "
-                                              "normalization='mean_subtraction'", channel_mean)
-    elif name == "imagenet2012":
-        return _imagenet_tfds(
-            spec, data_dir, batch_size, augment, augment_eval, normalize, seed, train_limit, test_limit,
-            initial_step, drop_remainder, channel_mean or spec.channel_mean,
-        )
-    else:
-        label_key = "coarse_label" if label_mode == "coarse" else "label"
-        if source == "manual":
-            train_arrays = _load_manual(name, manual_dir, "train", label_mode)
-            test_arrays = _load_manual(name, manual_dir, "test", label_mode)
-        else:
-            train_arrays = tfds_source.load_arrays(spec.tfds_name, "train", data_dir, label_key)
-            test_arrays = tfds_source.load_arrays(spec.tfds_name, "test", data_dir, label_key)
-        mean = _channel_mean(train_arrays[0]) if normalization == "mean_subtraction" else spec.channel_mean
-        num_classes = 20 if label_mode == "coarse" else spec.num_classes
-        train_arrays = _class_subset(train_arrays, class_limits, rng)
-        train_arrays = _subset(train_arrays, train_limit, rng)
-        train_arrays = _with_noisy_labels(train_arrays, lambda labels: noisy(labels, num_classes))
-        test_arrays = tuple(a[: test_limit or None] for a in test_arrays)
-        train = _array_examples(*train_arrays)
-        test = _array_examples(*test_arrays)
+    # The shared pipeline.
+    in_memory = not streamed and train.decode is None
     if channel_mean is not None:
         mean = channel_mean
-    steps_per_epoch = train.size // batch_size if drop_remainder else -(-train.size // batch_size)
-    if steps_per_epoch == 0:
-        raise validation.invalid_argument(
-            "batch_size", f"at most the training set size ({train.size}) with drop_remainder", batch_size
-        )
+    elif in_memory and normalization == "mean_subtraction":
+        mean = _channel_mean(train.arrays[0])
+    else:
+        mean = spec.channel_mean
+        if normalization == "mean_subtraction" and mean is None:
+            raise validation.invalid_argument("channel_mean", f"the channel means for {name} with "
+                                              "normalization='mean_subtraction'", channel_mean)
+    if streamed:
+        return _stream_datasets(train, test, batch_size, augment, augment_eval, normalize, seed, train_limit,
+                                test_limit, initial_step, drop_remainder, mean, num_classes)
+    rng = np.random.default_rng(seed)
+    train_arrays = _class_subset(train.arrays, class_limits, rng)
+    train_arrays = _subset(train_arrays, train_limit, rng)
+    train_arrays = _with_noisy_labels(train_arrays, lambda labels: label_noise_lib.add_label_noise(
+        labels, label_noise, num_classes, seed, label_noise_type))
+    train = _indexed(Examples(train_arrays, train.decode))
+    test = _indexed(Examples(tuple(a[: test_limit or None] for a in test.arrays), test.decode))
+    steps_per_epoch = _steps_per_epoch(train.size, batch_size, drop_remainder)
 
     def example(examples, i, epoch, transform):
         image, label = examples.load(i)
@@ -390,64 +503,68 @@ def get_datasets(
         .batch(batch_size)
         .prefetch(tf.data.AUTOTUNE)
     )
-    input_shape = tuple(train_ds.element_spec[0].shape[1:].as_list())
-    info = {
-        "input_shape": input_shape,
+    return train_ds, test_ds, _info(train_ds, num_classes, train.size, test.size, steps_per_epoch, mean)
+
+
+def _steps_per_epoch(train_size, batch_size, drop_remainder):
+    steps = train_size // batch_size if drop_remainder else -(-train_size // batch_size)
+    if steps == 0:
+        raise validation.invalid_argument(
+            "batch_size", f"at most the training set size ({train_size}) with drop_remainder", batch_size
+        )
+    return steps
+
+
+def _info(train_ds, num_classes, train_size, test_size, steps_per_epoch, mean):
+    return {
+        "input_shape": tuple(train_ds.element_spec[0].shape[1:].as_list()),
         "num_classes": num_classes,
-        "train_size": train.size,
-        "test_size": test.size,
+        "train_size": train_size,
+        "test_size": test_size,
         "steps_per_epoch": steps_per_epoch,
         "channel_mean": mean,
     }
-    return train_ds, test_ds, info
 
 
-def _imagenet_tfds(
-    spec, data_dir, batch_size, augment, augment_eval, normalize, seed, train_limit, test_limit, initial_step,
-    drop_remainder, mean,
+def _stream_datasets(
+    train, test, batch_size, augment, augment_eval, normalize, seed, train_limit, test_limit, initial_step,
+    drop_remainder, mean, num_classes,
 ):
-    """ImageNet from a prepared `imagenet2012`: shard files and a 10k buffer shuffled under `seed`.
+    """The datasets of two `Stream` splits (ImageNet from tensorflow-datasets): shard files and a 10k buffer
+    shuffled under `seed`.
 
-    tensorflow-datasets gives no random access here, so the stream is keyed by position: element k of
-    the stream (across epochs) is augmented with `element_seed(seed, 0, k)`, and `initial_step` skips
+    Streams give no random access, so the training stream is keyed by position: element k of the stream
+    (across epochs) is augmented with `element_seed(seed, 0, k)`, and `initial_step` skips
     `initial_step * batch_size` undecoded elements.
     """
-    train_size = tfds_source.split_size(spec.tfds_name, "train", data_dir)
-    test_size = tfds_source.split_size(spec.tfds_name, "validation", data_dir)
-    train_size = min(train_size, train_limit or train_size)
-    test_size = min(test_size, test_limit or test_size)
+    sizes = [split.size() if callable(split.size) else split.size for split in (train, test)]
+    train_size = min(sizes[0], train_limit or sizes[0])
+    test_size = min(sizes[1], test_limit or sizes[1])
+    steps_per_epoch = _steps_per_epoch(train_size, batch_size, drop_remainder)
 
-    def decode(k, encoded, label, transform):
-        image = tf.cast(tf.io.decode_jpeg(encoded, channels=3), tf.float32)
+    def decode(split, k, raw, label, transform):
+        image = tf.cast(split.decode(raw), tf.float32)
         return normalize(transform(image, preprocessing.element_seed(seed, 0, k)), mean), tf.cast(label, tf.int32)
 
     train_ds = (
         # A limited run keeps one fixed subset (the first examples in stored order); a full one reads the shard
         # files in a seeded order that changes every pass.
-        tfds_source.load_encoded(spec.tfds_name, "train", data_dir, shuffle_seed=None if train_limit else seed)
+        train.open(None if train_limit else seed)
         .take(train_size)
         .repeat()
-        .shuffle(10_000, seed=seed, reshuffle_each_iteration=True)
+        .shuffle(_STREAM_SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True)
         .enumerate()
         .skip(initial_step * batch_size)
-        .map(lambda k, ex: decode(k, ex[0], ex[1], augment), num_parallel_calls=tf.data.AUTOTUNE)
+        .map(lambda k, ex: decode(train, k, ex[0], ex[1], augment), num_parallel_calls=tf.data.AUTOTUNE)
         .batch(batch_size, drop_remainder=drop_remainder)
         .prefetch(tf.data.AUTOTUNE)
     )
     test_ds = (
-        tfds_source.load_encoded(spec.tfds_name, "validation", data_dir)
+        test.open(None)
         .take(test_size)
         .enumerate()
-        .map(lambda k, ex: decode(k, ex[0], ex[1], augment_eval), num_parallel_calls=tf.data.AUTOTUNE)
+        .map(lambda k, ex: decode(test, k, ex[0], ex[1], augment_eval), num_parallel_calls=tf.data.AUTOTUNE)
         .batch(batch_size)
         .prefetch(tf.data.AUTOTUNE)
     )
-    info = {
-        "input_shape": (224, 224, 3),
-        "num_classes": spec.num_classes,
-        "train_size": train_size,
-        "test_size": test_size,
-        "steps_per_epoch": train_size // batch_size if drop_remainder else -(-train_size // batch_size),
-        "channel_mean": mean,
-    }
-    return train_ds, test_ds, info
+    return train_ds, test_ds, _info(train_ds, num_classes, train_size, test_size, steps_per_epoch, mean)

@@ -61,12 +61,13 @@ def _upstream_kernel_initializer():
 
 
 def _check_beta(beta, magnitude, entry):
-    """β of 'seg' / 'mix' (their DCNet default when None); an error for the other magnitudes."""
+    """β of the magnitudes with one ('seg', 'mix': their DCNet default when None); an error for the others."""
     if beta is None:
         return entry.default_beta
     if entry.default_beta is None:
+        with_beta = sorted(n for n, m in magnitude_lib.MAGNITUDE_FNS.items() if m.default_beta is not None)
         raise validation.invalid_argument(
-            "beta", f"None: magnitude={magnitude!r} has no β (only 'seg' and 'mix' do)", beta
+            "beta", f"None: magnitude={magnitude!r} has no β (only {with_beta} have one)", beta
         )
     return validation.non_negative_float(beta, "beta")
 

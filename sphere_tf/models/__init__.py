@@ -11,4 +11,5 @@ from sphere_tf.models.blocks import pack_inputs
 from sphere_tf.models.registry import MODELS
 from sphere_tf.models.registry import create_model
 from sphere_tf.models.registry import get_model_fn
+from sphere_tf.models.registry import list_models
 from sphere_tf.models.registry import register_model

@@ -1,4 +1,11 @@
-"""Model registry: names to builder functions (timm's `register_model`, raising on duplicates)."""
+"""Model registry: names to builder functions (timm's `register_model` and `list_models`, raising on duplicates).
+
+A new model family is one builder `fn(input_shape=..., num_classes=..., **options) -> keras.Model` decorated with
+`@register_model`; `create_model(name, ...)`, the runner's `model.name` and the model tests
+(`tests/models/test_zoo.py`, parametrised over `list_models()`) then find it.
+"""
+
+import fnmatch
 
 import keras
 
@@ -15,6 +22,11 @@ def register_model(fn=None, *, name=None):
         return registry.register(MODELS, name or f.__name__, f, "Model")
 
     return decorate(fn) if fn is not None else decorate
+
+
+def list_models(pattern="*"):
+    """The registered model names matching the shell-style wildcard `pattern` (`'resnet*'`), sorted."""
+    return sorted(fnmatch.filter(MODELS, pattern))
 
 
 def get_model_fn(name):

@@ -177,7 +177,11 @@ def validate(config):
     validation.one_of(data["label_mode"], "data.label_mode", ("fine", "coarse"))
     validation.integer(data["train_limit"], "data.train_limit", minimum=0)
     validation.integer(data["test_limit"], "data.test_limit", minimum=0)
-    classes = 20 if data["label_mode"] == "coarse" else datasets_lib.DATASETS[data["name"]].num_classes
+    spec = datasets_lib.DATASETS[data["name"]]
+    if data["label_mode"] == "coarse" and spec.num_coarse_classes is None:
+        raise validation.invalid_argument("data.label_mode", f"'fine' ({data['name']} has no coarse labels)",
+                                          data["label_mode"])
+    classes = spec.num_coarse_classes if data["label_mode"] == "coarse" else spec.num_classes
     datasets_lib.check_class_limits(data["class_limits"], classes, "data.class_limits")
     label_noise_lib.check_label_noise(data["label_noise"], data["label_noise_type"], prefix="data.")
     if data["label_noise"] and data["name"] == "imagenet2012" and data["source"] == "tfds":
@@ -443,7 +447,8 @@ def dry_run(config, probe_steps=3, data=None):
                     evaluations=(steps_per_epoch * epochs) // every if every else 1)
     if not probe_steps:
         return plan
-    classes = data.get("num_classes", 20 if data_cfg["label_mode"] == "coarse" else spec.num_classes)
+    classes = data.get("num_classes", spec.num_coarse_classes if data_cfg["label_mode"] == "coarse"
+                       else spec.num_classes)
     input_shape = tuple(data.get("input_shape") or spec.input_shape
                         or (preprocessing.IMAGENET_CROP, preprocessing.IMAGENET_CROP, 3))
     info = {"input_shape": input_shape, "num_classes": classes}
