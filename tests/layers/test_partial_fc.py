@@ -897,3 +897,23 @@ def test_optimizer_wrapper_bad_arguments_and_config():
     assert float(to_numpy(optimizer.learning_rate)) == pytest.approx(1e-3)
     optimizer.learning_rate = 5e-4
     assert float(to_numpy(optimizer.optimizer.learning_rate)) == pytest.approx(5e-4)
+
+
+def test_kernel_is_class_major_and_legacy_column_layout_loads(rng, tmp_path):
+    """The kernel is stored `(C_padded, d)`; `real_kernel()` is MarginHead's `(d, C)`; a `.keras` weight store
+    written with the earlier `(d, C_padded)` kernel loads transposed; a shape matching neither is refused."""
+    head, w, b = _head_with_kernel(rng, 10, num_shards=4, use_bias=True, seed=0)
+    assert tuple(head.kernel.shape) == (12, 4)
+    np.testing.assert_array_equal(to_numpy(head.real_kernel()), w)
+    variables = head._trainable_variables + head._non_trainable_variables
+    index = str(next(i for i, v in enumerate(variables) if v is head.kernel))
+    legacy = {str(i): to_numpy(v).copy() for i, v in enumerate(variables)}
+    legacy[index] = legacy[index].T  # as written before the layout change
+    fresh = PartialFCHead(10, num_shards=4, use_bias=True, seed=0)
+    fresh.build((None, 4))
+    fresh.load_own_variables(legacy)
+    np.testing.assert_array_equal(to_numpy(fresh.kernel), to_numpy(head.kernel))
+    np.testing.assert_array_equal(to_numpy(fresh.bias), to_numpy(head.bias))
+    legacy[index] = np.zeros((5, 5), np.float32)
+    with pytest.raises(ValueError):
+        fresh.load_own_variables(legacy)

@@ -425,3 +425,23 @@ def test_check_margin_rejects_outside_the_ranges(loss_type, angular, margin_valu
     pattern = rf"Invalid value for argument `margin`: expected .*{expected_message}.*Received: margin="
     with pytest.raises(ValueError, match=pattern):
         margin.check_margin(loss_type, margin_value, angular)
+
+
+@pytest.mark.parametrize("loss_type", margin.LOSS_TYPES)
+def test_class_major_kernel_gives_the_same_logits(rng, loss_type):
+    """`class_axis=0` (a `(C, d)` kernel, PartialFCHead's storage) equals the `(d, C)` layout."""
+    kwargs = {"scale": 8.0} if loss_type in margin.NORMALIZED_FEATURES else {}
+    if loss_type == "combined":
+        kwargs["margin"] = (1.1, 0.2, 0.1)
+    elif loss_type in ("cosface", "arcface"):
+        kwargs["margin"] = 0.3
+    x = rng.normal(size=(5, 6)).astype(np.float32)
+    w = rng.normal(size=(6, 7)).astype(np.float32)
+    b = rng.normal(size=(7,)).astype(np.float32)
+    y = rng.integers(0, 7, size=5).astype(np.int32)
+    for labels in (None, y):
+        columns = margin.margin_logits(x, w, labels, loss_type=loss_type, bias=b, lam=0.5, **kwargs)
+        rows = margin.margin_logits(x, w.T, labels, loss_type=loss_type, bias=b, lam=0.5, class_axis=0, **kwargs)
+        np.testing.assert_allclose(_np(rows), _np(columns), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="class_axis"):
+        margin.margin_logits(x, w, y, loss_type=loss_type, class_axis=2, **kwargs)
