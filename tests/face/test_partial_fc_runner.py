@@ -102,7 +102,8 @@ def test_r1_partial_fc_path_trains_the_dense_heads_weights(identities, tmp_path,
     for a, b in zip(runs[0]["initial"], runs[1]["initial"]):
         np.testing.assert_array_equal(a, dense_layout(b, a))  # the same initial model
     for a, b in zip(dense_model.get_weights(), blocked_model.get_weights()):
-        np.testing.assert_allclose(dense_layout(b, a), a, rtol=1e-5, atol=1e-6)
+        # float32: the class-major head sums its matmuls in another order than the dense (d, C) one.
+        np.testing.assert_allclose(dense_layout(b, a), a, rtol=1e-5, atol=1e-5)
     assert max(np.abs(w - w0).max() for w0, w in zip(runs[0]["initial"], dense_model.get_weights())) > 1e-3
     # The runner's training loss (the head's) and test loss / accuracy (plain logits) are the dense run's.
     np.testing.assert_allclose(blocked_results["history"]["loss"], dense_results["history"]["loss"], rtol=1e-5)
