@@ -12,7 +12,9 @@ logits for `keras.losses.SparseCategoricalCrossentropy(from_logits=True)`:
   Caffe layers' TEST phase (plain inner product, same weights).
 
 The maths and the margin ranges are in `sphere_tf.ops.margin`; see docs/losses.md
-for the model patterns.
+for the model patterns. The same losses on a model's cosines, without this layer,
+are `sphere_tf.losses.CosFaceLoss`, `ArcFaceLoss`, `CombinedMarginLoss`,
+`SphereFaceLoss` and `GASoftmaxLoss` (all but L-Softmax, and with a fixed λ).
 
 Saving and loading: `MarginHead` is registered with Keras as
 `"sphere_tf>MarginHead"` when `sphere_tf` is imported, so `import sphere_tf`
@@ -41,18 +43,10 @@ from sphere_tf.ops import margin as margin_lib
 from sphere_tf.ops import runtime_checks
 from sphere_tf.regularizers import random_state
 
-DEFAULT_MARGINS = {
-    "lsoftmax": 4,  # thesis Table 2.2 / MNIST prototxt (CIFAR prototxts use 2)
-    "asoftmax": 4,  # SphereFace default [T §2.3]
-    "wsoftmax": 1,  # no margin [T-3.10]
-    "gasoftmax": 4,  # [T §3.4]: m = 4 in all GA-Softmax experiments
-    "ssoftmax": 1,  # S-Softmax has no margin in the thesis; m > 1 makes it a GA form
-    "cosface": 0.35,  # CosFace paper (Wang et al., CVPR 2018) / insightface
-    "arcface": 0.5,  # ArcFace paper (Deng et al., CVPR 2019) / insightface
-    "combined": (1.0, 0.5, 0.0),  # insightface default (= ArcFace)
-}
-DEFAULT_ANGULAR = {"gasoftmax": "linear"}  # the thesis's proposed "linear GA-Softmax"; others cosine
-DEFAULT_SCALES = {"ssoftmax": 30.0, "cosface": 64.0, "arcface": 64.0, "combined": 64.0}
+# The defaults of every loss type live with the maths (shared with `sphere_tf.losses`); kept here by name.
+DEFAULT_MARGINS = margin_lib.DEFAULT_MARGINS
+DEFAULT_ANGULAR = margin_lib.DEFAULT_ANGULAR
+DEFAULT_SCALES = margin_lib.DEFAULT_SCALES
 SCALED_TYPES = frozenset(DEFAULT_SCALES)
 ANGULAR_TYPES = frozenset({"wsoftmax", "gasoftmax", "ssoftmax"})
 

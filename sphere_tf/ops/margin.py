@@ -35,8 +35,13 @@ any m), so ψ is a piecewise polynomial in c with finite derivative everywhere.
 Angles that are truly needed (linear/sigmoid g, ArcFace) go through
 `angles.safe_acos`; g itself comes from `sphere_tf.ops.angular`, never re-derived.
 
+Logits: `cosine_logits` builds them from the cosines and the radius (every loss
+type but L-Softmax); `margin_logits` from features and class weights, through
+`cosine_logits`. `MarginHead` calls `margin_logits`; the Keras losses on cosines
+(`sphere_tf.losses.CosFaceLoss` and the rest) call `cosine_logits`.
+
 `check_margin` holds the margin ranges of every loss type (the one place they
-are written down; `MarginHead` validates through it).
+are written down; `MarginHead` and the losses validate through it).
 
 Every function computes in float32 whatever its input dtype.
 """
@@ -238,6 +243,19 @@ LOSS_TYPES = (
 # Loss types whose class weights are normalised (all but L-Softmax) and whose features are.
 NORMALIZED_WEIGHTS = frozenset(LOSS_TYPES) - {"lsoftmax"}
 NORMALIZED_FEATURES = frozenset({"ssoftmax", "cosface", "arcface", "combined"})
+# The defaults of each loss type (MarginHead and the losses of `sphere_tf.losses`).
+DEFAULT_MARGINS = {
+    "lsoftmax": 4,  # thesis Table 2.2 / MNIST prototxt (CIFAR prototxts use 2)
+    "asoftmax": 4,  # SphereFace default [T §2.3]
+    "wsoftmax": 1,  # no margin [T-3.10]
+    "gasoftmax": 4,  # [T §3.4]: m = 4 in all GA-Softmax experiments
+    "ssoftmax": 1,  # S-Softmax has no margin in the thesis; m > 1 makes it a GA form
+    "cosface": 0.35,  # CosFace paper (Wang et al., CVPR 2018) / insightface
+    "arcface": 0.5,  # ArcFace paper (Deng et al., CVPR 2019) / insightface
+    "combined": (1.0, 0.5, 0.0),  # insightface default (= ArcFace)
+}
+DEFAULT_ANGULAR = {"gasoftmax": "linear"}  # the thesis's proposed "linear GA-Softmax"; others cosine
+DEFAULT_SCALES = {"ssoftmax": 30.0, "cosface": 64.0, "arcface": 64.0, "combined": 64.0}
 # ε inside the square roots of ‖x‖ and ‖W_j‖: keeps zero features / zero columns finite.
 # Note: the Caffe layers add 1e-9 to the denominator ‖x‖‖w‖ instead; with autodiff the
 # ε must sit inside the root so that d‖x‖/dx is finite at x = 0.
@@ -337,6 +355,68 @@ def target_score(cos_theta, loss_type, margin, angular="cosine", k=0.3):
     raise ValueError(f"Unknown loss type {loss_type!r}; expected one of {LOSS_TYPES}.")
 
 
+def cosine_logits(
+    cos_theta,
+    labels=None,
+    loss_type="cosface",
+    margin=0.35,
+    angular="cosine",
+    k=0.3,
+    radius=1.0,
+    bias=None,
+    lam=0.0,
+):
+    """Logits of the margin-softmax family from the cosines c_j and the radius r (all types but L-Softmax).
+
+    ```
+    plain  f_j = r·g(θ_j) + b_j
+    target f_y = (λ·plain_y + r·ψ(θ_y) + b_y) / (1 + λ)    ψ from `target_score`
+    ```
+
+    The whole loss needs only c_j = cos θ_j and r: r = s for the types with
+    normalised features (`NORMALIZED_FEATURES`), r = ‖x‖ for A-/W-/GA-Softmax.
+    `margin_logits` computes c_j and r from features and class weights and calls
+    this; the losses of `sphere_tf.losses` call it on a model's cosines.
+    L-Softmax needs ‖W_j‖ per class and x·W_j itself, so it is `margin_logits` only.
+
+    Args:
+        cos_theta: `(N, C)` cosines in [-1, 1], any float dtype.
+        labels: `(N,)` or `(N, 1)` integer labels, or None for plain logits.
+        loss_type: one of `LOSS_TYPES` but 'lsoftmax'.
+        margin: m (int or float, or `(m1, m2, m3)` for 'combined').
+        angular: g for wsoftmax/gasoftmax/ssoftmax ('linear', 'cosine', 'sigmoid').
+        k: float > 0, sigmoid parameter.
+        radius: float s, or a tensor broadcasting to `(N, 1)` (the feature norms ‖x‖).
+        bias: optional `(C,)` bias.
+        lam: float or scalar tensor, the annealing weight λ >= 0.
+
+    Returns:
+        float32 logits `(N, C)`.
+    """
+    if loss_type == "lsoftmax":
+        raise ValueError("L-Softmax logits need the class weights (radius ‖W_j‖‖x‖); use `margin_logits`.")
+    cos = ops.cast(cos_theta, "float32")
+    radius = ops.cast(radius, "float32")
+    plain = radius * angular_lib.get_angular_fn(angular)(cos, k)
+    if bias is not None:
+        plain = plain + ops.cast(bias, "float32")
+    if labels is None:
+        return plain
+    return _with_target(plain, cos, labels, radius, loss_type, margin, angular, k, bias, lam)
+
+
+def _with_target(plain, cos, labels, radius_y, loss_type, margin, angular, k, bias, lam):
+    """`plain` with each label's logit replaced by the margin logit (λ·plain_y + r_y·ψ(θ_y) + b_y) / (1 + λ)."""
+    cos_y = gather_target(cos, labels)
+    plain_y = gather_target(plain, labels)
+    target = radius_y * target_score(cos_y, loss_type, margin, angular, k)
+    if bias is not None:
+        bias_y = ops.take(ops.cast(bias, "float32"), ops.reshape(ops.cast(labels, "int32"), (-1,)))
+        target = target + ops.reshape(bias_y, (-1, 1))
+    target = anneal(plain_y, target, lam)
+    return replace_target(plain, labels, target)
+
+
 def margin_logits(
     features,
     kernel,
@@ -362,7 +442,8 @@ def margin_logits(
 
     [T-2.4, T-2.8] (L-Softmax), [T-2.20] (A-Softmax), [T-3.10, T-3.11]
     (W-/GA-Softmax), [T ch. 1] (S-Softmax), [CosFace], [ArcFace] (CosFace,
-    ArcFace and the combined margin).
+    ArcFace and the combined margin). Every type but L-Softmax goes through
+    `cosine_logits` once c_j and r are known.
 
     Args:
         features: `(N, d)` tensor, any float dtype.
@@ -395,25 +476,13 @@ def margin_logits(
         w_unit, w_norm, kernel = ops.transpose(w_unit), ops.transpose(w_norm), ops.transpose(kernel)
     # w_norm: (1, C) norms
     cos = ops.matmul(x_unit, w_unit)
-    if loss_type == "lsoftmax":
-        radius = x_norm * w_norm
-        plain = ops.matmul(ops.cast(features, "float32"), ops.cast(kernel, "float32"))  # x·W_j exactly
-    elif loss_type in NORMALIZED_FEATURES:
-        radius = ops.cast(scale, "float32")
-        plain = radius * angular_lib.get_angular_fn(angular)(cos, k)
-    else:
-        radius = x_norm
-        plain = radius * angular_lib.get_angular_fn(angular)(cos, k)
+    if loss_type != "lsoftmax":
+        radius = scale if loss_type in NORMALIZED_FEATURES else x_norm
+        return cosine_logits(cos, labels, loss_type, margin, angular, k, radius, bias, lam)
+    plain = ops.matmul(ops.cast(features, "float32"), ops.cast(kernel, "float32"))  # x·W_j exactly
     if bias is not None:
         plain = plain + ops.cast(bias, "float32")
     if labels is None:
         return plain
-    cos_y = gather_target(cos, labels)
-    radius_y = gather_target(radius, labels) if loss_type == "lsoftmax" else radius
-    plain_y = gather_target(plain, labels)
-    target = radius_y * target_score(cos_y, loss_type, margin, angular, k)
-    if bias is not None:
-        bias_y = ops.take(ops.cast(bias, "float32"), ops.reshape(ops.cast(labels, "int32"), (-1,)))
-        target = target + ops.reshape(bias_y, (-1, 1))
-    target = anneal(plain_y, target, lam)
-    return replace_target(plain, labels, target)
+    radius_y = gather_target(x_norm * w_norm, labels)  # ‖x‖‖W_y‖
+    return _with_target(plain, cos, labels, radius_y, loss_type, margin, angular, k, bias, lam)

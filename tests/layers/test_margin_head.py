@@ -370,6 +370,24 @@ def test_save_load_resumes_annealing_step(rng, tmp_path):
     assert float(new_head.current_lambda()) == pytest.approx(np_lambda(8, **params), rel=1e-5)
 
 
+def test_keras_file_saved_before_the_losses_moved_loads_and_computes_the_same(tmp_path):
+    """A `.keras` file written before the margin maths was shared with `sphere_tf.losses` (main at e358490,
+    tests/layers/data/make_margin_head_before_losses.py): three heads, trained two steps, load with their
+    annealing step and give the same plain and training-mode logits."""
+    data = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "margin_head_before_losses")
+    expected = np.load(data + ".npz")
+    model = keras.saving.load_model(data + ".keras")
+    heads = [model.get_layer(name) for name in ("sphereface", "cosface", "combined")]
+    assert [head.loss_type for head in heads] == ["asoftmax", "cosface", "combined"]
+    assert heads[2].margin == (1.0, 0.3, 0.2)
+    assert all(int(keras.ops.convert_to_numpy(head.iteration)) == int(expected["iteration"]) for head in heads)
+    x, y = expected["x"], expected["y"]
+    plain = [keras.ops.convert_to_numpy(o) for o in model.predict([x, y], verbose=0)]
+    np.testing.assert_allclose(np.stack(plain), expected["plain_logits"], rtol=1e-5, atol=1e-5)
+    train = [keras.ops.convert_to_numpy(head._logits(x, y, head.current_lambda())) for head in heads]
+    np.testing.assert_allclose(np.stack(train), expected["train_logits"], rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.tensorflow_only
 def test_tf_checkpoint_keeps_annealing_step(tmp_path):
     import tensorflow as tf  # noqa: PLC0415  (tf.train.Checkpoint)
