@@ -32,27 +32,31 @@ from sphere_tf.ops import sampling
 from sphere_tf.optimizers import partial_fc as partial_fc_optimizer
 from sphere_tf.regularizers import random_state
 
-def _class_major_initializer(initializer):
+class _ClassMajorInitializer:
     """`initializer` drawn for the `(d, C)` layout of `MarginHead` and stored transposed, `(C, d)`: the same
-    values (and fan-in / fan-out) as a `MarginHead` built with the same initializer and seed."""
+    values (and fan-in / fan-out) as a `MarginHead` built with the same initializer and seed. (A class, not a
+    closure: Keras jits `initializer.__call__` for a sharded variable, and a function's `__call__` cannot be
+    weak-referenced by `jax.jit`.)"""
 
-    def initialize(shape, dtype=None):
-        return ops.transpose(initializer((shape[1], shape[0]), dtype=dtype))
+    def __init__(self, initializer):
+        self.initializer = initializer
 
-    return initialize
+    def __call__(self, shape, dtype=None):
+        return ops.transpose(self.initializer((shape[1], shape[0]), dtype=dtype))
 
 
-def _padded_initializer(initializer, num_classes, axis):
-    """`initializer` for the real classes, zeros for the padding columns after them."""
+class _PaddedInitializer:
+    """`initializer` for the real classes, zeros for the padding entries after them on `axis`."""
 
-    def initialize(shape, dtype=None):
+    def __init__(self, initializer, num_classes, axis):
+        self.initializer, self.num_classes, self.axis = initializer, num_classes, axis
+
+    def __call__(self, shape, dtype=None):
         real_shape, pad_shape = list(shape), list(shape)
-        real_shape[axis] = num_classes
-        pad_shape[axis] = shape[axis] - num_classes
-        real = initializer(tuple(real_shape), dtype=dtype)
-        return ops.concatenate([real, ops.zeros(tuple(pad_shape), dtype=real.dtype)], axis=axis)
-
-    return initialize
+        real_shape[self.axis] = self.num_classes
+        pad_shape[self.axis] = shape[self.axis] - self.num_classes
+        real = self.initializer(tuple(real_shape), dtype=dtype)
+        return ops.concatenate([real, ops.zeros(tuple(pad_shape), dtype=real.dtype)], axis=self.axis)
 
 
 def _mesh_axis_size(device_mesh, axis_name):
@@ -386,12 +390,12 @@ class PartialFCHead(margin_head.MarginHead):
         padded = self.num_padded_classes != self.num_classes
         kernel_initializer, bias_initializer = self.kernel_initializer, self.bias_initializer
         if padded:
-            kernel_initializer = _padded_initializer(kernel_initializer, self.num_classes, axis=1)
-            bias_initializer = _padded_initializer(bias_initializer, self.num_classes, axis=0)
+            kernel_initializer = _PaddedInitializer(kernel_initializer, self.num_classes, axis=1)
+            bias_initializer = _PaddedInitializer(bias_initializer, self.num_classes, axis=0)
         self.kernel = self.add_weight(
             name="kernel",
             shape=(self.num_padded_classes, feature_dim),
-            initializer=_class_major_initializer(kernel_initializer),
+            initializer=_ClassMajorInitializer(kernel_initializer),
             regularizer=self.kernel_regularizer,
             constraint=self.kernel_constraint,
             autocast=False,

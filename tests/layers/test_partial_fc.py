@@ -917,3 +917,28 @@ def test_kernel_is_class_major_and_legacy_column_layout_loads(rng, tmp_path):
     legacy[index] = np.zeros((5, 5), np.float32)
     with pytest.raises(ValueError):
         fresh.load_own_variables(legacy)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "jax", reason="keras.distribution's jitted initialisation is JAX's")
+def test_large_sharded_kernel_initialises_under_keras_jit(monkeypatch):
+    """Keras initialises a variable of 250 MB or more under a layout with `jax.jit(initializer.__call__)`: the
+    head's (padded, class-major) initializers must be jit-able objects, not closures (a C = 10^5 sharded head
+    failed with "cannot create weak reference to 'method-wrapper' object")."""
+    from keras.src.backend.jax import core as jax_core
+
+    from sphere_tf.layers import class_sharding_layout
+
+    monkeypatch.setattr(jax_core, "should_shard_at_init", lambda layout, shape: True)
+    devices = keras.distribution.list_devices()[:1]
+    mesh = keras.distribution.DeviceMesh((1,), ("devices",), devices)
+    layout_map = class_sharding_layout(keras.distribution.LayoutMap(mesh), "head", "devices")
+    distribution = keras.distribution.ModelParallel(layout_map=layout_map, batch_dim_name="devices")
+    with distribution.scope():
+        head = PartialFCHead(10, num_shards=4, use_bias=True, kernel_initializer=keras.initializers.Ones(),
+                             bias_initializer=keras.initializers.Ones(), name="head")
+        head.build((None, 3))
+    kernel = to_numpy(head.kernel)
+    assert kernel.shape == (12, 3)
+    np.testing.assert_array_equal(kernel[:10], 1.0)
+    np.testing.assert_array_equal(kernel[10:], 0.0)  # padding rows
+    np.testing.assert_array_equal(to_numpy(head.bias), [1.0] * 10 + [0.0] * 2)
