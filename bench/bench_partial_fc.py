@@ -63,6 +63,11 @@ flags.DEFINE_bool("parts", False,
                   "JAX: instead of the cases, time the pieces of a step at each --num_classes (in this process): "
                   "the head's forward + backward on K and on C columns, the gather and its scatter gradient, the "
                   "class sampling, the SGD momentum update of (d, C) and the wrapper's restore of two (d, C) arrays.")
+flags.DEFINE_integer(
+    "profile_ops", 0,
+    "JAX: after the timed steps, trace one more step with `jax.profiler` and report its N longest XLA operations "
+    "(wall ms summed over the step's threads, with the JAX operation each fusion comes from): where a step's time "
+    "goes, op by op.")
 flags.DEFINE_list("parts_list", None, "With --parts: only the parts whose names start with one of these.")
 flags.DEFINE_string("worker", None, "Internal: run this one case for --num_classes (a single value), print JSON.")
 
@@ -243,6 +248,32 @@ class _JaxCase:
         self.jax.block_until_ready(out)
         return float(out[0])
 
+    def profile_ops(self, top):
+        """The `top` longest XLA operations of one traced step: `[{op, ms, count, jax_op}]`, longest first."""
+        import collections  # noqa: PLC0415
+        import glob  # noqa: PLC0415
+        import gzip  # noqa: PLC0415
+        import re  # noqa: PLC0415
+        import tempfile  # noqa: PLC0415
+
+        hlo = self.step_fn.lower(self.state, self.x, self.y).compile().as_text()
+        # The JAX operation each instruction of the compiled step comes from (its `op_name` metadata).
+        origin = dict(re.findall(r"^\s*(?:ROOT )?%([\w.\-]+) = .*?op_name=\"([^\"]+)\"", hlo, flags=re.M))
+        with tempfile.TemporaryDirectory() as folder:
+            with self.jax.profiler.trace(folder, create_perfetto_trace=True):
+                self.step()
+            (path,) = glob.glob(os.path.join(folder, "**", "perfetto_trace.json.gz"), recursive=True)
+            with gzip.open(path) as f:
+                events = json.load(f)
+        events = events["traceEvents"] if isinstance(events, dict) else events
+        total, count = collections.Counter(), collections.Counter()
+        for event in events:
+            if event.get("ph") == "X" and event["name"] in origin:
+                total[event["name"]] += event.get("dur", 0) / 1e3
+                count[event["name"]] += 1
+        return [{"op": name, "ms": round(ms, 1), "count": count[name], "jax_op": origin[name]}
+                for name, ms in total.most_common(top)]
+
 
 class _TensorFlowCase:
     def __init__(self, kind, head, optimizer, x, y):
@@ -309,6 +340,10 @@ def run_worker(name, num_classes):
         cpu_times.append(clock.cpu)
         sys_times.append(clock.sys)
         faults.append(clock.faults)
+    if FLAGS.profile_ops:
+        if backend != "jax":
+            raise ValueError("--profile_ops runs on the jax backend.")
+        extra["profile_ops"] = case.profile_ops(FLAGS.profile_ops)
     devices = shard_count(name)
     columns = columns_per_step(kind, rate, num_classes, FLAGS.batch_size, devices)
     return {**extra, "devices": devices, "logits_mb_per_device": FLAGS.batch_size * columns * 4 / 2**20 / devices,
@@ -528,7 +563,8 @@ def _worker_command(name, num_classes):
     argv = [sys.executable, "-m", "bench.bench_partial_fc", f"--worker={name}", f"--num_classes={num_classes}",
             f"--batch_size={FLAGS.batch_size}", f"--feature_dim={FLAGS.feature_dim}",
             f"--loss_type={FLAGS.loss_type}", f"--noise={FLAGS.noise}", f"--steps={FLAGS.steps}",
-            f"--warmup={FLAGS.warmup}", f"--tf_jit_compile={FLAGS.tf_jit_compile}"]
+            f"--warmup={FLAGS.warmup}", f"--tf_jit_compile={FLAGS.tf_jit_compile}",
+            f"--profile_ops={FLAGS.profile_ops}"]
     return argv
 
 

@@ -39,7 +39,8 @@ def test_sharded_case_halves_the_per_device_state(tmp_path):
     env = dict(interpreters.environment("jax"), CUDA_VISIBLE_DEVICES="")
     proc = subprocess.run(
         [interpreters.python_for("jax"), "-m", "bench.bench_partial_fc", "--num_classes=2000", "--batch_size=8", "--feature_dim=64",
-         "--cases=pfc_r0.1,sharded2_r0.1", "--passes=1", "--steps=1", "--warmup=0", f"--results_file={results}"],
+         "--cases=pfc_r0.1,sharded2_r0.1", "--passes=1", "--steps=1", "--warmup=0", "--profile_ops=4",
+         f"--results_file={results}"],
         cwd=interpreters.REPO, capture_output=True, text=True, timeout=600, env=env,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -47,6 +48,10 @@ def test_sharded_case_halves_the_per_device_state(tmp_path):
     assert all("error" not in r for r in rows.values()), rows
     single, sharded = rows["pfc_r0.1"], rows["sharded2_r0.1"]
     assert (single["devices"], sharded["devices"]) == (1, 2)
+    # --profile_ops: the traced step's longest XLA operations, longest first, each named with its JAX origin.
+    ops = single["profile_ops"]
+    assert 0 < len(ops) <= 4 and [op["ms"] for op in ops] == sorted((op["ms"] for op in ops), reverse=True)
+    assert all(op["jax_op"].startswith("jit(train_step)") and op["count"] >= 1 for op in ops)
     assert single["columns"] == sharded["columns"] == 200  # 2 blocks of max(ceil(0.1·1000), 8)
     assert sharded["logits_mb_per_device"] == single["logits_mb_per_device"] / 2
     # Kernel and momentum split by class; the step counters stay whole on every device.
