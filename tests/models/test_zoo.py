@@ -11,7 +11,7 @@ from keras import ops
 from sphere_tf import layers
 from sphere_tf import models
 from sphere_tf import testing
-from sphere_tf.layers import walk
+from sphere_tf import walk
 
 # Conv slots per model, counted from the papers' tables: (3×3/5×5/7×7 convs, 1×1 shortcut convs).
 CONV_SLOTS = {
