@@ -30,6 +30,8 @@ import os
 import keras
 import numpy as np
 
+from sphere_tf.ops import acceleration
+
 
 def _to_numpy(x):
     if isinstance(x, dict):
@@ -429,8 +431,6 @@ def training_path(name):
 
     'kernels' asserts that the compiled kernels are built here (a failure, not a fallback).
     """
-    from sphere_tf.ops import acceleration
-
     if name == "reference":
         acceleration.set_acceleration(False)
         try:

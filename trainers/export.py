@@ -62,8 +62,8 @@ def _channel_mean(config):
     data_cfg = config.get("data", {})
     if data_cfg.get("normalization") != "mean_subtraction":
         return None
-    from sphere_tf import data as data_lib  # pylint: disable=import-outside-toplevel
-    from sphere_tf.training import classifier  # pylint: disable=import-outside-toplevel
+    from sphere_tf import data as data_lib  # noqa: PLC0415 (after flag parsing: --help is fast)
+    from sphere_tf.training import classifier  # noqa: PLC0415
 
     _, _, info = data_lib.get_datasets(data_cfg["name"], batch_size=1, seed=config.get("seed", 0),
                                        **classifier.data_kwargs(data_cfg))
@@ -73,10 +73,9 @@ def _channel_mean(config):
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    import keras  # pylint: disable=import-outside-toplevel
+    import keras  # noqa: PLC0415 (after flag parsing: --help is fast)
 
-    import sphere_tf  # noqa: F401  pylint: disable=import-outside-toplevel,unused-import  (registers the layers)
-    from sphere_tf import export as export_lib  # pylint: disable=import-outside-toplevel
+    from sphere_tf import export as export_lib  # noqa: PLC0415 (imports sphere_tf: registers its layers)
 
     config, model_path = read_workdir(_WORKDIR.value)
     model = keras.saving.load_model(model_path, compile=False)

@@ -12,6 +12,7 @@ Accuracies are percentages of the evaluated images classified correctly.
 """
 
 import numpy as np
+import tensorflow as tf
 
 from sphere_tf import validation
 from sphere_tf.adversarial import attacks as attacks_lib
@@ -173,7 +174,6 @@ def deepfool_strength(model, images, labels, space, steps=50, overshoot=0.02, ba
         import foolbox  # noqa: PLC0415 (optional dependency)
     except ImportError as error:
         raise ImportError("deepfool_strength needs foolbox 3 (`pip install foolbox`).") from error
-    import tensorflow as tf  # noqa: PLC0415
 
     images, labels = _check_data(images, labels)
     steps = validation.positive_int(steps, "steps")

@@ -9,11 +9,11 @@ the compiled step, and raises a `ValueError` naming the head and the range.
 
 import keras
 
+from sphere_tf import walk
+from sphere_tf.layers.margin_head import MarginHead
+
 
 def _margin_heads(model):
-    from sphere_tf.layers import walk  # noqa: PLC0415  (sphere_tf.layers imports the callbacks' users)
-    from sphere_tf.layers.margin_head import MarginHead  # noqa: PLC0415
-
     return walk.find_layers(model, lambda layer: isinstance(layer, MarginHead))
 
 

@@ -13,7 +13,7 @@ import warnings
 import keras
 from keras import ops
 
-from sphere_tf.layers import walk
+from sphere_tf import walk
 
 
 def guarded_layers(model):

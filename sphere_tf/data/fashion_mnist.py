@@ -11,6 +11,7 @@ import gzip
 import os
 import struct
 
+import keras
 import numpy as np
 
 from sphere_tf.data.errors import CorruptDataError
@@ -117,8 +118,6 @@ def load_fashion_mnist(data_dir=None, allow_keras_fallback=True):
         if not allow_keras_fallback:
             raise
         try:
-            import keras  # pylint: disable=import-outside-toplevel
-
             return keras.datasets.fashion_mnist.load_data()
         except Exception as keras_error:  # network errors come in many types
             raise DataNotFoundError(

@@ -13,7 +13,7 @@ from sphere_tf.data.errors import DataNotFoundError
 
 
 def _tfds():
-    import tensorflow_datasets as tfds  # pylint: disable=import-outside-toplevel  (slow import, only this route)
+    import tensorflow_datasets as tfds  # noqa: PLC0415 (optional dependency, slow import)
 
     return tfds
 

@@ -27,16 +27,21 @@ import copy
 import json
 import os
 
+import keras
 import numpy as np
 import tensorflow as tf
 
 from sphere_tf import json_files
 from sphere_tf import metrics
+from sphere_tf import models as models_lib
 from sphere_tf import validation
 from sphere_tf.data import datasets as datasets_lib
 from sphere_tf.data import faces
 from sphere_tf.data import preprocessing
 from sphere_tf.evaluation import verification
+from sphere_tf.training import classifier
+from sphere_tf.training import optimization
+from sphere_tf.training import recipe
 
 # The `verification` section of a face config (not part of the runner's schema).
 VERIFICATION_DEFAULTS = {
@@ -249,10 +254,6 @@ def evaluate_workdir(workdir, pairs, images, *, image_pattern=None, batch_size=6
         DataNotFoundError: no model in `workdir`, or missing pair list / images.
         CorruptDataError: a malformed pair list.
     """
-    import keras  # noqa: PLC0415
-
-    import sphere_tf  # noqa: F401,PLC0415 (registers the custom layers for load_model)
-
     model_path = os.path.join(workdir, "checkpoints", "model.keras")
     if not os.path.isfile(model_path):
         raise faces.DataNotFoundError(f"no trained model in workdir {workdir!r} (expected {model_path}).")
@@ -288,8 +289,6 @@ def train_face(config, workdir):
     Returns:
         dict, the contents of `workdir/results.json`.
     """
-    from sphere_tf.training import classifier  # noqa: PLC0415 (training imports the whole package)
-
     runner_config, section = split_config(config)
     os.makedirs(workdir, exist_ok=True)
     json_files.write_json(os.path.join(workdir, VERIFICATION_FILE), section)
@@ -326,12 +325,6 @@ def _class_matrix(runner_config, num_classes, input_shape):
     `optimizer_slots` (the configured optimizer's slots per weight) and `total_bytes` (weights and slots).
 
     d is read from the model built with a handful of classes (not C: that is the allocation to be judged)."""
-    import keras  # noqa: PLC0415
-
-    from sphere_tf import models as models_lib  # noqa: PLC0415
-    from sphere_tf.training import optimization  # noqa: PLC0415
-    from sphere_tf.training import recipe  # noqa: PLC0415
-
     model_cfg = recipe.model_kwargs(runner_config["model"])
     head = model_cfg.get("head") if isinstance(model_cfg.get("head"), dict) else {}
     name = model_cfg.pop("name")
@@ -378,8 +371,6 @@ def dry_run(config, probe_steps=3, class_memory_limit=DRY_RUN_CLASS_MEMORY_BYTES
         ConfigError / ValueError: a bad config, as the run (named).
         DataNotFoundError, CorruptDataError: `data.manual_dir` is a folder but not an identity folder.
     """
-    from sphere_tf.training import classifier  # noqa: PLC0415 (training imports the whole package)
-
     runner_config, sections = face_sections(config)
     runner_config = classifier.validate(runner_config)
     probe_steps = validation.integer(probe_steps, "probe_steps", minimum=0)
@@ -402,8 +393,6 @@ def dry_run(config, probe_steps=3, class_memory_limit=DRY_RUN_CLASS_MEMORY_BYTES
 
 def dry_run_lines(plan):
     """The face dry run's summary (`dry_run`), printed after the resolved config."""
-    from sphere_tf.training import classifier  # noqa: PLC0415
-
     config = plan["config"]
     shape = "x".join(str(d) for d in plan["image_shape"])
     folder = config["data"]["manual_dir"]

@@ -23,6 +23,7 @@ The maths here is NumPy on scores; the network part (`embedding_model`,
 `flip_embedding_fn`, `extract_embeddings`) is one compiled batched function.
 """
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -220,8 +221,6 @@ def embedding_model(model):
     Raises:
         ValueError: no layer 'embedding' or 'logits'.
     """
-    import keras  # noqa: PLC0415
-
     images = model.input["images"] if isinstance(model.input, dict) else model.input
     names = {layer.name for layer in model.layers}
     if "embedding_relu" in names:

@@ -16,6 +16,10 @@ if importlib.util.find_spec("tensorflow") is None:
         "(sphere_tf.export.export_model_file)."
     )
 
+from sphere_tf.export.base import EMBEDDINGS_SIGNATURE
+from sphere_tf.export.base import SERVING_SIGNATURE
+from sphere_tf.export.base import ExportError
+from sphere_tf.export.base import sample_pixels
 from sphere_tf.export.fold import FoldedBatchNormalization
 from sphere_tf.export.fold import fold_batch_norm
 from sphere_tf.export.fold import fold_opt_model
@@ -29,16 +33,12 @@ from sphere_tf.export.formats import tflite_ops
 from sphere_tf.export.reload import export_model_file
 from sphere_tf.export.saved_model import export_saved_model
 from sphere_tf.export.serving import DEFAULT_WARMUP_BATCH_SIZES
-from sphere_tf.export.serving import EMBEDDINGS_SIGNATURE
-from sphere_tf.export.serving import ExportError
 from sphere_tf.export.serving import ExportResult
-from sphere_tf.export.serving import SERVING_SIGNATURE
 from sphere_tf.export.serving import WARMUP_FILE
 from sphere_tf.export.serving import existing_versions
 from sphere_tf.export.serving import export_model
 from sphere_tf.export.serving import inference_model
 from sphere_tf.export.serving import read_models_config
 from sphere_tf.export.serving import read_warmup_requests
-from sphere_tf.export.serving import sample_pixels
 from sphere_tf.export.serving import write_models_config
 from sphere_tf.export.serving import write_warmup_requests

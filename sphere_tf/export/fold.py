@@ -1,17 +1,16 @@
 """Folding for inference and export: OPT layers into plain Keras layers, BatchNormalization into operators.
 
-After Orthogonal Over-Parameterized Training (Liu et al., "Orthogonal
-Over-Parameterized Training", CVPR 2021) a layer's kernel is the product
-``W = R·V`` of a learned orthogonal R and fixed neurons V. Multiplying it out once
-gives a plain `keras.layers.Conv2D` / `Dense` with the same outputs, so inference
-and export pay nothing for the over-parameterisation (thesis §7.4.1).
+Both folds go through the layers' public folding protocol (`sphere_tf.layers.folding`):
+`fold_opt_model` (defined there, re-exported here) calls each OPT layer's `fold()`;
+`fold_batch_norm` finds operator → BatchNormalization pairs in the model's graph and calls
+the operator's `fold_affine(scale, shift)`.
 """
 
 import keras
 import numpy as np
 
-# OPT folding is a layers-tier function (it needs only Keras); export re-exports it.
-from sphere_tf.layers.folding import clone_model_replacing as _clone
+from sphere_tf import walk
+from sphere_tf.layers.folding import clone_model_replacing
 from sphere_tf.layers.folding import fold_opt_model  # noqa: F401  (public here too)
 
 
@@ -34,21 +33,6 @@ class FoldedBatchNormalization(keras.layers.Layer):
         return input_shape
 
 
-def _operator_class():
-    from sphere_tf.layers.decoupled import _HypersphericalOperator  # pylint: disable=import-outside-toplevel
-
-    return _HypersphericalOperator
-
-
-def _graph_nodes(model):
-    """The nodes of `model`'s own graph (a layer's `_inbound_nodes` also counts calls outside it)."""
-    graph = getattr(model, "_functional", None) if isinstance(model, keras.Sequential) else model
-    by_depth = getattr(graph, "_nodes_by_depth", None)
-    if by_depth is None:
-        return None
-    return [node for nodes in by_depth.values() for node in nodes]
-
-
 def _channel_axis(layer, rank):
     axis = -1 if getattr(layer, "data_format", "channels_last") == "channels_last" else 1
     return axis % rank
@@ -61,10 +45,9 @@ def _bn_axis(bn, rank):
 
 def _foldable_pairs(model):
     """`{operator name: BN layer}` for every operator whose one output feeds only a BatchNormalization."""
-    nodes = _graph_nodes(model)
+    nodes = walk.graph_nodes(model)
     if nodes is None:
         return {}
-    operator = _operator_class()
     calls, consumers = {}, {}
     for node in nodes:
         calls.setdefault(id(node.operation), []).append(node)
@@ -73,8 +56,8 @@ def _foldable_pairs(model):
     outputs = {id(t) for t in model.outputs}
     pairs = {}
     for layer in model.layers:
-        if not (isinstance(layer, operator) and layer.rescale_folds_into_kernel):
-            continue
+        if not (callable(getattr(layer, "fold_affine", None)) and layer.rescale_folds_into_kernel):
+            continue  # the folding protocol (sphere_tf.layers.folding)
         if layer.activation not in (None, keras.activations.linear):
             continue  # the BN sees the activation's output
         own = calls.get(id(layer), [])
@@ -102,21 +85,6 @@ def _bn_affine(bn):
     beta = np.zeros_like(variance) if bn.beta is None else np.asarray(bn.beta.numpy(), np.float64)
     scale = gamma / np.sqrt(variance + bn.epsilon)
     return scale, beta - mean * scale
-
-
-def _folded_operator(layer, bn):
-    """A copy of `layer` with `rescale=True` computing BN(layer(x)), and its weights (set after the build)."""
-    config = dict(layer.get_config(), rescale=True, use_bias=False)
-    new = layer.__class__.from_config(config)
-    scale, shift = _bn_affine(bn)
-    old_scale = layer.rescale_scale.numpy() if layer.rescale else 1.0
-    old_shift = layer.rescale_shift.numpy() if layer.rescale else 0.0
-    bias = layer.bias.numpy() if layer.use_bias else 0.0
-    # BN(s_old·f + t_old + b) = (scale·s_old)·f + scale·(t_old + b) + shift.
-    values = {w.name: w.numpy() for w in layer.weights if w.name not in ("bias", "rescale_scale", "rescale_shift")}
-    values["rescale_scale"] = (scale * old_scale).astype(np.float32)
-    values["rescale_shift"] = (scale * (old_shift + bias) + shift).astype(np.float32)
-    return new, values
 
 
 def fold_batch_norm(model):
@@ -153,13 +121,10 @@ def fold_batch_norm(model):
     if not pairs and not nested:
         return model
     folded_bns = {id(bn) for bn in pairs.values()}
-    folded = []
 
     def replace(layer):
         if layer.name in pairs:
-            new, values = _folded_operator(layer, pairs[layer.name])
-            folded.append((new, values))
-            return new
+            return layer.fold_affine(*_bn_affine(pairs[layer.name]))
         if id(layer) in folded_bns:
             return FoldedBatchNormalization(name=layer.name)
         if isinstance(layer, keras.Model):
@@ -167,15 +132,12 @@ def fold_batch_norm(model):
         return None
 
     try:
-        result = _clone(model, replace)
+        result = clone_model_replacing(model, replace)
     except (ValueError, TypeError, NotImplementedError) as error:
         raise ValueError(
             f"Cannot fold BatchNormalization into the operators of {model.name!r}: copying the model failed "
             f"({error}). Export with `fold_batch_norm=False`."
         ) from error
-    for new, values in folded:
-        for weight in new.weights:
-            weight.assign(values[weight.name])
     return result
 
 

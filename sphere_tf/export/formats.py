@@ -47,9 +47,10 @@ import warnings
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework import convert_to_constants  # pylint: disable=g-direct-tensorflow-import
+from tensorflow.python.util import deprecation  # pylint: disable=g-direct-tensorflow-import (silence())
 
 from sphere_tf import validation
-from sphere_tf.export import serving
+from sphere_tf.export import base
 
 FORMATS = ("onnx", "tflite")
 FORMAT_SUFFIXES = {"onnx": ".onnx", "tflite": ".tflite"}
@@ -59,7 +60,7 @@ _TFLITE_REWRITES = ("Asin", "Acos", "ClipByValue", "EuclideanNorm", "Square")
 _ONNX_REWRITES = ("EuclideanNorm",)
 
 
-class FormatError(serving.ExportError):
+class FormatError(base.ExportError):
     """A conversion to ONNX/TFLite is impossible or its outputs differ from the SavedModel's."""
 
 
@@ -73,8 +74,6 @@ def _quiet_converters():
     (`optimize_transpose`) gives up and is skipped, and `tf.lite.Interpreter`'s deprecation warning. tf2onnx's
     errors still print, conversion failures still raise, and every converted model is verified against the
     SavedModel, so a bad conversion is not hidden."""
-    from tensorflow.python.util import deprecation  # noqa: PLC0415 (silence() is not in tf's public API)
-
     tf2onnx_logger = logging.getLogger("tf2onnx")
     level = tf2onnx_logger.level
     tf2onnx_logger.setLevel(logging.ERROR)
@@ -130,7 +129,7 @@ def _signature(loaded, signature, saved_model_dir):
 def _sample_inputs(verify_inputs, spec):
     image_shape = tuple(int(d) for d in spec.shape[1:])
     if verify_inputs is None:
-        return serving.sample_pixels(4, image_shape, spec.dtype.name, seed=4321)
+        return base.sample_pixels(4, image_shape, spec.dtype.name, seed=4321)
     verify_inputs = np.asarray(verify_inputs)
     if verify_inputs.ndim != len(spec.shape) or verify_inputs.shape[1:] != image_shape or not len(verify_inputs):
         raise validation.invalid_argument(
@@ -153,8 +152,8 @@ def _compare_outputs(what, got, expected, atol):
             if not np.array_equal(np.asarray(got[key]), np.argmax(got["logits"], axis=-1)):
                 raise FormatError(f"{what}: 'classes' is not the argmax of its own 'logits'.")
             continue
-        diff = serving._compare(f"{what}: output {key!r}", got[key], value, atol,  # noqa: SLF001 (same package)
-                                reference="the SavedModel's", error=FormatError)
+        diff = base.compare(f"{what}: output {key!r}", got[key], value, atol,
+                            reference="the SavedModel's", error=FormatError)
         max_diff = max(max_diff, diff)
     return max_diff
 
@@ -252,7 +251,7 @@ def _library_ops(graph_def):
     return {n.op for f in graph_def.library.function for n in f.node_def}
 
 
-def _tflite_ready_saved_model(fn, spec, work, signature=serving.SERVING_SIGNATURE):
+def _tflite_ready_saved_model(fn, spec, work, signature=base.SERVING_SIGNATURE):
     """Freezes the signature `fn`, rewrites it for TFLite and saves it under `work`; the folder."""
     frozen = convert_to_constants.convert_variables_to_constants_v2(fn)
     graph_def = frozen.graph.as_graph_def()
@@ -283,7 +282,7 @@ def _tflite_ready_saved_model(fn, spec, work, signature=serving.SERVING_SIGNATUR
     module.serve = serve_fn
     folder = os.path.join(work, "rewritten")
     # The frozen graph keeps the layers' custom-gradient markers; inference needs no gradient.
-    serving.save_frozen(module, folder, {signature: serve_fn.get_concrete_function()})
+    base.save_frozen(module, folder, {signature: serve_fn.get_concrete_function()})
     return folder
 
 
@@ -305,7 +304,7 @@ def tflite_ops(model_path):
 
 
 @_quiet_converters()
-def _run_tflite(model_path, images, signature=serving.SERVING_SIGNATURE):
+def _run_tflite(model_path, images, signature=base.SERVING_SIGNATURE):
     try:
         interpreter = tf.lite.Interpreter(model_path=model_path)
         runner = interpreter.get_signature_runner(signature)
@@ -316,7 +315,7 @@ def _run_tflite(model_path, images, signature=serving.SERVING_SIGNATURE):
 
 
 @_quiet_converters()
-def export_tflite(saved_model_dir, path, signature=serving.SERVING_SIGNATURE, verify_inputs=None, atol=1e-4,
+def export_tflite(saved_model_dir, path, signature=base.SERVING_SIGNATURE, verify_inputs=None, atol=1e-4,
                   overwrite=False):
     """Converts a SavedModel signature to a TFLite file of builtin ops and verifies it.
 
@@ -333,7 +332,7 @@ def export_tflite(saved_model_dir, path, signature=serving.SERVING_SIGNATURE, ve
         path: str, the `.tflite` file to write (its folder must exist).
         signature: str, the SavedModel signature to convert (one `images` input).
         verify_inputs: optional pixels `(batch, height, width, channels)` in
-            0..255 (default: 4 images of `serving.sample_pixels`).
+            0..255 (default: 4 images of `sample_pixels`).
         atol: float, the verification's tolerance.
         overwrite: bool, replace an existing `path`.
 
@@ -383,9 +382,9 @@ def export_tflite(saved_model_dir, path, signature=serving.SERVING_SIGNATURE, ve
 
 def _onnx_packages():
     try:
-        import onnxruntime  # pylint: disable=import-outside-toplevel
-        from tf2onnx import convert as tf2onnx_convert  # pylint: disable=import-outside-toplevel
-        from tf2onnx import tf_loader  # pylint: disable=import-outside-toplevel
+        import onnxruntime  # noqa: PLC0415 (optional dependency)
+        from tf2onnx import convert as tf2onnx_convert  # noqa: PLC0415 (optional dependency)
+        from tf2onnx import tf_loader  # noqa: PLC0415 (optional dependency)
     except ImportError as error:
         raise ImportError(
             "export_onnx needs `tf2onnx` and `onnxruntime`: `pip install tf2onnx onnxruntime` (or "
@@ -396,7 +395,7 @@ def _onnx_packages():
 
 def _unknown_onnx_ops(model_path):
     """The op types of an ONNX file that no ONNX schema defines (TF ops tf2onnx left unconverted)."""
-    import onnx  # pylint: disable=import-outside-toplevel
+    import onnx  # noqa: PLC0415 (optional dependency)
 
     model = onnx.load(model_path)
     return sorted({n.op_type for n in model.graph.node if not onnx.defs.has(n.op_type, n.domain or "")})
@@ -414,7 +413,7 @@ def _run_onnx(model_path, images):
 
 
 @_quiet_converters()
-def export_onnx(saved_model_dir, path, signature=serving.SERVING_SIGNATURE, opset=DEFAULT_ONNX_OPSET,
+def export_onnx(saved_model_dir, path, signature=base.SERVING_SIGNATURE, opset=DEFAULT_ONNX_OPSET,
                 verify_inputs=None, atol=1e-4, overwrite=False):
     """Converts a SavedModel signature to ONNX with `tf2onnx` and verifies it with `onnxruntime`.
 

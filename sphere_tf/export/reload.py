@@ -93,8 +93,7 @@ def export_model_file(model_path, export_base, verify_inputs=None, timeout=1800,
 def _main(request_path, result_path):
     with open(request_path) as f:
         request = json.load(f)
-    import sphere_tf  # noqa: F401, PLC0415  (registers the layers for loading)
-
+    # Running as `python -m sphere_tf.export.reload` imported `sphere_tf` first: every sphere_tf class is registered.
     model = keras.saving.load_model(request["model_path"], compile=False)
     verify_inputs = np.load(request["verify_inputs"]) if request.get("verify_inputs") else None
     result = serving.export_model(model, request["export_base"], verify_inputs=verify_inputs, **request["kwargs"])

@@ -69,12 +69,25 @@ import uuid
 import keras
 import numpy as np
 import tensorflow as tf
+from google.protobuf import text_format
 from tensorflow.python.framework import convert_to_constants  # pylint: disable=g-direct-tensorflow-import
 
 from sphere_tf import validation
+from sphere_tf import walk
+from sphere_tf.data import preprocessing
+from sphere_tf.export import base
+from sphere_tf.export import fold
+from sphere_tf.export import formats as formats_lib
+from sphere_tf.layers import opt as opt_lib
+from sphere_tf.layers.margin_head import MarginHead
 
-SERVING_SIGNATURE = "serving_default"
-EMBEDDINGS_SIGNATURE = "embeddings"
+# The shared pieces (`sphere_tf.export.base`), public here too.
+ExportError = base.ExportError
+SERVING_SIGNATURE = base.SERVING_SIGNATURE
+EMBEDDINGS_SIGNATURE = base.EMBEDDINGS_SIGNATURE
+sample_pixels = base.sample_pixels
+save_frozen = base.save_frozen
+
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 MODELS_CONFIG = "models.config"
 INPUT_DTYPES = ("uint8", "float32")
@@ -101,16 +114,12 @@ Attributes:
 """
 
 
-class ExportError(RuntimeError):
-    """The exported SavedModel failed its verification (nothing was made visible)."""
-
-
 def _serving_apis():
     try:
-        from tensorflow_serving.apis import model_pb2  # pylint: disable=import-outside-toplevel
-        from tensorflow_serving.apis import predict_pb2  # pylint: disable=import-outside-toplevel
-        from tensorflow_serving.apis import prediction_log_pb2  # pylint: disable=import-outside-toplevel
-        from tensorflow_serving.config import model_server_config_pb2  # pylint: disable=import-outside-toplevel
+        from tensorflow_serving.apis import model_pb2  # noqa: PLC0415 (optional dependency)
+        from tensorflow_serving.apis import predict_pb2  # noqa: PLC0415 (optional dependency)
+        from tensorflow_serving.apis import prediction_log_pb2  # noqa: PLC0415 (optional dependency)
+        from tensorflow_serving.config import model_server_config_pb2  # noqa: PLC0415 (optional dependency)
     except ImportError as error:
         raise ImportError(
             "sphere_tf.export needs the `tensorflow-serving-api` protos for the warmup requests and "
@@ -173,8 +182,6 @@ def _resolve_version(model_dir, version):
 
 def _normalizer(normalization, channel_mean):
     """The data pipeline's normalisation (`preprocessing.NORMALIZATIONS`) and its checked mean."""
-    from sphere_tf.data import preprocessing  # pylint: disable=import-outside-toplevel
-
     validation.one_of(normalization, "normalization", tuple(preprocessing.NORMALIZATIONS))
     if normalization == "mean_subtraction":
         if channel_mean is None:
@@ -193,14 +200,10 @@ def _normalizer(normalization, channel_mean):
 
 
 def _has_opt_layers(model):
-    from sphere_tf.layers import opt_layers  # pylint: disable=import-outside-toplevel
-
-    return bool(opt_layers(model))
+    return bool(opt_lib.opt_layers(model))
 
 
 def _margin_head(model):
-    from sphere_tf.layers import MarginHead  # pylint: disable=import-outside-toplevel
-
     heads = [layer for layer in model.layers if isinstance(layer, MarginHead)]
     return heads[0] if len(heads) == 1 else None
 
@@ -216,7 +219,7 @@ def _head_call(model):
     if head is None:
         return None
     outputs = {id(t) for t in model.outputs}
-    for node in head._inbound_nodes:  # pylint: disable=protected-access
+    for node in walk.layer_calls(model, head):
         if any(id(t) in outputs for t in node.outputs):
             args, kwargs = node.arguments.args, node.arguments.kwargs
             return head, args[0], kwargs.get("labels", args[1] if len(args) > 1 else None)
@@ -269,9 +272,7 @@ def inference_model(model):
     """
     inputs = _model_inputs(model)
     if _has_opt_layers(model):
-        from sphere_tf.export.fold import fold_opt_model  # pylint: disable=import-outside-toplevel
-
-        model = fold_opt_model(model)
+        model = fold.fold_opt_model(model)
         inputs = model.inputs
     call = _head_call(model)
     labels = _labels_input(model)
@@ -389,33 +390,6 @@ def _frozen(concrete):
     return tf.function(serve, input_signature=[spec], autograph=False)
 
 
-def save_frozen(module, folder, signatures):
-    """`tf.saved_model.save` of a frozen (variable-free, inference-only) module, without custom-gradient markers.
-
-    The frozen graph keeps the `_gradient_op_type` attribute that `tf.custom_gradient`
-    puts on the layers' ops, whose gradient functions cannot be saved; every
-    `tf.saved_model.load` then warned "Importing a function ... with ops with unsaved
-    custom gradients". The attribute is removed from the written graph: the serving
-    functions take raw pixels and are never differentiated.
-    """
-    from tensorflow.core.protobuf import saved_model_pb2  # noqa: PLC0415
-
-    tf.saved_model.save(module, folder, signatures=signatures,
-                        options=tf.saved_model.SaveOptions(experimental_custom_gradients=False))
-    path = os.path.join(folder, "saved_model.pb")
-    saved = saved_model_pb2.SavedModel()
-    with open(path, "rb") as f:
-        saved.ParseFromString(f.read())
-    for meta_graph in saved.meta_graphs:
-        nodes = [meta_graph.graph_def.node] + [f.node_def for f in meta_graph.graph_def.library.function]
-        for node_defs in nodes:
-            for node in node_defs:
-                if "_gradient_op_type" in node.attr:
-                    del node.attr["_gradient_op_type"]
-    with open(path, "wb") as f:
-        f.write(saved.SerializeToString())
-
-
 class _FrozenModule(tf.Module):
     """Holds the frozen serving functions (no variables)."""
 
@@ -444,12 +418,6 @@ def _assigning_ops(concrete):
 
 
 # -- warmup requests and models.config ----------------------------------------------------------
-
-
-def sample_pixels(batch_size, image_shape, dtype="uint8", seed=0):
-    """Deterministic pixels in 0..255 of `image_shape` (warmup requests, verification)."""
-    pixels = np.random.default_rng(seed).integers(0, 256, (batch_size,) + tuple(image_shape))
-    return pixels.astype(dtype)
 
 
 def write_warmup_requests(path, model_name, signatures, image_shape, input_dtype, batch_sizes):
@@ -517,8 +485,6 @@ def write_models_config(export_base):
         str, the file's path.
     """
     _, _, _, model_server_config_pb2 = _serving_apis()
-    from google.protobuf import text_format  # pylint: disable=import-outside-toplevel
-
     config = model_server_config_pb2.ModelServerConfig()
     for name in sorted(os.listdir(export_base)):
         if existing_versions(os.path.join(export_base, name)):
@@ -537,8 +503,6 @@ def write_models_config(export_base):
 def read_models_config(path):
     """The `{name: base_path}` entries of a `models.config` file (parsed with the serving protos)."""
     _, _, _, model_server_config_pb2 = _serving_apis()
-    from google.protobuf import text_format  # pylint: disable=import-outside-toplevel
-
     with open(path) as f:
         config = text_format.Parse(f.read(), model_server_config_pb2.ModelServerConfig())
     return {c.name: c.base_path for c in config.model_config_list.config}
@@ -599,20 +563,6 @@ def _finish(proc_what):
     return out
 
 
-def _compare(name, served, expected, atol, reference="the Keras model's", error=ExportError):
-    """Max |served − expected|; raises `error` on another shape, a non-finite value or a diff above
-    atol·max(1, |expected|)."""
-    served = np.asarray(served, np.float64)
-    expected = np.asarray(expected, np.float64)
-    if served.shape != expected.shape:
-        raise error(f"{name} has shape {served.shape}; {reference} is {expected.shape}.")
-    diff = float(np.max(np.abs(served - expected))) if served.size else 0.0
-    scale = max(1.0, float(np.max(np.abs(expected))) if expected.size else 1.0)
-    if not np.isfinite(served).all() or not diff <= atol * scale:
-        raise error(f"{name} differs from {reference} by {diff} (> atol·max(1, |expected|) = {atol * scale}).")
-    return diff
-
-
 def _verify(export_dir, module, expected, images, warmup_batches, atol):
     """Reload in a fresh process, saved_model_cli, warmup parse-back; raises `ExportError`."""
     with tempfile.TemporaryDirectory(prefix="sphere_tf_verify_") as work:
@@ -644,14 +594,14 @@ def _verify(export_dir, module, expected, images, warmup_batches, atol):
                     if not np.array_equal(served, np.argmax(logits, axis=-1)):
                         raise ExportError(f"{signature}/classes is not the argmax of the served logits.")
                     continue
-                diff = _compare(f"{signature}/{key} (fresh process)", served, value, atol)
+                diff = base.compare(f"{signature}/{key} (fresh process)", served, value, atol)
                 if key == ("logits" if "logits" in outputs else "embeddings"):
                     max_diff = max(max_diff, diff)
         for key in sorted(set(expected[SERVING_SIGNATURE]) & {"logits", "probabilities", "embeddings"}):
             path = os.path.join(cli_out, f"{key}.npy")
             if not os.path.exists(path):
                 raise ExportError(f"saved_model_cli wrote no {key!r} output in {cli_out}.")
-            _compare(f"{SERVING_SIGNATURE}/{key} (saved_model_cli)", np.load(path),
+            base.compare(f"{SERVING_SIGNATURE}/{key} (saved_model_cli)", np.load(path),
                      expected[SERVING_SIGNATURE][key], atol)
         requests = read_warmup_requests(os.path.join(export_dir, WARMUP_FILE))
         wanted = [(name, b) for name in expected_signatures for b in warmup_batches]
@@ -754,8 +704,6 @@ def export_model(
     batch_sizes = tuple(validation.positive_int(b, "warmup_batch_sizes") for b in warmup_batch_sizes)
     atol = validation.positive_float(atol, "atol")
     validation.one_of(class_matrix, "class_matrix", (True, False))
-    from sphere_tf.export import formats as formats_lib  # pylint: disable=import-outside-toplevel
-
     formats = formats_lib.check_formats(formats)
     model_dir = os.path.join(export_base, model_name)
     version = _resolve_version(model_dir, version)
@@ -777,9 +725,7 @@ def export_model(
 
     served_model = features_model
     if fold_batch_norm:
-        from sphere_tf.export.fold import fold_batch_norm as fold_bn  # pylint: disable=import-outside-toplevel
-
-        served_model = fold_bn(features_model)
+        served_model = fold.fold_batch_norm(features_model)
     module = _ServingModule(served_model, head, normalize, channel_mean, image_shape, tf.as_dtype(input_dtype),
                             class_matrix=class_matrix)
     functions = {SERVING_SIGNATURE: module.serving_default}

@@ -15,3 +15,7 @@ from sphere_tf.layers.opt import OPTConv2D
 from sphere_tf.layers.opt import OPTDense
 from sphere_tf.layers.opt import OPTLayer
 from sphere_tf.layers.opt import opt_layers
+
+# `sphere_tf.layers.walk` moved to `sphere_tf.walk` (below the layers and the regularizers, which both use it);
+# the old name stays an alias.
+from sphere_tf import walk  # noqa: E402,F401

@@ -30,6 +30,7 @@ out their constructor arguments.
 """
 
 import keras
+import numpy as np
 from keras import ops
 
 from sphere_tf import validation
@@ -223,6 +224,55 @@ class _HypersphericalOperator(keras.layers.Layer):
             return biased
         weight = ops.cast(self.norm_mean_weight, "float32")
         return ops.where(weight > 0.0, biased / ops.maximum(weight, 1e-12), 1.0)
+
+    # -- folding for inference (`sphere_tf.layers.folding`) -----------------------------
+
+    def fold_affine(self, scale, shift):
+        """A built copy of this layer computing ``scale·F(x) + shift`` per output channel, for inference.
+
+        An operator's part of the folding protocol: a BatchNormalization after the layer
+        is, at inference, such a per-channel affine map (scale ``γ/√(σ² + ε)``, shift
+        ``β − μ·scale``), and `sphere_tf.export.fold_batch_norm` replaces the pair by
+        this copy. The copy has `rescale=True` and no bias: `rescale_scale` is
+        ``scale·s_old`` and `rescale_shift` ``scale·(t_old + b) + shift`` (this layer's
+        own rescale and bias merged in); its inference call multiplies the scale into
+        the normalised kernel (`rescale_folds_into_kernel`), so nothing of the affine
+        map is left in the served graph.
+
+        Args:
+            scale: array of shape `(units,)`.
+            shift: array of shape `(units,)`.
+
+        Returns:
+            A built layer of this class with the same name and config (but `rescale`, `use_bias`).
+
+        Raises:
+            ValueError: the layer is unbuilt, has an activation (the map would follow it) or a
+                response that is not linear in x·ŵ (`rescale_folds_into_kernel` is False).
+        """
+        units = (self._units,)
+        if not self.built or not self.rescale_folds_into_kernel or self.activation not in (
+            None, keras.activations.linear
+        ):
+            raise ValueError(
+                f"Layer {self.name!r} cannot fold a per-channel affine map: expected a built layer with a cosine "
+                f"angular function and no activation. Received: built={self.built}, angular={self.angular!r}, "
+                f"activation={keras.activations.serialize(self.activation)!r}."
+            )
+        scale = np.broadcast_to(np.asarray(scale, np.float64), units)
+        shift = np.broadcast_to(np.asarray(shift, np.float64), units)
+        old_scale = self.rescale_scale.numpy() if self.rescale else 1.0
+        old_shift = self.rescale_shift.numpy() if self.rescale else 0.0
+        bias = self.bias.numpy() if self.use_bias else 0.0
+        # scale·(s_old·F + t_old + b) + shift = (scale·s_old)·F + scale·(t_old + b) + shift.
+        values = {w.name: w.numpy() for w in self.weights if w.name not in ("bias", "rescale_scale", "rescale_shift")}
+        values["rescale_scale"] = (scale * old_scale).astype(np.float32)
+        values["rescale_shift"] = (scale * (old_shift + bias) + shift).astype(np.float32)
+        folded = self.__class__.from_config(dict(self.get_config(), rescale=True, use_bias=False))
+        folded.build_from_config(self.get_build_config())
+        for weight in folded.weights:
+            weight.assign(values[weight.name])
+        return folded
 
     # -- Keras API ----------------------------------------------------------------------
 

@@ -1,12 +1,20 @@
-"""Copies of a model with some layers replaced: OPT layers folded into plain Keras layers.
+"""The layers' folding protocol: inference forms of a model without its training-time parameterisation.
 
-After Orthogonal Over-Parameterized Training (Liu et al., "Orthogonal
-Over-Parameterized Training", CVPR 2021) a layer's kernel is the product
-``W = R·V`` of a learned orthogonal R and fixed neurons V. Multiplying it out once
-gives a plain `keras.layers.Conv2D` / `Dense` with the same outputs, so inference
-and export pay nothing for the over-parameterisation (thesis §7.4.1).
-`sphere_tf.export` re-exports `fold_opt_model` and folds BatchNormalization with
-the same `clone_model_replacing`.
+A layer folds by one of two public methods, which `sphere_tf.export` calls (it
+never looks at the layers' classes):
+
+* `layer.fold()`: a built plain Keras layer with the same outputs. OPT layers
+  (Liu et al., "Orthogonal Over-Parameterized Training", CVPR 2021) have it: their
+  kernel is the product ``W = R·V`` of a learned orthogonal R and fixed neurons V;
+  multiplied out once it is a plain `Conv2D` / `Dense`, so inference and export pay
+  nothing for the over-parameterisation (thesis §7.4.1). `fold_opt_model` below
+  folds every OPT layer of a model.
+* `layer.fold_affine(scale, shift)`: a built copy computing ``scale·F(x) + shift``
+  per output channel, where `layer.rescale_folds_into_kernel` is True (the
+  hyperspherical and decoupled operators with a cosine angular function).
+  `sphere_tf.export.fold_batch_norm` uses it to fold a following BatchNormalization.
+
+`clone_model_replacing` is the copy both folds are made with.
 """
 
 import keras

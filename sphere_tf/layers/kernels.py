@@ -14,7 +14,7 @@ neurons, not variables, so it asks each layer for its effective kernel through a
 So a new layer type with derived neurons is tracked once it implements `effective_kernel()`.
 """
 
-from sphere_tf.layers import walk
+from sphere_tf import walk
 
 
 def _plain_kernel(layer):
@@ -56,7 +56,7 @@ def effective_kernel(layer):
 def kernel_layers(root):
     """Every layer under `root` with an effective kernel, in model order.
 
-    Nested models and layers held by custom blocks are searched (`sphere_tf.layers.walk`); the walk does not
+    Nested models and layers held by custom blocks are searched (`sphere_tf.walk`); the walk does not
     descend into a layer that has an effective kernel, so a wrapper's inner kernel is not counted twice.
     """
     return walk.find_layers(root, has_effective_kernel, descend=lambda layer: not has_effective_kernel(layer))

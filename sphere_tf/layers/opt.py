@@ -64,11 +64,11 @@ from keras import ops
 
 from sphere_tf import initializers
 from sphere_tf import validation
-from sphere_tf.layers.walk import find_layers
 from sphere_tf.ops import conv_geometry
 from sphere_tf.ops import orthogonal
 from sphere_tf.ops import rotation as rotation_lib
 from sphere_tf.optimizers.routing import OGD_VARIABLE_NAME
+from sphere_tf.walk import find_layers
 
 ORTHOGONALIZATIONS = tuple(sorted(orthogonal.ORTHOGONALIZATION_FNS)) + ("ogd", "soft")
 ENERGY_INITS = initializers.ENERGY_INITS

@@ -37,6 +37,8 @@ import keras
 import numpy as np
 from keras import ops
 
+from sphere_tf import walk
+
 
 def variable_key(x):
     """A stable name for a regularized variable, else None.
@@ -232,8 +234,6 @@ def track_state(model):
     Returns:
         `model`.
     """
-    from sphere_tf.layers import walk  # sphere_tf.layers imports the regularizers
-
     owners = {}  # the innermost layer holding each weight: of those holding it, the one holding fewest
     for layer in walk.iter_layers(model):
         weights = layer.trainable_weights

@@ -18,11 +18,13 @@ import time
 
 import keras
 from absl import logging
+from keras import distribution as kd
 
 from sphere_tf import callbacks as callbacks_lib
 from sphere_tf import data as data_lib
 from sphere_tf import export as export_lib
 from sphere_tf import json_files
+from sphere_tf import layers
 from sphere_tf import losses as losses_lib
 from sphere_tf import models as models_lib
 from sphere_tf import validation
@@ -331,9 +333,6 @@ def _partial_fc_plan(config, strategy, recorded_num_shards=None):
         raise validation.invalid_argument(
             key, f"False on Keras backend {backend!r} (class sharding runs on JAX through keras.distribution and "
             "on TensorFlow through tf.distribute)", shard)
-    from keras import distribution as kd  # noqa: PLC0415
-    from sphere_tf import layers  # noqa: PLC0415 (the package imports training)
-
     available = kd.list_devices()
     count = len(available) if shard is True else shard
     if count > len(available):

@@ -44,6 +44,7 @@ import os
 
 import keras
 import tensorflow as tf
+from keras.src.backend.tensorflow import trainer as keras_tf_trainer  # Keras exposes no public hook here
 
 from sphere_tf import validation
 
@@ -325,8 +326,6 @@ def distributed_fit(model):
     if getattr(model, "_distribute_strategy", None) is None:  # also every backend but TensorFlow
         yield model
         return
-    from keras.src.backend.tensorflow import trainer as keras_tf_trainer  # noqa: PLC0415 (TensorFlow only)
-
     strategy = model.distribute_strategy
 
     def build(iterator=None, data_batch=None):

@@ -51,8 +51,10 @@ import keras
 import numpy as np
 from keras import ops
 
+from sphere_tf import regularizers
 from sphere_tf import validation
-from sphere_tf.layers import walk
+from sphere_tf import walk
+from sphere_tf.callbacks import label_range
 from sphere_tf.ops import acceleration
 from sphere_tf.ops import angles
 
@@ -123,7 +125,7 @@ def find_operator_layers(root):
 
     Walks nested models (`.layers`) and layers held as attributes, lists or
     dicts of other layers (custom blocks), without duplicates
-    (`sphere_tf.layers.walk`). A layer takes part when it exposes
+    (`sphere_tf.walk`). A layer takes part when it exposes
     `supports_weight_projection` (the decoupled / Sphere layers of
     `sphere_tf.layers`, and any layer following the same protocol).
 
@@ -321,9 +323,6 @@ class SphereTrainingMixin:
         a `sphere_tf.callbacks.LabelRangeCheck` unless one is given (so an
         out-of-range label fails clearly under `jit_compile=True` too).
         """
-        from sphere_tf import regularizers  # noqa: PLC0415  (imports the layers, which import this module's users)
-        from sphere_tf.callbacks import label_range  # noqa: PLC0415
-
         if self.built:
             # Refused before any step: on JAX an error raised inside the compiled step would leave the
             # variables released by the fit loop (Keras frees them while the step owns the state).

@@ -29,7 +29,7 @@ import keras
 import numpy as np
 
 from sphere_tf import validation
-from sphere_tf.layers import walk
+from sphere_tf import walk
 from sphere_tf.training import model as model_lib
 
 _logger = logging.getLogger("sphere_tf.training")

@@ -34,7 +34,7 @@ import keras
 from sphere_tf import registry
 from sphere_tf import regularizers as regularizers_lib
 from sphere_tf import validation
-from sphere_tf.layers import walk
+from sphere_tf import walk
 
 REGULARIZERS = {
     "mhe": regularizers_lib.MHE,

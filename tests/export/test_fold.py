@@ -24,7 +24,7 @@ def test_fold_nested_functional_model_then_export(tmp_path):
     x = np.random.default_rng(0).standard_normal((3, 6, 6, 2)).astype(np.float32)
     model(x, training=True)  # moves the BN statistics away from their initial values
     folded = export.fold_opt_model(model)
-    found = [type(layer).__name__ for layer in sphere_tf.layers.walk.iter_layers(folded)]
+    found = [type(layer).__name__ for layer in sphere_tf.walk.iter_layers(folded)]
     assert "Conv2D" in found and "Dense" in found
     assert not layers.opt_layers(folded)
     # Reference: W = R·V written out by hand into plain layers.

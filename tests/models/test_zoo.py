@@ -11,7 +11,7 @@ from keras import ops
 from sphere_tf import layers
 from sphere_tf import models
 from sphere_tf import testing
-from sphere_tf.layers import walk
+from sphere_tf import walk
 from tests.models._tiny import tiny_input_shape
 from tests.models._tiny import tiny_kwargs
 

@@ -1,4 +1,4 @@
-"""Quiet TensorFlow logs, Keras's verbose for the stream, and the one-line-per-epoch logger."""
+"""Quiet TensorFlow logs (`trainers/_quiet_logs.py`), Keras's verbose for the stream, and the one-line-per-epoch logger."""
 
 import io
 import json
@@ -13,21 +13,20 @@ import numpy as np
 import pytest
 
 from sphere_tf.training import progress
+from trainers import _quiet_logs
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_PROGRESS_FILE = os.path.join(_REPO, "sphere_tf", "training", "progress.py")
 
-# A training script: loads progress.py on its own (no TensorFlow yet), quiets the logs, then imports
-# TensorFlow and fits a tiny model with a jit-compiled step (XLA's "Compiled cluster" INFO line)
+# A training script: quiets the logs as a trainer does (no TensorFlow yet), then imports sphere_tf (hence
+# TensorFlow) and fits a tiny model with a jit-compiled step (XLA's "Compiled cluster" INFO line)
 # using EpochLogger and fit_verbosity(sys.stdout); prints the History as JSON last.
 _SCRIPT = textwrap.dedent(
     """
-    import importlib.util, json, sys
-    spec = importlib.util.spec_from_file_location("quiet_progress", {path!r})
-    progress = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(progress)
+    import json, sys
+    from trainers import _quiet_logs
     assert "tensorflow" not in sys.modules
-    progress.quiet_tensorflow_logs({verbosity})
+    _quiet_logs.quiet_tensorflow_logs({verbosity})
+    from sphere_tf.training import progress
     import numpy as np
     import keras
     keras.utils.set_random_seed(0)
@@ -48,8 +47,9 @@ _LINE = re.compile(r"^epoch (\d+)/(\d+) - (\d+) steps - loss (\S+) - accuracy (\
 
 def _run(tmp_path, verbosity, epochs):
     script = tmp_path / "fit_quietly.py"
-    script.write_text(_SCRIPT.format(path=_PROGRESS_FILE, verbosity=verbosity, epochs=epochs))
+    script.write_text(_SCRIPT.format(verbosity=verbosity, epochs=epochs))
     env = {k: v for k, v in os.environ.items() if not k.startswith("TF_CPP_")}
+    env["PYTHONPATH"] = os.pathsep.join([_REPO] + [p for p in [env.get("PYTHONPATH")] if p])
     return subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
 
 
@@ -152,15 +152,15 @@ def test_epoch_logger_rejects_bad_precision(precision):
     ],
 )
 def test_verbosity_from_argv(argv, expected):
-    assert progress.verbosity_from_argv(argv) == expected
+    assert _quiet_logs.verbosity_from_argv(argv) == expected
 
 
 def test_bad_verbosity_is_named():
     with pytest.raises(ValueError, match="verbosity"):
-        progress.verbosity_from_argv(["prog", "--verbosity=loud"])
+        _quiet_logs.verbosity_from_argv(["prog", "--verbosity=loud"])
     with pytest.raises(ValueError, match="verbosity"):
-        progress.verbosity_from_argv(["prog", "-v"])
+        _quiet_logs.verbosity_from_argv(["prog", "-v"])
     with pytest.raises(ValueError, match="verbosity"):
-        progress.quiet_tensorflow_logs("0")
+        _quiet_logs.quiet_tensorflow_logs("0")
     with pytest.raises(ValueError, match="filter_stderr"):
-        progress.quiet_tensorflow_logs(0, filter_stderr="yes")
+        _quiet_logs.quiet_tensorflow_logs(0, filter_stderr="yes")

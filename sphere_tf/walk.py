@@ -1,9 +1,17 @@
-"""One walk over a model's layer tree, shared by every function that looks for layers of a kind.
+"""One walk over a model's layer tree, and the calls of its graph, for every function that looks for layers.
 
-Nested models are visited through `.layers`, custom blocks through the layers
-they hold as attributes (directly, or in lists, tuples and dicts), each layer
-once, parents before their children. Keras tracks sub-layers the same way but
-exposes the walk only through private API (`Layer._flatten_layers`).
+`iter_layers` / `find_layers`: nested models are visited through `.layers`, custom
+blocks through the layers they hold as attributes (directly, or in lists, tuples and
+dicts), each layer once, parents before their children. Keras tracks sub-layers the
+same way but exposes the walk only through private API (`Layer._flatten_layers`).
+
+`graph_nodes` / `layer_calls`: the calls (Keras `Node`s: `operation`, `arguments`,
+`input_tensors`, `outputs`) of a functional or Sequential model's own graph. Keras keeps
+them in private attributes (`Functional._nodes_by_depth`, `Sequential._functional`);
+this module is the one place of the package that reads them.
+
+Needs Keras alone (no sphere_tf layer), so every tier may use it: the layers, the
+regularizers (`track_state`), the callbacks, training and export.
 """
 
 import keras
@@ -53,3 +61,20 @@ def iter_layers(root, descend=None):
 def find_layers(root, predicate, descend=None):
     """`[layer for layer in iter_layers(root, descend) if predicate(layer)]`."""
     return [layer for layer in iter_layers(root, descend) if predicate(layer)]
+
+
+def graph_nodes(model):
+    """The nodes (layer calls) of `model`'s own graph, or None for a model without one (subclassed, unbuilt).
+
+    A layer's calls outside `model` (a head shared by a training and an inference model) are not included.
+    """
+    graph = getattr(model, "_functional", None) if isinstance(model, keras.Sequential) else model
+    by_depth = getattr(graph, "_nodes_by_depth", None)
+    if by_depth is None:
+        return None
+    return [node for nodes in by_depth.values() for node in nodes]
+
+
+def layer_calls(model, layer):
+    """The nodes of `model`'s graph that call `layer`, in graph order (`[]` when `model` has no graph)."""
+    return [node for node in graph_nodes(model) or () if node.operation is layer]
