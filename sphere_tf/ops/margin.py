@@ -472,14 +472,15 @@ def margin_logits(
         epsilon = default_epsilon(loss_type)
     x_unit, x_norm = angles.normalize(features, axis=-1, epsilon=epsilon)  # (N, 1) norms
     w_unit, w_norm = angles.normalize(kernel, axis=1 - class_axis, epsilon=epsilon)
-    if class_axis == 0:  # (C, d): the transposes fold into the matmuls (no transposed copy of the kernel)
-        w_unit, w_norm, kernel = ops.transpose(w_unit), ops.transpose(w_norm), ops.transpose(kernel)
-    # w_norm: (1, C) norms
-    cos = ops.matmul(x_unit, w_unit)
+    # x·W with the classes on either axis of W. An einsum contracts a (C, d) kernel's rows directly (TensorFlow's
+    # MatMul with transpose_b, XLA's dot_general), where a transposed copy of the kernel would cost a pass over it.
+    product = (lambda a, b: ops.einsum("nd,cd->nc", a, b)) if class_axis == 0 else ops.matmul
+    w_norm = ops.reshape(w_norm, (1, -1))  # (1, C) norms
+    cos = product(x_unit, w_unit)
     if loss_type != "lsoftmax":
         radius = scale if loss_type in NORMALIZED_FEATURES else x_norm
         return cosine_logits(cos, labels, loss_type, margin, angular, k, radius, bias, lam)
-    plain = ops.matmul(ops.cast(features, "float32"), ops.cast(kernel, "float32"))  # x·W_j exactly
+    plain = product(ops.cast(features, "float32"), ops.cast(kernel, "float32"))  # x·W_j exactly
     if bias is not None:
         plain = plain + ops.cast(bias, "float32")
     if labels is None:
