@@ -98,7 +98,7 @@ class ClassSharding:
     """Sharding constraints for a head whose class axis is split over a mesh axis (`keras.distribution`).
 
     Under a `keras.distribution` (JAX: GSPMD) a `PartialFCHead` kernel laid out
-    `(None, class_axis)` holds `C_padded / M` columns per device of the `M`
+    `(class_axis, None)` holds `C_padded / M` classes per device of the `M`
     devices of `class_axis`. Left alone, GSPMD's propagation may compute the
     class logits data-parallel instead (each device its batch rows against every
     sampled column, the kernel or its gradient all-gathered / all-reduced), so
@@ -281,8 +281,9 @@ def gather_columns(values, index, num_shards, axis, sharding=NO_SHARDING):
 def reference_gather_columns(values, index, num_shards, axis):
     """`take(values, index, axis)` for an `index` from `sample_classes`, block by block.
 
-    `values` has `C_padded` entries on `axis` (`axis` 1 of a `(d, C_padded)`
-    kernel, 0 of a `(C_padded,)` bias); `index` is `(S·k_block,)`, block `s`'s
+    `values` has `C_padded` entries on `axis` (`axis` 0 of `PartialFCHead`'s
+    class-major `(C_padded, d)` kernel and of a `(C_padded,)` bias; 1 of a
+    `(d, C_padded)` one); `index` is `(S·k_block,)`, block `s`'s
     `k_block` columns lying in block `s`. Gathers within each block
     (`take_along_axis` on `(…, S, C_block)` with block-local indices), the same
     values as `ops.take`, but with the block dimension a batch dimension of the
