@@ -330,7 +330,10 @@ def _class_matrix(runner_config, num_classes, input_shape):
     name = model_cfg.pop("name")
     small = models_lib.create_model(name, input_shape=input_shape, num_classes=max(2, head.get("num_shards", 1)),
                                     **model_cfg)
-    width = int(small.get_layer(head.get("name", "logits")).kernel.shape[0])
+    head_layer = small.get_layer(head.get("name", "logits"))
+    # MarginHead's kernel is (d, C); a PartialFCHead stores its class-major, `real_kernel()` is the (d, C) view.
+    kernel = head_layer.real_kernel() if hasattr(head_layer, "real_kernel") else head_layer.kernel
+    width = int(kernel.shape[0])
     itemsize = np.dtype(keras.mixed_precision.DTypePolicy(runner_config["mixed_precision"]).variable_dtype).itemsize
     # The slots per weight: the variables a built optimizer adds for one weight (momentum 1, Adam 2, plain SGD 0).
     bare = optimization.build_optimizer(runner_config["optimizer"], 0.1)

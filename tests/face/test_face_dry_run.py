@@ -56,7 +56,25 @@ def _printed(stdout):
     return json.loads(head), lines
 
 
+# The command line end to end (a subprocess each: a dense head and a Partial FC one); every config in process below.
+CLI_CONFIGS = [p for p in CONFIGS if os.path.basename(p) in ("sphereface_margins.py", "partial_fc_webface.py")]
+
+
 @pytest.mark.parametrize("path", CONFIGS, ids=os.path.basename)
+def test_library_dry_run_counts_each_quick_config(path, identities):
+    config = _load(path).get_config("quick")
+    config.data.manual_dir = identities
+    config.train.update(steps=0, steps_per_epoch=0, epochs=EPOCHS)
+    plan = face.dry_run(config, probe_steps=0)  # no model built: the count and the class matrix only
+    lines = dict((line[:17].strip(), line[17:]) for line in face.dry_run_lines(plan))
+    images = len(_listing(identities))
+    per_epoch = min(images, config.data.train_limit or images) // config.train.batch_size
+    assert plan["data_source"] == "folder" and plan["identities"] == IDENTITIES
+    assert lines["steps"] == f"{per_epoch * EPOCHS} ({EPOCHS} epochs of {per_epoch})"
+    assert lines["class matrix"].startswith(f"512 x {IDENTITIES}: ")
+
+
+@pytest.mark.parametrize("path", CLI_CONFIGS, ids=os.path.basename)
 def test_trainer_dry_run_of_each_quick_config(path, identities, tmp_path):
     workdir = tmp_path / "never"
     before = _listing(identities)
