@@ -469,6 +469,13 @@ class PartialFCHead(margin_head.MarginHead):
         """The class weights of the real classes in `MarginHead`'s layout, `(feature_dim, num_classes)`."""
         return ops.transpose(self._real_rows())
 
+    # The kernel's rows are the classes (`sphere_tf.training.regularization` refuses neuron-wise regularizers).
+    class_major_kernel = True
+
+    def effective_kernel(self):
+        """The neurons in the Keras kernel layout, `(feature_dim, num_classes)` (`sphere_tf.layers.kernels`)."""
+        return self.real_kernel()
+
     def _real_bias(self):
         if self.bias is None or self.num_padded_classes == self.num_classes:
             return None if self.bias is None else self.bias.value

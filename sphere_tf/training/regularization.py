@@ -36,6 +36,9 @@ from sphere_tf import regularizers as regularizers_lib
 from sphere_tf import validation
 from sphere_tf import walk
 
+# Regularizers that act on each weight alone, so a kernel's layout does not matter to them.
+ELEMENTWISE = frozenset({"weight_decay"})
+
 REGULARIZERS = {
     "mhe": regularizers_lib.MHE,
     "comhe": regularizers_lib.CoMHE,
@@ -122,6 +125,12 @@ def attach(model, entries):
                 f"layers: {[layer.name for layer in candidates]}."
             )
         for layer in matched:
+            if getattr(layer, "class_major_kernel", False) and entry["name"] not in ELEMENTWISE:
+                # Its kernel is (C, d): a neuron-wise regularizer would read classes as inputs.
+                raise ValueError(
+                    f"regularizers[{index}] ({entry['name']!r}) matches {layer.name!r}, a {type(layer).__name__} "
+                    f"whose kernel is stored class-major (C, d); only {sorted(ELEMENTWISE)} apply to it."
+                )
             parts.setdefault(layer.name, (layer, []))[1].append(reg)
             previous = attached.get(layer.name)
             attached[layer.name] = f"{previous}+{entry['name']}" if previous else entry["name"]

@@ -942,3 +942,18 @@ def test_large_sharded_kernel_initialises_under_keras_jit(monkeypatch):
     np.testing.assert_array_equal(kernel[:10], 1.0)
     np.testing.assert_array_equal(kernel[10:], 0.0)  # padding rows
     np.testing.assert_array_equal(to_numpy(head.bias), [1.0] * 10 + [0.0] * 2)
+
+
+def test_class_major_kernel_takes_weight_decay_only_and_tracks_its_neurons(rng):
+    """`regularization.attach` refuses a neuron-wise regularizer on the (C, d) kernel (it would read classes as
+    inputs), accepts weight decay; the energy tracking measures `real_kernel()`, the (d, C) neurons."""
+    from sphere_tf.layers import kernels
+    from sphere_tf.training import regularization
+
+    head, w, _ = _head_with_kernel(rng, 10, num_shards=4, seed=0, name="logits")
+    model, _ = _two_input_model(head)
+    with pytest.raises(ValueError, match=r"regularizers\[0\] \('mhe'\).*class-major"):
+        regularization.attach(model, [{"name": "mhe", "layers": ["logits"]}])
+    assert regularization.attach(model, [{"name": "weight_decay", "layers": ["logits"], "factor": 1e-4}]) == {
+        "logits": "weight_decay"}
+    np.testing.assert_array_equal(to_numpy(kernels.effective_kernel(head)), w)
