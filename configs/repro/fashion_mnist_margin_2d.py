@@ -33,8 +33,8 @@ failure at quarter width is not an implementation error (docs/reproductions.md Â
 
 Run:
   python -m trainers.sweep --config configs/repro/fashion_mnist_margin_2d.py --workdir runs/repro/margin_2d \
-    --summary experiments/results/fashion_mnist_margin_2d.json
-  python experiments/plot_reproductions.py --runs runs/repro   # the 2-D feature plots and Fisher scores
+    --summary reproductions/results/fashion_mnist_margin_2d.json
+  python reproductions/plot_reproductions.py --runs runs/repro   # the 2-D feature plots and Fisher scores
 """
 
 from configs import common
