@@ -76,5 +76,5 @@ fi
 
 # Build the compiled training-path kernels now rather than in the first training step (cached per
 # source, TensorFlow version, compiler, CPU and flags; a recorded failed build is retried here). If
-# they cannot be built, training uses XLA clusters and tests/kernels fails.
+# they cannot be built, training uses XLA clusters and tests/backends/tf_plugin/test_kernel_build.py fails.
 .venv/bin/python -m sphere_tf.backends.tensorflow.kernels || true

@@ -8,11 +8,11 @@ Usage (from anywhere):
 
 What it writes:
   * one `py_library` per top-level source directory that exists (`sphere_tf`, `trainers`,
-    `configs`, `bench`, `examples`, `experiments`) whose `srcs` list every `*.py` below it,
+    `configs`, `bench`, `examples`, `reproductions`) whose `srcs` list every `*.py` below it,
     with `imports = ["."]` so `import sphere_tf` works from the runfiles tree; `deps`
     between them come from the imports found in the files;
   * one `py_binary` per script with an `if __name__ == "__main__":` block in `trainers/`,
-    `bench/`, `examples/` and `experiments/` (`bazel run //:train_classifier -- --flags`);
+    `bench/`, `examples/` and `reproductions/` (`bazel run //:train_classifier -- --flags`);
   * `:test_support`, the non-test Python files under `tests/` (conftest.py, helpers);
   * one `py_test` per `tests/**/test_*.py`, named after its path (`//:tests/ops/test_angles`),
     run by pytest through `//tools/bazel:pytest_main.py`; `deps` are `:sphere_tf`,
@@ -23,7 +23,7 @@ Test size and tags: the files in FAST_TESTS (the core operator maths and this co
 check) are tagged `bazel_fast`, the subset `.ci/run` runs through Bazel (every py_test
 starts TensorFlow, so the subset is kept short; add `# bazel-tags: bazel_fast` to a file to
 join it); tests under `tests/trainers/`,
-`tests/examples/`, `tests/experiments/` and tests that start subprocesses are
+`tests/examples/`, `tests/reproductions/` and tests that start subprocesses are
 `size = "large"` (15 min timeout), the rest `medium` (5 min). A test file can override this
 with comment lines of its own:
     # bazel-size: enormous
@@ -42,9 +42,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD_PATH = os.path.join(ROOT, "BUILD")
 
 # Top-level directories whose Python files become libraries, in BUILD order.
-LIBRARY_DIRS = ("sphere_tf", "trainers", "configs", "bench", "examples", "experiments")
+LIBRARY_DIRS = ("sphere_tf", "trainers", "configs", "bench", "examples", "reproductions")
 # Directories whose `__main__` scripts also get a py_binary.
-BINARY_DIRS = ("trainers", "bench", "examples", "experiments")
+BINARY_DIRS = ("trainers", "bench", "examples", "reproductions")
 TESTS_DIR = "tests"
 PYTEST_MAIN = "//tools/bazel:pytest_main.py"
 FAST_TAG = "bazel_fast"
@@ -189,7 +189,7 @@ def _test_name(rel):
 def _test_size_and_tags(rel, source):
     size = "medium"
     parts = rel.split("/")
-    if (len(parts) > 2 and parts[1] in ("trainers", "examples", "experiments")) or re.search(
+    if (len(parts) > 2 and parts[1] in ("trainers", "examples", "reproductions")) or re.search(
         r"^\s*(import subprocess|from subprocess import)", source, re.M
     ):
         size = "large"

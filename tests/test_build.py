@@ -13,7 +13,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Directories whose every *.py must be in the srcs of a py_library or py_binary.
-MODULE_DIRS = ("sphere_tf", "trainers", "configs", "bench", "examples", "experiments")
+MODULE_DIRS = ("sphere_tf", "trainers", "configs", "bench", "examples", "reproductions")
 TESTS_DIR = "tests"
 FIX = "run `python scripts/update_build.py` to regenerate BUILD"
 
@@ -141,7 +141,7 @@ def test_check_accepts_a_complete_build(tmp_path):
     [
         ("sphere_tf/ops/new_op.py", "modules in no py_library/py_binary srcs: sphere_tf/ops/new_op.py"),
         ("trainers/train_x.py", "modules in no py_library/py_binary srcs: trainers/train_x.py"),
-        ("experiments/run_y.py", "modules in no py_library/py_binary srcs: experiments/run_y.py"),
+        ("reproductions/run_y.py", "modules in no py_library/py_binary srcs: reproductions/run_y.py"),
         ("tests/layers/test_new.py", "test files with no py_test: tests/layers/test_new.py"),
         ("tests/conftest.py", "test helpers (conftest etc.) in no target: tests/conftest.py"),
     ],

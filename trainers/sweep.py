@@ -3,7 +3,7 @@ r"""Runs one config over variants and seeds and aggregates the results (mean ± 
   python -m trainers.sweep --config configs/repro/fashion_mnist_no_relu.py \
       --workdir runs/repro/no_relu --seeds 0,1,2 \
       [--variants "operator=conv2d,relu=False;operator=sphere,relu=False"] \
-      [--summary experiments/results/fashion_mnist_no_relu.json]
+      [--summary reproductions/results/fashion_mnist_no_relu.json]
   python -m trainers.sweep --config configs/repro/fashion_mnist_no_relu.py --dry_run [--dry_run_steps 3]
 
 Each (variant, seed) is one `classifier.train_and_evaluate` run of

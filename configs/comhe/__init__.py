@@ -29,6 +29,7 @@ included; the CoMHE tables' hidden-layer comparison is kept here, an inference).
 
 from sphere_tf.regularizers import srip
 
+from configs import common
 from configs import mhe
 
 PROJECTIONS = {
@@ -60,7 +61,7 @@ def srip_entry(hidden, epochs=SRIP_SCHEDULE_EPOCHS):
 def entries(method, hidden=mhe.PLAIN_HIDDEN, srip_epochs=SRIP_SCHEDULE_EPOCHS, **options):
     """The `regularizers` entries of a CoMHE-table method (after weight decay); `options` go to CoMHE;
     `srip_epochs`: the run's length in runner epochs, for SRIP's schedule."""
-    mhe.check(method, "method", METHODS)
+    common.check(method, "method", METHODS)
     if method == "srip":
         return [srip_entry(hidden, srip_epochs)]
     if method not in PROJECTIONS:

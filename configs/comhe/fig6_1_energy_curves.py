@@ -80,10 +80,10 @@ def model_section(model, method, batch_norm):
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, method="rp_comhe", model="cnn9", bn="on", data="cifar100")
-    mhe.check(arg.method, "method", METHODS)
-    mhe.check(arg.model, "model", DEPTHS)
-    mhe.check(arg.bn, "bn", ("on", "off"))
-    mhe.check(arg.data, "data", ("cifar10", "cifar100"))
+    common.check(arg.method, "method", METHODS)
+    common.check(arg.model, "model", DEPTHS)
+    common.check(arg.bn, "bn", ("on", "off"))
+    common.check(arg.data, "data", ("cifar10", "cifar100"))
     config = comhe.cifar_config(dataset=arg.data, model=model_section(arg.model, arg.method, arg.bn == "on"),
                                 method=COMHE_METHODS.get(arg.method, "baseline"))
     if arg.method == "rotation":
@@ -92,6 +92,6 @@ def get_config(arg=None):
     config.train.steps_per_epoch = LOG_EVERY_STEPS
     config.evaluation.eval_every_steps = LOG_EVERY_STEPS
     if arg.quick:
-        mhe.quick(config)
+        common.quick_narrow(config)
         config.evaluation.eval_every_steps = config.train.steps_per_epoch
     return config

@@ -35,7 +35,6 @@ Run:
 
 from configs import comhe
 from configs import common
-from configs import mhe
 
 METHODS = ("baseline", "orthogonal", "srip", "mhe", "half_space_mhe", "group", "adversarial", "random", "random_max",
            "angle_preserving_alternating", "angle_preserving_unrolled")
@@ -44,6 +43,6 @@ VARIANTS = {"method": METHODS}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, method="angle_preserving_unrolled")
-    mhe.check(arg.method, "method", METHODS)
+    common.check(arg.method, "method", METHODS)
     config = comhe.cifar_config(method=arg.method)
-    return mhe.quick(config) if arg.quick else config
+    return common.quick_narrow(config) if arg.quick else config

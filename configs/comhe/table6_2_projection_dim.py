@@ -21,7 +21,6 @@ Run:
 
 from configs import comhe
 from configs import common
-from configs import mhe
 
 METHODS = ("random", "angle_preserving_alternating", "angle_preserving_unrolled")
 DIMS = (10, 20, 30, 40, 80)
@@ -30,8 +29,8 @@ VARIANTS = {"method": METHODS, "dim": DIMS}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, method="angle_preserving_unrolled", dim=30)
-    mhe.check(arg.method, "method", METHODS)
-    mhe.check(arg.dim, "dim", DIMS)
+    common.check(arg.method, "method", METHODS)
+    common.check(arg.dim, "dim", DIMS)
     num_projections = 20 if arg.method == "random" else 1
     config = comhe.cifar_config(method=arg.method, projection_dim=arg.dim, num_projections=num_projections)
-    return mhe.quick(config) if arg.quick else config
+    return common.quick_narrow(config) if arg.quick else config

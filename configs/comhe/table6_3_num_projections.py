@@ -22,7 +22,6 @@ Run:
 
 from configs import comhe
 from configs import common
-from configs import mhe
 
 METHODS = ("random", "angle_preserving")
 NUMS = (1, 5, 10, 20, 30, 80)
@@ -31,7 +30,7 @@ VARIANTS = {"method": METHODS, "num": NUMS}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, method="random", num=5)
-    mhe.check(arg.method, "method", METHODS)
-    mhe.check(arg.num, "num", NUMS)
+    common.check(arg.method, "method", METHODS)
+    common.check(arg.num, "num", NUMS)
     config = comhe.cifar_config(method=arg.method, projection_dim=30, num_projections=arg.num)
-    return mhe.quick(config) if arg.quick else config
+    return common.quick_narrow(config) if arg.quick else config

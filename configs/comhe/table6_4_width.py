@@ -31,8 +31,8 @@ VARIANTS = {"t": TS, "method": METHODS}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, t=4, method="random")
-    mhe.check(arg.t, "t", TS)
-    mhe.check(arg.method, "method", METHODS)
+    common.check(arg.t, "t", TS)
+    common.check(arg.method, "method", METHODS)
     model = mhe.plain_cnn("cnn9", widths=(16 * arg.t, 32 * arg.t, 64 * arg.t))
     config = comhe.cifar_config(model=model, method=arg.method)
-    return mhe.quick(config) if arg.quick else config
+    return common.quick_narrow(config) if arg.quick else config

@@ -30,6 +30,6 @@ VARIANTS = {"depth": tuple(mhe.DEPTHS), "method": METHODS}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, depth="cnn9", method="random")
-    mhe.check(arg.method, "method", METHODS)
+    common.check(arg.method, "method", METHODS)
     config = comhe.cifar_config(model=mhe.plain_cnn(arg.depth), method=arg.method)
-    return mhe.quick(config) if arg.quick else config
+    return common.quick_narrow(config) if arg.quick else config

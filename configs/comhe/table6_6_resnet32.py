@@ -36,8 +36,8 @@ VARIANTS = {"data": ("cifar10", "cifar100"), "method": METHODS}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, data="cifar100", method="angle_preserving")
-    mhe.check(arg.method, "method", METHODS)
+    common.check(arg.method, "method", METHODS)
     model = dict(name="resnet32", widths=mhe.CNN_WIDTHS, stem_width=64, blocks_per_stage=5,
                  operator=dict(mhe.HE_CONV))
     config = comhe.cifar_config(dataset=arg.data, model=model, method=arg.method, hidden=mhe.RESNET_HIDDEN)
-    return mhe.quick(config) if arg.quick else config
+    return common.quick_narrow(config) if arg.quick else config

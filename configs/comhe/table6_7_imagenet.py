@@ -47,8 +47,8 @@ VARIANTS = {"model": tuple(RESNETS), "method": METHODS}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, model="resnet18", method="random")
-    mhe.check(arg.model, "model", RESNETS)
-    mhe.check(arg.method, "method", METHODS)
+    common.check(arg.model, "model", RESNETS)
+    common.check(arg.method, "method", METHODS)
     name, blocks_per_stage = RESNETS[arg.model]
     model = dict(name=name, blocks_per_stage=blocks_per_stage, operator=dict(mhe.HE_CONV))
     if arg.method in ("orthonormal",):
@@ -57,4 +57,4 @@ def get_config(arg=None):
         regularizers = comhe.entries(arg.method, hidden=mhe.RESNET_HIDDEN,
                                      srip_epochs=mhe.IMAGENET_STEPS // IMAGENET_STEPS_PER_EPOCH)
     config = mhe.imagenet_config(model=model, regularizers=regularizers)
-    return mhe.quick(config) if arg.quick else config
+    return common.quick_narrow(config) if arg.quick else config

@@ -29,6 +29,6 @@ VARIANTS = {"period": tuple(PERIODS)}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, period="1")
-    mhe.check(arg.period, "period", PERIODS)
+    common.check(arg.period, "period", PERIODS)
     config = comhe.cifar_config(method="random", resample_every=PERIODS[arg.period])
-    return mhe.quick(config) if arg.quick else config
+    return common.quick_narrow(config) if arg.quick else config

@@ -5,8 +5,6 @@ NeurIPS 2021, https://arxiv.org/abs/2103.00673), §4 and App. C; the authors' co
 """
 
 from configs import common
-from configs.spherenet import choose  # noqa: F401 (re-exported for the ConvNorm configs)
-from configs.spherenet import quick  # noqa: F401
 
 PAPER = "Convolutional Normalization (Liu et al., NeurIPS 2021)"
 BATCH_SIZE = 128

@@ -36,7 +36,7 @@ VARIANTS = {"method": tuple(convnorm.METHODS)}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, method="convnorm_bn")
-    method = convnorm.choose(arg, "method", VARIANTS["method"])
+    method = common.choose(arg, "method", VARIANTS["method"])
     config = convnorm.cifar_config(convnorm.model(method))
     config.data.augmentation = "none"
     config.regularizers = []
@@ -45,6 +45,6 @@ def get_config(arg=None):
     config.train.steps_per_epoch = EVAL_EVERY
     config.evaluation.eval_every_steps = EVAL_EVERY
     if arg.quick:
-        convnorm.quick(config, width_multiplier=1 / 16, blocks_per_stage=1)
+        common.quick(config, width_multiplier=1 / 16, blocks_per_stage=1)
         config.evaluation.eval_every_steps = 2
     return config

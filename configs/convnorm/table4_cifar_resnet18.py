@@ -44,10 +44,10 @@ VARIANTS = {"method": tuple(convnorm.METHODS), "affine": ("true", "false"), "dat
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, method="convnorm_bn", affine="true", dataset="cifar10")
-    method = convnorm.choose(arg, "method", VARIANTS["method"])
-    affine = convnorm.choose(arg, "affine", VARIANTS["affine"]) == "true"
-    dataset = convnorm.choose(arg, "dataset", VARIANTS["dataset"])
+    method = common.choose(arg, "method", VARIANTS["method"])
+    affine = common.choose(arg, "affine", VARIANTS["affine"]) == "true"
+    dataset = common.choose(arg, "dataset", VARIANTS["dataset"])
     config = convnorm.cifar_config(convnorm.model(method, affine), dataset=dataset)
     if arg.quick:
-        convnorm.quick(config, width_multiplier=1 / 16, blocks_per_stage=1)
+        common.quick(config, width_multiplier=1 / 16, blocks_per_stage=1)
     return config

@@ -43,8 +43,8 @@ VARIANTS = {"noise": NOISE_PERCENTS, "method": tuple(convnorm.METHODS)}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, noise=20, method="convnorm_bn")
-    noise = convnorm.choose(arg, "noise", NOISE_PERCENTS)
-    method = convnorm.choose(arg, "method", VARIANTS["method"])
+    noise = common.choose(arg, "noise", NOISE_PERCENTS)
+    method = common.choose(arg, "method", VARIANTS["method"])
     config = convnorm.cifar_config(convnorm.model(method))
     config.data.label_noise = noise / 100
     config.data.label_noise_type = "symmetric"
@@ -52,6 +52,6 @@ def get_config(arg=None):
     config.evaluation.eval_every_steps = convnorm.TRAIN_IMAGES // convnorm.BATCH_SIZE
     config.evaluation.select_best = True
     if arg.quick:
-        convnorm.quick(config, width_multiplier=1 / 16, blocks_per_stage=1)
+        common.quick(config, width_multiplier=1 / 16, blocks_per_stage=1)
         config.evaluation.eval_every_steps = 2
     return config

@@ -37,9 +37,9 @@ VARIANTS = {"fraction": FRACTIONS, "method": tuple(convnorm.METHODS)}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, fraction=10, method="convnorm_bn")
-    fraction = convnorm.choose(arg, "fraction", FRACTIONS)
-    method = convnorm.choose(arg, "method", VARIANTS["method"])
+    fraction = common.choose(arg, "fraction", FRACTIONS)
+    method = common.choose(arg, "method", VARIANTS["method"])
     config = convnorm.cifar_config(convnorm.model(method), train_images=convnorm.TRAIN_IMAGES * fraction // 100)
     if arg.quick:
-        convnorm.quick(config, width_multiplier=1 / 16, blocks_per_stage=1)
+        common.quick(config, width_multiplier=1 / 16, blocks_per_stage=1)
     return config

@@ -9,8 +9,6 @@ paper's hyperparameters (App. B), the CIFAR recipe and the quick variant.
 """
 
 from configs import common
-from configs.spherenet import choose  # noqa: F401 (re-exported for the DCNet configs)
-from configs.spherenet import quick  # noqa: F401
 
 PAPER = "Decoupled Networks (Liu et al., CVPR 2018)"
 # "All learning rates are divided by 10 when the error plateaus" (§6), no iteration counts: not stated in the

@@ -32,7 +32,6 @@ Run (CIFAR-100 binary tarball in DIR):
 """
 
 from configs import common
-from configs import dcnet
 from configs.dcnet import table4_resnet32_adam
 
 VARIANTS = dict(table4_resnet32_adam.VARIANTS)
@@ -41,9 +40,9 @@ SGD = {"name": "sgd", "learning_rate": 0.1, "momentum": 0.9}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, operator="tanh", angular="cosine")
-    config = table4_resnet32_adam.resnet32_config(dcnet.choose(arg, "operator", VARIANTS["operator"]),
-                                                  dcnet.choose(arg, "angular", VARIANTS["angular"]),
+    config = table4_resnet32_adam.resnet32_config(common.choose(arg, "operator", VARIANTS["operator"]),
+                                                  common.choose(arg, "angular", VARIANTS["angular"]),
                                                   optimizer=dict(SGD))
     if arg.quick:
-        dcnet.quick(config, width_multiplier=1 / 12, blocks_per_stage=1)
+        common.quick(config, width_multiplier=1 / 12, blocks_per_stage=1)
     return config

@@ -41,11 +41,11 @@ VARIANTS = {"method": tuple(METHODS)}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, method="weight_projection")
-    weighted, projection, weighted_gradients = METHODS[dcnet.choose(arg, "method", VARIANTS["method"])]
+    weighted, projection, weighted_gradients = METHODS[common.choose(arg, "method", VARIANTS["method"])]
     options = {"weighted": weighted} if weighted else {}
     config = dcnet.cifar_config(
         dict(name="resnet32", operator=dcnet.decoupled("tanh", "cosine", **options), head=None),
         projection=projection, weighted_gradients=weighted_gradients)
     if arg.quick:
-        dcnet.quick(config, width_multiplier=1 / 12, blocks_per_stage=1)
+        common.quick(config, width_multiplier=1 / 12, blocks_per_stage=1)
     return config

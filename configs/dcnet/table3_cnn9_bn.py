@@ -42,11 +42,11 @@ VARIANTS = {"operator": ("baseline",) + tuple(dcnet.MAGNITUDES), "angular": ("co
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, operator="tanh", angular="cosine", relu="true")
-    operator = dcnet.choose(arg, "operator", VARIANTS["operator"])
-    angular = dcnet.choose(arg, "angular", VARIANTS["angular"])
+    operator = common.choose(arg, "operator", VARIANTS["operator"])
+    angular = common.choose(arg, "angular", VARIANTS["angular"])
     spec = dcnet.table_operator(operator, angular)
-    relu = dcnet.choose(arg, "relu", VARIANTS["relu"]) == "true"
+    relu = common.choose(arg, "relu", VARIANTS["relu"]) == "true"
     config = dcnet.cifar_config(dict(name="dcnet_cnn9", operator=spec, batch_norm=True, relu=relu, head=None))
     if arg.quick:
-        dcnet.quick(config, width_multiplier=1 / 8, **dcnet.QUICK_PLAIN_CNN)
+        common.quick(config, width_multiplier=1 / 8, **dcnet.QUICK_PLAIN_CNN)
     return config

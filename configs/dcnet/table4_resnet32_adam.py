@@ -47,8 +47,8 @@ def resnet32_config(operator, angular, optimizer=None):
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, operator="tanh", angular="cosine")
-    config = resnet32_config(dcnet.choose(arg, "operator", VARIANTS["operator"]),
-                             dcnet.choose(arg, "angular", VARIANTS["angular"]))
+    config = resnet32_config(common.choose(arg, "operator", VARIANTS["operator"]),
+                             common.choose(arg, "angular", VARIANTS["angular"]))
     if arg.quick:
-        dcnet.quick(config, width_multiplier=1 / 12, blocks_per_stage=1)
+        common.quick(config, width_multiplier=1 / 12, blocks_per_stage=1)
     return config

@@ -37,10 +37,10 @@ W_SOFTMAX = {"layer": "margin", "loss_type": "wsoftmax", "angular": "cosine"}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, dataset="cifar100", model="tanh_cosine")
-    dataset = dcnet.choose(arg, "dataset", VARIANTS["dataset"])
-    magnitude, angular = MODELS[dcnet.choose(arg, "model", VARIANTS["model"])]
+    dataset = common.choose(arg, "dataset", VARIANTS["dataset"])
+    magnitude, angular = MODELS[common.choose(arg, "model", VARIANTS["model"])]
     config = dcnet.cifar_config(
         dict(name="resnet32", operator=dcnet.decoupled(magnitude, angular), head=dict(W_SOFTMAX)), dataset=dataset)
     if arg.quick:
-        dcnet.quick(config, width_multiplier=1 / 12, blocks_per_stage=1)
+        common.quick(config, width_multiplier=1 / 12, blocks_per_stage=1)
     return config

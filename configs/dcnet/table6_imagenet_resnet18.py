@@ -48,8 +48,8 @@ VARIANTS = {"arch": tuple(ARCHS), "operator": OPERATORS}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, arch="modified_bn", operator="tanh", pretrained="")
-    name, batch_norm = ARCHS[dcnet.choose(arg, "arch", VARIANTS["arch"])]
-    operator = dcnet.choose(arg, "operator", VARIANTS["operator"])
+    name, batch_norm = ARCHS[common.choose(arg, "arch", VARIANTS["arch"])]
+    operator = common.choose(arg, "operator", VARIANTS["operator"])
     spec = dcnet.BASELINE if operator == "baseline" else dcnet.decoupled(operator, "cosine")
     config = common.base_config(
         data=dict(name="imagenet2012", augmentation="imagenet_train_square",
@@ -62,5 +62,5 @@ def get_config(arg=None):
     )
     if arg.quick:
         shallow = {"blocks_per_stage": 1} if name == "resnet18" else {"residual_units": (1, 0, 0, 0)}
-        dcnet.quick(config, batch_size=2, width_multiplier=1 / 16, **shallow)
+        common.quick(config, batch_size=2, width_multiplier=1 / 16, **shallow)
     return config

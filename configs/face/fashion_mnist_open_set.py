@@ -1,7 +1,7 @@
 r"""Open-set verification check on Fashion-MNIST: train on classes 0-4, verify on pairs of classes 5-9.
 
 The face pipeline end to end on the one real image set of this machine
-(docs/face.md): `experiments/face_open_set_fashion_mnist.py` writes the
+(docs/face.md): `reproductions/face_open_set_fashion_mnist.py` writes the
 training images of classes 0-4 as an identity folder (28x28 grayscale PNGs),
 the test images of classes 5-9 as an LFW-style image folder
 (`NAME/NAME_%04d.png`) and an LFW-format `pairs.txt` over them (10 folds x
@@ -21,7 +21,7 @@ softmax (97.88 -> 99.42, SphereFace-64) and larger m helps (m=2 98.40, m=3 99.25
 m=4 99.42).
 
 Run:
-  PYTHONPATH=. python experiments/face_open_set_fashion_mnist.py --out runs/open_set   (prepares data, runs all)
+  PYTHONPATH=. python reproductions/face_open_set_fashion_mnist.py --out runs/open_set   (prepares data, runs all)
   python -m trainers.train_face --config configs/face/fashion_mnist_open_set.py:loss=asoftmax,m=4,seed=0 \
     --workdir runs/open_set/asoftmax_m4_s0 --config.data.manual_dir=runs/open_set/data/train \
     --config.verification.pairs=runs/open_set/data/pairs.txt \
@@ -52,7 +52,7 @@ def get_config(arg=None):
     config.train.checkpoint_every_steps = 0
     config.export = False
     config.verification.image_pattern = "{name}/{name}_{index:04d}.png"
-    # The folder experiments/face_open_set_fashion_mnist.py writes: the training images of classes 0-4.
+    # The folder reproductions/face_open_set_fashion_mnist.py writes: the training images of classes 0-4.
     config.training_set = dict(name="Fashion-MNIST classes 0-4", images=NUM_IMAGES, identities=5,
                                image_shape=[28, 28, 1])
     if arg.quick:

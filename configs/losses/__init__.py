@@ -30,7 +30,7 @@ HE_CONV = {"layer": "conv2d", "kernel_initializer": "he_normal"}
 def head(loss, margin, annealing):
     """The classifier: a Dense for 'softmax' and 'hinge' (the loss differs), else an L-Softmax `MarginHead`
     with margin m."""
-    mhe.check(loss, "loss", ("hinge", "softmax", "lsoftmax"))
+    common.check(loss, "loss", ("hinge", "softmax", "lsoftmax"))
     if loss in ("hinge", "softmax"):
         return None
     return {"layer": "margin", "loss_type": "lsoftmax", "margin": margin, "annealing": annealing}

@@ -28,16 +28,15 @@ Run:
 
 from configs import common
 from configs import losses
-from configs import mhe
 
 VARIANTS = {"m": (1, 2, 3, 4), "loss": ("lsoftmax", "asoftmax")}
 
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, m=4, loss="lsoftmax")
-    mhe.check(arg.m, "m", VARIANTS["m"])
-    mhe.check(arg.loss, "loss", VARIANTS["loss"])
+    common.check(arg.m, "m", VARIANTS["m"])
+    common.check(arg.loss, "loss", VARIANTS["loss"])
     model = dict(name="mnist_2d", operator=dict(losses.HE_CONV),
                  head={"layer": "margin", "loss_type": arg.loss, "margin": arg.m, "annealing": "mnist"})
     config = losses.config("mnist", model)
-    return mhe.quick(config) if arg.quick else config
+    return common.quick_narrow(config) if arg.quick else config

@@ -37,7 +37,6 @@ Run:
 
 from configs import common
 from configs import losses
-from configs import mhe
 
 # m=0: not given (L-Softmax: m = 4, the thesis's best); softmax and hinge take no margin.
 VARIANTS = {"data": tuple(losses.NETS), "loss": ("hinge", "softmax", "lsoftmax"), "m": (0, 2, 3, 4)}
@@ -46,8 +45,8 @@ UNAVAILABLE = [{"loss": loss, "m": m} for loss in ("hinge", "softmax") for m in 
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, data="cifar10", loss="lsoftmax", m=0)
-    mhe.check(arg.data, "data", losses.NETS)
-    mhe.check(arg.m, "m", (0, 2, 3, 4))
+    common.check(arg.data, "data", losses.NETS)
+    common.check(arg.m, "m", (0, 2, 3, 4))
     if arg.loss in ("hinge", "softmax") and arg.m:
         raise ValueError(f"loss={arg.loss!r} has no margin; m={arg.m} applies to loss='lsoftmax' only.")
     stem_width, widths, convs, feature = losses.NETS[arg.data]
@@ -57,4 +56,4 @@ def get_config(arg=None):
     config = losses.config(arg.data, model)
     if arg.loss == "hinge":
         config.loss.name = "hinge"
-    return mhe.quick(config) if arg.quick else config
+    return common.quick_narrow(config) if arg.quick else config

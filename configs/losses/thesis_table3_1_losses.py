@@ -34,7 +34,6 @@ Run:
 """
 
 from configs import common
-from configs import mhe
 
 OPERATORS = {
     "sigmoid0.1": {"layer": "sphere", "angular": "sigmoid", "k": 0.1},
@@ -59,8 +58,8 @@ VARIANTS = {"operator": tuple(OPERATORS), "loss": tuple(LOSSES)}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, operator="conv", loss="asoftmax")
-    mhe.check(arg.operator, "operator", OPERATORS)
-    mhe.check(arg.loss, "loss", LOSSES)
+    common.check(arg.operator, "operator", OPERATORS)
+    common.check(arg.loss, "loss", LOSSES)
     head = LOSSES[arg.loss]
     config = common.base_config(
         seed=0,
@@ -72,4 +71,4 @@ def get_config(arg=None):
         train=dict(batch_size=128, steps=64000, steps_per_epoch=0, checkpoint_every_steps=1000),
         export=True,
     )
-    return mhe.quick(config) if arg.quick else config
+    return common.quick_narrow(config) if arg.quick else config

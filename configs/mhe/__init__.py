@@ -23,8 +23,6 @@ rmlin/CoMHE `random_projection/train.py`) differ, the code's numerics are used:
 The per-table files choose data, depth, width, method and schedule.
 """
 
-from sphere_tf import validation
-
 from configs import common
 
 # Thesis Table D.1: filters of the three stages of CNN-6/9/15, convs per stage.
@@ -50,18 +48,13 @@ PLACEMENTS = ("hidden+output", "hidden", "output")
 ORTHOGONALITY_FACTOR = 1e-5
 
 
-def check(value, name, choices):
-    """`value` if it is one of `choices`, else a ValueError naming the config argument and the choices."""
-    return validation.one_of(value, name, tuple(choices))
-
-
 def plain_cnn(depth="cnn9", widths=CNN_WIDTHS, operator=None):
     """The `model` section of the thesis's CNN-6/9/15 (Table D.1) at `widths`.
 
     `small_cnn` is the zoo's general plain-CNN builder (it takes `widths`,
     `convs_per_stage` and `dense_units`).
     """
-    check(depth, "depth", DEPTHS)
+    common.check(depth, "depth", DEPTHS)
     return dict(name="small_cnn", widths=tuple(widths), convs_per_stage=DEPTHS[depth], dense_units=256,
                 feature_bn_relu=False, batch_norm=True, operator=dict(operator or HE_CONV))
 
@@ -83,9 +76,9 @@ def mhe_entries(method, power=2, hidden=PLAIN_HIDDEN, output=OUTPUT, placement="
     Raises:
         ValueError: a bad method / placement, or half-space MHE on the output layer only.
     """
-    check(method, "method", MHE_METHODS)
-    check(placement, "placement", PLACEMENTS)
-    check(power, "s", (0, 1, 2))
+    common.check(method, "method", MHE_METHODS)
+    common.check(placement, "placement", PLACEMENTS)
+    common.check(power, "s", (0, 1, 2))
     if method == "baseline":
         return []
     if method in ("orthonormal", "orthogonal"):
@@ -111,7 +104,7 @@ def cifar_config(*, dataset, model, regularizers, steps, boundaries, decay=CODE_
                  minority_classes=(), label_smoothing=0.01, augmentation="cifar_plus_symmetric"):
     """The CIFAR recipe of the module docstring around `model` and the method's `regularizers`; with
     `minority_classes`, `results.json` also records their error (`test_minority_error`)."""
-    check(dataset, "data", ("cifar10", "cifar100"))
+    common.check(dataset, "data", ("cifar10", "cifar100"))
     return common.base_config(
         seed=0,
         data=dict(name=dataset, augmentation=augmentation, normalization="centered_128",
@@ -145,29 +138,3 @@ def imagenet_config(*, model, regularizers, steps=IMAGENET_STEPS, boundaries=IMA
         train=dict(batch_size=batch_size, steps=steps, steps_per_epoch=10000, checkpoint_every_steps=1000),
         export=True,
     )
-
-
-def quick(config):
-    """The two-step smoke variant: `common.quick_train` on 8-image batches, no step budget, no export, and the
-    network at 1/8 of its widths (`width_multiplier`, which every zoo builder takes) and ResNets at one block per
-    stage, so that CI stays fast (tracing the train step of a 35-layer regularized net takes most of a run)."""
-    common.quick_train(config)
-    config.data.train_limit, config.data.test_limit = 32, 16
-    config.train.batch_size = 8
-    config.train.steps = 0
-    config.train.checkpoint_every_steps = 0
-    config.export = False
-    config.model.width_multiplier = 0.125
-    if "blocks_per_stage" in config.model:  # ResNets: one block per stage (tracing 35 layers dominates)
-        blocks = config.model.blocks_per_stage
-        config.model.blocks_per_stage = (1,) * len(blocks) if isinstance(blocks, (list, tuple)) else 1
-    if config.data.name == "imagenet2012":  # the generated archives hold a few images per class
-        config.data.train_limit, config.data.test_limit = 4, 2
-        config.train.batch_size = 2
-        if config.model.name.startswith("resnet"):
-            # At 1/8 width (an 8-channel 7×7/2 stem on 224×224) the TF 2.21 CPU run aborts with "corrupted
-            # double-linked list" (heap corruption inside TensorFlow); half width trains.
-            config.model.width_multiplier = 0.5
-    if config.data.class_limits:  # the generated archives hold a few images per class
-        config.data.class_limits = [min(k, 1) for k in config.data.class_limits]
-    return config

@@ -30,7 +30,7 @@ VARIANTS = {"method": METHODS, "s": (0, 1, 2)}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, method="mhe", s=2)
-    mhe.check(arg.method, "method", METHODS)
+    common.check(arg.method, "method", METHODS)
     config = common.base_config(
         seed=0,
         data=dict(name="mnist", augmentation="none", normalization="mean_subtraction", class_limits=[100]),
@@ -42,4 +42,4 @@ def get_config(arg=None):
         evaluation=dict(minority_classes=[0]),  # test_minority_error: the error on digit 0
         export=True,
     )
-    return mhe.quick(config) if arg.quick else config
+    return common.quick_narrow(config) if arg.quick else config

@@ -31,10 +31,10 @@ VARIANTS = {"width": WIDTHS, "method": METHODS}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, width=64, method="half_space_mhe", s=2)
-    mhe.check(arg.width, "width", WIDTHS)
-    mhe.check(arg.method, "method", METHODS)
+    common.check(arg.width, "width", WIDTHS)
+    common.check(arg.method, "method", METHODS)
     config = mhe.cifar_config(
         dataset="cifar100", model=mhe.plain_cnn("cnn9", widths=(arg.width, 2 * arg.width, 4 * arg.width)),
         regularizers=mhe.mhe_entries(arg.method, arg.s), steps=mhe.MHE_STEPS, boundaries=mhe.MHE_BOUNDARIES,
     )
-    return mhe.quick(config) if arg.quick else config
+    return common.quick_narrow(config) if arg.quick else config

@@ -28,9 +28,9 @@ VARIANTS = {"depth": tuple(mhe.DEPTHS), "method": METHODS}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, depth="cnn9", method="half_space_mhe", s=2)
-    mhe.check(arg.method, "method", METHODS)
+    common.check(arg.method, "method", METHODS)
     config = mhe.cifar_config(
         dataset="cifar100", model=mhe.plain_cnn(arg.depth), regularizers=mhe.mhe_entries(arg.method, arg.s),
         steps=mhe.MHE_STEPS, boundaries=mhe.MHE_BOUNDARIES,
     )
-    return mhe.quick(config) if arg.quick else config
+    return common.quick_narrow(config) if arg.quick else config

@@ -52,8 +52,8 @@ UNAVAILABLE += [{"method": "baseline", "lam": lam} for lam in LAMBDAS if lam != 
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, method="half_space_mhe", placement="hidden+output", s=-1, lam="code")
-    mhe.check(arg.method, "method", METHODS)
-    mhe.check(arg.lam, "lam", LAMBDAS)
+    common.check(arg.method, "method", METHODS)
+    common.check(arg.lam, "lam", LAMBDAS)
     if arg.method == "baseline" and arg.lam != "code":
         raise ValueError(f"lam={arg.lam!r} with method='baseline': the baseline has no MHE term to weigh "
                          "(Fig. 5.3 sweeps the MHE variants only).")
@@ -68,4 +68,4 @@ def get_config(arg=None):
         regularizers=entries,
         steps=mhe.MHE_STEPS, boundaries=mhe.MHE_BOUNDARIES,
     )
-    return mhe.quick(config) if arg.quick else config
+    return common.quick_narrow(config) if arg.quick else config

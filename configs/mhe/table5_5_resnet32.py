@@ -35,11 +35,11 @@ VARIANTS = {"data": ("cifar10", "cifar100"), "method": METHODS}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, data="cifar100", method="half_space_mhe", s=2)
-    mhe.check(arg.method, "method", METHODS)
+    common.check(arg.method, "method", METHODS)
     model = dict(name="resnet32", widths=mhe.CNN_WIDTHS, stem_width=64, blocks_per_stage=5,
                  operator=dict(mhe.HE_CONV))
     config = mhe.cifar_config(
         dataset=arg.data, model=model, regularizers=mhe.mhe_entries(arg.method, arg.s, hidden=mhe.RESNET_HIDDEN),
         steps=mhe.MHE_STEPS, boundaries=mhe.MHE_BOUNDARIES,
     )
-    return mhe.quick(config) if arg.quick else config
+    return common.quick_narrow(config) if arg.quick else config

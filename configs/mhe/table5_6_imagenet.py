@@ -37,9 +37,9 @@ VARIANTS = {"model": tuple(RESNETS), "method": METHODS}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, model="resnet18", method="half_space_mhe", s=2)
-    mhe.check(arg.model, "model", RESNETS)
-    mhe.check(arg.method, "method", METHODS)
+    common.check(arg.model, "model", RESNETS)
+    common.check(arg.method, "method", METHODS)
     model = dict(name="resnet18", blocks_per_stage=RESNETS[arg.model], operator=dict(mhe.HE_CONV))
     config = mhe.imagenet_config(model=model, regularizers=mhe.mhe_entries(arg.method, arg.s,
                                                                             hidden=mhe.RESNET_HIDDEN))
-    return mhe.quick(config) if arg.quick else config
+    return common.quick_narrow(config) if arg.quick else config

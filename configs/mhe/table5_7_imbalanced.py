@@ -63,12 +63,12 @@ VARIANTS = {"data": ("cifar10", "cifar100"), "setting": ("single", "multiple"), 
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, data="cifar10", setting="single", method="half_space_mhe", s=2)
-    mhe.check(arg.setting, "setting", ("single", "multiple"))
-    mhe.check(arg.method, "method", METHODS)
-    mhe.check(arg.data, "data", ("cifar10", "cifar100"))
+    common.check(arg.setting, "setting", ("single", "multiple"))
+    common.check(arg.method, "method", METHODS)
+    common.check(arg.data, "data", ("cifar10", "cifar100"))
     config = mhe.cifar_config(
         dataset=arg.data, model=mhe.plain_cnn("cnn9"), regularizers=mhe.mhe_entries(arg.method, arg.s),
         steps=mhe.MHE_STEPS, boundaries=mhe.MHE_BOUNDARIES, class_limits=CLASS_LIMITS[arg.data, arg.setting],
         minority_classes=MINORITY_CLASSES[arg.data, arg.setting],
     )
-    return mhe.quick(config) if arg.quick else config
+    return common.quick_narrow(config) if arg.quick else config

@@ -34,10 +34,10 @@ VARIANTS = {"data": ("cifar10", "cifar100"), "method": METHODS, "s": (0, 1, 2)}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, data="cifar100", method="mhe", s=2)
-    mhe.check(arg.method, "method", METHODS)
+    common.check(arg.method, "method", METHODS)
     model = mhe.plain_cnn("cnn9", operator={"layer": "sphere", "angular": "cosine"})
     config = mhe.cifar_config(
         dataset=arg.data, model=model, regularizers=mhe.mhe_entries(arg.method, arg.s),
         steps=mhe.MHE_STEPS, boundaries=mhe.MHE_BOUNDARIES,
     )
-    return mhe.quick(config) if arg.quick else config
+    return common.quick_narrow(config) if arg.quick else config

@@ -27,7 +27,7 @@ WEIGHT_DECAY = 5e-4
 
 def opt_operator(method, **options):
     """The OPT operator spec of `method` (a key of `ORTHOGONALIZATIONS`) with `options`."""
-    mhe.check(method, "method", ORTHOGONALIZATIONS)
+    common.check(method, "method", ORTHOGONALIZATIONS)
     spec = {"layer": "opt", "orthogonalization": ORTHOGONALIZATIONS[method], **options}
     if method == "upt":
         spec["soft_penalty"] = 0.0
@@ -41,7 +41,7 @@ def model_section(model="cnn6", method="baseline", batch_norm=True, first=None, 
 
     `first` / `fc`: extra options of the first conv's / FC 64's OPT spec (PE-OPT, S-OPT).
     """
-    mhe.check(model, "model", MODELS)
+    common.check(model, "model", MODELS)
     section = dict(name=f"opt_{model}", batch_norm=batch_norm, feature_bn_relu=False)
     if method in ("baseline", "half_space_mhe"):
         section["operator"] = dict(mhe.HE_CONV)
@@ -71,8 +71,8 @@ def cifar_config(model, method="baseline", steps=STEPS, boundaries=BOUNDARIES, s
 
 
 def quick(config):
-    """`configs.mhe.quick` (1/8 widths, 8-image batches, two steps), with a 2-step energy pre-processing."""
-    mhe.quick(config)
+    """`common.quick_narrow` (1/8 widths, 8-image batches, two steps), with a 2-step energy pre-processing."""
+    common.quick_narrow(config)
     for key in ("operator", "fc_operator", "first_operator"):
         spec = config.model.get(key)
         if spec is not None and spec.get("energy_init"):

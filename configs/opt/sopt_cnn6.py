@@ -19,7 +19,6 @@ Run:
 """
 
 from configs import common
-from configs import mhe
 from configs import opt
 
 EPISODE = 750
@@ -29,7 +28,7 @@ VARIANTS = {"method": METHODS}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, method="gs")
-    mhe.check(arg.method, "method", METHODS)
+    common.check(arg.method, "method", METHODS)
     model = opt.model_section("cnn6", arg.method, first={}, fc={"stochastic_dims": 256}, stochastic_dims=144)
     config = opt.cifar_config(model, arg.method, steps=400 * EPISODE,
                               boundaries=[160 * EPISODE, 260 * EPISODE, 340 * EPISODE], sopt_episode_length=EPISODE)

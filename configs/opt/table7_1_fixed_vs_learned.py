@@ -26,7 +26,6 @@ Run:
 """
 
 from configs import common
-from configs import mhe
 from configs import opt
 
 METHODS = ("baseline", "upt", "gs")
@@ -38,8 +37,8 @@ UNAVAILABLE = [{"method": "baseline", "fixed": "false"}]
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, model="cnn6", method="gs", fixed="true")
-    mhe.check(arg.method, "method", METHODS)
-    mhe.check(arg.fixed, "fixed", FIXED)
+    common.check(arg.method, "method", METHODS)
+    common.check(arg.fixed, "fixed", FIXED)
     if {"method": arg.method, "fixed": arg.fixed} in UNAVAILABLE:
         raise ValueError("Invalid value for argument `fixed`: the baseline has no fixed neurons; "
                          "Table 7.1 has no such cell (fixed=false goes with method=upt or gs).")

@@ -31,7 +31,6 @@ Run:
 """
 
 from configs import common
-from configs import mhe
 from configs import opt
 
 MEANS = ("0", "1e-3", "1e-2", "2e-2", "3e-2", "5e-2")
@@ -41,9 +40,9 @@ VARIANTS = {"mean": MEANS, "method": METHODS, "norm": ("off", "on")}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, mean="0", method="cp", norm="on")
-    mhe.check(arg.mean, "mean", MEANS)
-    mhe.check(arg.method, "method", METHODS)
-    mhe.check(arg.norm, "norm", ("off", "on"))
+    common.check(arg.mean, "mean", MEANS)
+    common.check(arg.method, "method", METHODS)
+    common.check(arg.norm, "norm", ("off", "on"))
     options = {"fixed_kernel_initializer": {"class_name": "sphere_tf>MeanShifted",
                                             "config": {"mean": float(arg.mean)}}}
     if arg.norm == "on":

@@ -36,7 +36,6 @@ Run:
 """
 
 from configs import common
-from configs import mhe
 from configs import opt
 
 METHODS = ("baseline", "gs", "hr", "ls", "cp", "ogd", "or")
@@ -51,8 +50,8 @@ BATCH, EPOCHS, TRAIN_IMAGES = 100, 100, 60000
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, method="gs", init="xavier")
-    mhe.check(arg.method, "method", METHODS)
-    mhe.check(arg.init, "init", INITS)
+    common.check(arg.method, "method", METHODS)
+    common.check(arg.init, "init", INITS)
     init = INITS[arg.init]
     if arg.method == "baseline":
         operator = {"layer": "conv2d", "kernel_initializer": init}  # a plain Dense in the FC slots
@@ -72,4 +71,4 @@ def get_config(arg=None):
                    checkpoint_every_steps=1000),
         export=True,
     )
-    return mhe.quick(config) if arg.quick else config
+    return common.quick_narrow(config) if arg.quick else config

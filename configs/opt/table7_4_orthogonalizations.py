@@ -28,7 +28,6 @@ Run:
 """
 
 from configs import common
-from configs import mhe
 from configs import opt
 
 METHODS = ("baseline", "half_space_mhe", "gs", "hr", "ls", "cp", "ogd", "or")
@@ -38,8 +37,8 @@ UNAVAILABLE = [{"model": "cnn9", "bn": "off"}]
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, model="cnn6", method="gs", bn="on")
-    mhe.check(arg.method, "method", METHODS)
-    mhe.check(arg.bn, "bn", ("on", "off"))
+    common.check(arg.method, "method", METHODS)
+    common.check(arg.bn, "bn", ("on", "off"))
     if arg.bn == "off" and arg.model != "cnn6":
         raise ValueError("bn='off' is Table 7.5, CNN-6 only; use model='cnn6'.")
     config = opt.cifar_config(opt.model_section(arg.model, arg.method, batch_norm=arg.bn == "on"), arg.method)

@@ -22,7 +22,6 @@ Run:
 """
 
 from configs import common
-from configs import mhe
 from configs import opt
 
 METHODS = ("gs", "ls", "cp")
@@ -32,8 +31,8 @@ VARIANTS = {"method": METHODS, "init": INITS}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, method="gs", init="half_space_mhe")
-    mhe.check(arg.method, "method", METHODS)
-    mhe.check(arg.init, "init", INITS)
+    common.check(arg.method, "method", METHODS)
+    common.check(arg.init, "init", INITS)
     options = {} if arg.init == "original" else {"energy_init": arg.init, "energy_init_steps": 5000}
     config = opt.cifar_config(opt.model_section("cnn6", arg.method, **options), arg.method)
     return opt.quick(config) if arg.quick else config

@@ -32,7 +32,6 @@ Run:
 """
 
 from configs import common
-from configs import mhe
 from configs import opt
 
 METHODS = ("baseline", "gs", "hr", "ls", "cp", "ogd", "or")
@@ -46,8 +45,8 @@ def unit_norm(base):
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, method="gs", norm="on")
-    mhe.check(arg.method, "method", METHODS)
-    mhe.check(arg.norm, "norm", ("off", "on"))
+    common.check(arg.method, "method", METHODS)
+    common.check(arg.norm, "norm", ("off", "on"))
     if arg.method == "baseline":
         model = opt.model_section("cnn6", "baseline")
         if arg.norm == "on":

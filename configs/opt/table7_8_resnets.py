@@ -32,8 +32,8 @@ VARIANTS = {"model": tuple(RESNETS), "method": METHODS}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, model="resnet32", method="cp")
-    mhe.check(arg.model, "model", RESNETS)
-    mhe.check(arg.method, "method", METHODS)
+    common.check(arg.model, "model", RESNETS)
+    common.check(arg.method, "method", METHODS)
     operator = dict(mhe.HE_CONV) if arg.method == "baseline" else opt.opt_operator(arg.method)
     model = dict(name="resnet32", widths=(16, 32, 64), blocks_per_stage=RESNETS[arg.model], shortcut="zero_pad",
                  operator=operator)

@@ -37,7 +37,7 @@ VARIANTS = {"method": METHODS}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, method="cp")
-    mhe.check(arg.method, "method", METHODS)
+    common.check(arg.method, "method", METHODS)
     operator = dict(mhe.HE_CONV) if arg.method == "baseline" else opt.opt_operator(arg.method)
     config = common.base_config(
         seed=0,

@@ -43,7 +43,6 @@ Run:
 """
 
 from configs import common
-from configs import mhe
 from configs import opt
 
 METHODS = ("cp", "gs", "hr", "ls", "ogd")
@@ -53,9 +52,9 @@ VARIANTS = {"method": METHODS, "k": KS, "share": ("on", "off")}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, method="gs", k=4, share="off")
-    mhe.check(arg.method, "method", METHODS)
-    mhe.check(arg.k, "k", KS)
-    mhe.check(arg.share, "share", ("on", "off"))
+    common.check(arg.method, "method", METHODS)
+    common.check(arg.k, "k", KS)
+    common.check(arg.share, "share", ("on", "off"))
     blocks = {"num_blocks": arg.k, "share_blocks": arg.share == "on"}
     model = opt.model_section("cnn6", arg.method, first={}, **blocks)
     config = opt.cifar_config(model, arg.method)

@@ -28,9 +28,9 @@ the best-validation checkpoint, we report both the best pass and the last.
 
 Run:
   python -m trainers.sweep --config configs/repro/fashion_mnist_convnorm_scarcity.py \
-    --workdir runs/repro/convnorm --summary experiments/results/fashion_mnist_convnorm_scarcity.json
+    --workdir runs/repro/convnorm --summary reproductions/results/fashion_mnist_convnorm_scarcity.json
   python -m trainers.sweep --config configs/repro/fashion_mnist_convnorm_scarcity.py \
-    --workdir runs/repro/convnorm --summary experiments/results/fashion_mnist_convnorm_scarcity_cosine.json \
+    --workdir runs/repro/convnorm --summary reproductions/results/fashion_mnist_convnorm_scarcity_cosine.json \
     --variants "norm=bn,schedule=cosine;norm=convnorm_bn,schedule=cosine"
 """
 

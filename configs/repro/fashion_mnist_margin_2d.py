@@ -33,13 +33,12 @@ failure at quarter width is not an implementation error (docs/reproductions.md �
 
 Run:
   python -m trainers.sweep --config configs/repro/fashion_mnist_margin_2d.py --workdir runs/repro/margin_2d \
-    --summary experiments/results/fashion_mnist_margin_2d.json
-  python experiments/plot_reproductions.py --runs runs/repro   # the 2-D feature plots and Fisher scores
+    --summary reproductions/results/fashion_mnist_margin_2d.json
+  python reproductions/plot_reproductions.py --runs runs/repro   # the 2-D feature plots and Fisher scores
 """
 
 from configs import common
 from configs import losses
-from configs import mhe
 
 # λ = base · (1 + γ t)^−power, floored at lambda_min (sphere_tf.layers.MarginHead's annealing dict).
 SHORT_ANNEALING = {"base": 100.0, "gamma": 0.05, "power": 2.0, "lambda_min": 0.0}
@@ -58,7 +57,7 @@ def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, full=False, loss="lsoftmax_m4", width=0.0, recipe="adam")
     if arg.loss not in HEADS:
         raise ValueError(f"Config argument loss={arg.loss!r}; expected one of {sorted(HEADS)}.")
-    mhe.check(arg.recipe, "recipe", RECIPES)
+    common.check(arg.recipe, "recipe", RECIPES)
     if arg.width < 0:
         raise ValueError(f"Config argument width={arg.width!r}; expected a positive multiplier or 0 (the recipe's).")
     width = arg.width or DEFAULT_WIDTH[arg.recipe]

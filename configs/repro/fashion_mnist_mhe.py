@@ -30,7 +30,7 @@ every pass.
 
 Run:
   python -m trainers.sweep --config configs/repro/fashion_mnist_mhe.py --workdir runs/repro/mhe \
-    --summary experiments/results/fashion_mnist_mhe.json
+    --summary reproductions/results/fashion_mnist_mhe.json
 """
 
 from configs import common

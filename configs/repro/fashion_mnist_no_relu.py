@@ -22,7 +22,7 @@ cosine)}, `relu` in {True, False}; `quick` for a two-step smoke run.
 
 Run:
   python -m trainers.sweep --config configs/repro/fashion_mnist_no_relu.py --workdir runs/repro/no_relu \
-    --summary experiments/results/fashion_mnist_no_relu.json
+    --summary reproductions/results/fashion_mnist_no_relu.json
   python -m trainers.train_classifier \
     --config configs/repro/fashion_mnist_no_relu.py:operator=sphere,relu=False --workdir runs/one
 """

@@ -5,7 +5,7 @@ App. A/B; Liu, Deep Representation Learning on Hypersphere (PhD thesis 2020), §
 
 Each config file in this folder is one table or figure of the paper; this module holds the pieces they
 share: the operators (table rows), the classifier losses (table columns), the CIFAR recipe (ADAM 1e-3,
-batch 128, learning rate ÷10 at 34K and 54K iterations, stop at 64K) and the quick variant.
+batch 128, learning rate ÷10 at 34K and 54K iterations, stop at 64K).
 """
 
 from configs import common
@@ -56,18 +56,6 @@ LOSSES = {
 ORTHONORMAL = {"name": "orthogonality", "layers": "conv*", "mode": "orthonormal", "factor": 1e-5}
 
 
-def choose(arg, key, choices):
-    """The variant `arg[key]`, checked against the table's `choices`.
-
-    Raises:
-        ValueError: the value is not one of `choices`, naming the argument and the valid values.
-    """
-    value = arg[key]
-    if value not in choices:
-        raise ValueError(f"Invalid config argument {key}={value!r}; expected one of {sorted(choices)}.")
-    return value
-
-
 def cifar_config(model, dataset="cifar10", augmentation="none", batch_size=128, regularizers=(), seed=0):
     """The paper's CIFAR recipe (§4.1) for `model` (a dict of the runner's `model` section).
 
@@ -84,22 +72,3 @@ def cifar_config(model, dataset="cifar10", augmentation="none", batch_size=128, 
         schedule=dict(name="step", boundaries=list(CIFAR_BOUNDARIES), decay_factor=0.1),
         train=dict(batch_size=batch_size, steps=CIFAR_STEPS),
     )
-
-
-def quick(config, batch_size=8, **model):
-    """The two-step smoke variant: `common.quick_train`, no export, a small batch, `model` keys overridden.
-
-    The configs pass a `width_multiplier` and a shallower net (`blocks_per_stage`, `residual_units`, or the
-    plain CNN-3 `name='cnn3'` for the plain CNNs, which fix their depth): tracing the training step of the full-depth nets costs most of a
-    CPU-minute, and the two steps only check that data, operator, head, optimizer, schedule and paradigm
-    run together. The full-depth models are built by `classifier.validate` for every variant.
-    """
-    common.quick_train(config)
-    config.train.steps = 0
-    config.train.batch_size = batch_size
-    config.export = False
-    if config.schedule.name == "step":
-        config.schedule.boundaries = [1]  # the rate drops after the first step: the schedule runs too
-    for key, value in model.items():
-        config.model[key] = value
-    return config

@@ -31,11 +31,11 @@ VARIANTS = {"model": tuple(OPERATORS), "dataset": tuple(AUGMENTATIONS)}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, model="sphereresnet", dataset="cifar10")
-    operator = OPERATORS[spherenet.choose(arg, "model", VARIANTS["model"])]
-    augmentation = AUGMENTATIONS[spherenet.choose(arg, "dataset", VARIANTS["dataset"])]
+    operator = OPERATORS[common.choose(arg, "model", VARIANTS["model"])]
+    augmentation = AUGMENTATIONS[common.choose(arg, "dataset", VARIANTS["dataset"])]
     config = spherenet.cifar_config(
         dict(name="spherenet_resnet32", operator=spherenet.OPERATORS[operator], head=None),
         augmentation=augmentation)
     if arg.quick:
-        spherenet.quick(config, width_multiplier=0.125, blocks_per_stage=1)
+        common.quick(config, width_multiplier=0.125, blocks_per_stage=1)
     return config

@@ -36,10 +36,10 @@ VARIANTS = {"variant": tuple(CURVES)}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, variant="cosine_orth")
-    operator, orth = CURVES[spherenet.choose(arg, "variant", VARIANTS["variant"])]
+    operator, orth = CURVES[common.choose(arg, "variant", VARIANTS["variant"])]
     config = spherenet.cifar_config(
         dict(name="cnn9", operator=spherenet.OPERATORS[operator], head=None),
         regularizers=[dict(spherenet.ORTHONORMAL)] if orth else ())
     if arg.quick:
-        spherenet.quick(config, width_multiplier=0.25, name="cnn3")
+        common.quick(config, width_multiplier=0.25, name="cnn3")
     return config

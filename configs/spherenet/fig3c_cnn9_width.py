@@ -31,10 +31,10 @@ VARIANTS = {"width": tuple(WIDTHS), "model": tuple(OPERATORS)}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, width="16", model="spherenet")
-    widths = WIDTHS[spherenet.choose(arg, "width", VARIANTS["width"])]
-    operator = OPERATORS[spherenet.choose(arg, "model", VARIANTS["model"])]
+    widths = WIDTHS[common.choose(arg, "width", VARIANTS["width"])]
+    operator = OPERATORS[common.choose(arg, "model", VARIANTS["model"])]
     config = spherenet.cifar_config(
         dict(name="cnn9", widths=widths, operator=spherenet.OPERATORS[operator], head=None))
     if arg.quick:
-        spherenet.quick(config, width_multiplier=0.125, name="cnn3")
+        common.quick(config, width_multiplier=0.125, name="cnn3")
     return config

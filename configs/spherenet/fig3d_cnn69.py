@@ -27,9 +27,9 @@ VARIANTS = {"model": tuple(SETTINGS)}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, model="spherenet")
-    operator, loss = SETTINGS[spherenet.choose(arg, "model", VARIANTS["model"])]
+    operator, loss = SETTINGS[common.choose(arg, "model", VARIANTS["model"])]
     config = spherenet.cifar_config(
         dict(name="cnn69", operator=spherenet.OPERATORS[operator], head=spherenet.LOSSES[loss]))
     if arg.quick:
-        spherenet.quick(config, width_multiplier=1 / 16, name="cnn3")
+        common.quick(config, width_multiplier=1 / 16, name="cnn3")
     return config

@@ -42,12 +42,12 @@ VARIANTS = {"norm": tuple(CURVES)}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, norm="spherenorm", batch=4)
-    operator, batch_norm, orth = CURVES[spherenet.choose(arg, "norm", VARIANTS["norm"])]
+    operator, batch_norm, orth = CURVES[common.choose(arg, "norm", VARIANTS["norm"])]
     if arg.batch < 1:
         raise ValueError(f"Invalid config argument batch={arg.batch!r}; expected a positive mini-batch size.")
     config = spherenet.cifar_config(
         dict(name="cnn9", operator=operator, batch_norm=batch_norm, head=None),
         batch_size=arg.batch, regularizers=[dict(spherenet.ORTHONORMAL)] if orth else ())
     if arg.quick:
-        spherenet.quick(config, batch_size=arg.batch, width_multiplier=0.25, name="cnn3")
+        common.quick(config, batch_size=arg.batch, width_multiplier=0.25, name="cnn3")
     return config

@@ -40,7 +40,7 @@ VARIANTS = {"model": tuple(MODELS)}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, model="v2")
-    model = dict(MODELS[spherenet.choose(arg, "model", VARIANTS["model"])])
+    model = dict(MODELS[common.choose(arg, "model", VARIANTS["model"])])
     config = common.base_config(
         data=dict(name="imagenet2012", augmentation="imagenet_train_square",
                   eval_augmentation="imagenet_eval_square", normalization="mean_subtraction"),
@@ -50,5 +50,5 @@ def get_config(arg=None):
         train=dict(batch_size=40, steps=550000, steps_per_epoch=5000),
     )
     if arg.quick:
-        spherenet.quick(config, batch_size=2, width_multiplier=1 / 16, blocks_per_stage=1)
+        common.quick(config, batch_size=2, width_multiplier=1 / 16, blocks_per_stage=1)
     return config

@@ -36,10 +36,10 @@ VARIANTS = {"k": tuple(OPERATORS), "augmentation": ("none", "flip")}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, k="learnable", augmentation="none")
-    operator = OPERATORS[spherenet.choose(arg, "k", VARIANTS["k"])]
-    augmentation = spherenet.choose(arg, "augmentation", VARIANTS["augmentation"])
+    operator = OPERATORS[common.choose(arg, "k", VARIANTS["k"])]
+    augmentation = common.choose(arg, "augmentation", VARIANTS["augmentation"])
     config = spherenet.cifar_config(
         dict(name="cnn9", operator=operator, head=spherenet.LOSSES["wsoftmax_cosine"]), augmentation=augmentation)
     if arg.quick:
-        spherenet.quick(config, width_multiplier=0.25, name="cnn3")
+        common.quick(config, width_multiplier=0.25, name="cnn3")
     return config

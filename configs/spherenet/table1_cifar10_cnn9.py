@@ -38,10 +38,10 @@ VARIANTS = {"operator": tuple(spherenet.OPERATORS), "loss": tuple(spherenet.LOSS
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, operator="cosine", loss="wsoftmax_cosine")
-    operator = spherenet.choose(arg, "operator", VARIANTS["operator"])
-    loss = spherenet.choose(arg, "loss", VARIANTS["loss"])
+    operator = common.choose(arg, "operator", VARIANTS["operator"])
+    loss = common.choose(arg, "loss", VARIANTS["loss"])
     config = spherenet.cifar_config(
         dict(name="cnn9", operator=spherenet.OPERATORS[operator], head=spherenet.LOSSES[loss]))
     if arg.quick:
-        spherenet.quick(config, width_multiplier=0.25, name="cnn3")
+        common.quick(config, width_multiplier=0.25, name="cnn3")
     return config

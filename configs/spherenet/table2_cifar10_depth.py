@@ -40,11 +40,11 @@ VARIANTS = {"depth": tuple(MODELS), "operator": tuple(spherenet.OPERATORS)}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, depth="cnn9", operator="cosine")
-    depth = spherenet.choose(arg, "depth", VARIANTS["depth"])
-    operator = spherenet.choose(arg, "operator", VARIANTS["operator"])
+    depth = common.choose(arg, "depth", VARIANTS["depth"])
+    operator = common.choose(arg, "operator", VARIANTS["operator"])
     head = spherenet.LOSSES["softmax" if operator == "conv" else "wsoftmax_cosine"]
     config = spherenet.cifar_config(dict(name=MODELS[depth], operator=spherenet.OPERATORS[operator], head=head))
     if arg.quick:
         shallow = {"blocks_per_stage": 1} if depth == "resnet32" else {"name": "cnn3"}
-        spherenet.quick(config, width_multiplier=0.125, **shallow)
+        common.quick(config, width_multiplier=0.125, **shallow)
     return config

@@ -27,10 +27,10 @@ VARIANTS = {"operator": tuple(spherenet.OPERATORS)}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, operator="cosine")
-    operator = spherenet.choose(arg, "operator", VARIANTS["operator"])
+    operator = common.choose(arg, "operator", VARIANTS["operator"])
     head = spherenet.LOSSES["softmax" if operator == "conv" else "wsoftmax_cosine"]
     config = spherenet.cifar_config(
         dict(name="cnn18", operator=spherenet.OPERATORS[operator], head=head, batch_norm=True, relu=False))
     if arg.quick:
-        spherenet.quick(config, width_multiplier=0.125, name="cnn3")
+        common.quick(config, width_multiplier=0.125, name="cnn3")
     return config

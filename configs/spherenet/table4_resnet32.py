@@ -49,11 +49,11 @@ VARIANTS = {"dataset": tuple(DATASETS), "method": tuple(METHODS)}
 
 def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, dataset="cifar10plus", method="s_sw")
-    dataset = spherenet.choose(arg, "dataset", VARIANTS["dataset"])
-    operator, loss = METHODS[spherenet.choose(arg, "method", VARIANTS["method"])]
+    dataset = common.choose(arg, "dataset", VARIANTS["dataset"])
+    operator, loss = METHODS[common.choose(arg, "method", VARIANTS["method"])]
     config = spherenet.cifar_config(
         dict(name="resnet32", operator=spherenet.OPERATORS[operator], head=spherenet.LOSSES[loss]),
         dataset=DATASETS[dataset], augmentation="spherenet_cifar_plus")
     if arg.quick:
-        spherenet.quick(config, width_multiplier=1 / 12, blocks_per_stage=1)
+        common.quick(config, width_multiplier=1 / 12, blocks_per_stage=1)
     return config

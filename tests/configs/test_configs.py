@@ -18,7 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # The Fashion-MNIST small-CNN configs of the main job. The other configs have their own modules, which
 # validate every variant and run every quick variant on generated archives: tests/configs/test_paper_configs_a.py
 # (spherenet, dcnet tables, convnorm), test_paper_configs_b.py (losses, mhe, comhe, opt), test_repro_configs.py
-# (repro), tests/face (face), tests/adversarial (adversarial).
+# (repro), tests/evaluation (face), tests/adversarial (adversarial).
 CONFIG_FILES = sorted(glob.glob(os.path.join(ROOT, "configs", "dcnet", "fashion_mnist_*.py")))
 
 

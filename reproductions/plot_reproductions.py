@@ -6,16 +6,16 @@ Reads the run folders `trainers/sweep.py` wrote (`<runs>/<claim>/<variant>/seed_
 * `docs/img/repro_convnorm_curves.png`: training loss per interval, BN vs ConvNorm + BN;
 * `docs/img/repro_mhe_energy.png`: hidden-layer energy (half-space, s = 1, thesis Eq. E.2) per interval;
 * `docs/img/repro_margin_2d.png`: 2-D test features of seed 0 per loss (L-Softmax Fig. 2);
-* `experiments/results/fashion_mnist_{no_relu,convnorm_scarcity}_batch_statistics.json`: per run, the test
+* `reproductions/results/fashion_mnist_{no_relu,convnorm_scarcity}_batch_statistics.json`: per run, the test
   accuracy with BatchNorm's moving statistics (as evaluated) and with batch statistics (batches of 1000 test
   images), to separate lagging moving statistics from what the network learned;
-* `experiments/results/fashion_mnist_margin_2d_features.json`: per seed and loss, the angular Fisher score
+* `reproductions/results/fashion_mnist_margin_2d_features.json`: per seed and loss, the angular Fisher score
   (thesis Eq. A.1; `sphere_tf.metrics.angular_fisher_score`) and the minimum inter-class angle of the 10k
   test features, with mean ± std.
 
 Curves show the mean over seeds with a ±1 std band. Missing claims are skipped with a message.
 
-    python experiments/plot_reproductions.py --runs runs/repro
+    python reproductions/plot_reproductions.py --runs runs/repro
 """
 
 import glob
@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 
 _RUNS = flags.DEFINE_string("runs", "runs/repro", "Folder holding one sweep workdir per claim.")
 _IMG = flags.DEFINE_string("img_dir", "docs/img", "Where the PNGs go.")
-_RESULTS = flags.DEFINE_string("results_dir", "experiments/results", "Where the feature statistics go.")
+_RESULTS = flags.DEFINE_string("results_dir", "reproductions/results", "Where the feature statistics go.")
 
 
 def _runs(claim_dir):

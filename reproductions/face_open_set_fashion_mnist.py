@@ -8,9 +8,9 @@ for every (head, seed) and collects `lfw_accuracy`, `tar_at_far`, the angular
 Fisher score and the minimum inter-class angle into OUT/results.jsonl and a
 Markdown table (mean ± std over seeds).
 
-    PYTHONPATH=. nice -n 10 python experiments/face_open_set_fashion_mnist.py --out runs/open_set --seeds 0,1,2
+    PYTHONPATH=. nice -n 10 python reproductions/face_open_set_fashion_mnist.py --out runs/open_set --seeds 0,1,2
 
-Results of that run: experiments/results/face_open_set_fashion_mnist.jsonl, table in docs/face.md.
+Results of that run: reproductions/results/face_open_set_fashion_mnist.jsonl, table in docs/face.md.
 """
 
 import json

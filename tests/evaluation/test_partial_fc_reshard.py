@@ -24,8 +24,8 @@ import tensorflow as tf
 from bench import synthetic_identities
 from sphere_tf.training import array_checkpoint
 from tests.backends import interpreters
-from tests.face.test_partial_fc_runner import graph_constant_shapes
-from tests.face.test_partial_fc_runner import pfc_config
+from tests.evaluation.test_partial_fc_runner import graph_constant_shapes
+from tests.evaluation.test_partial_fc_runner import pfc_config
 
 pytestmark = pytest.mark.tensorflow_only  # the main venv: TensorFlow (data) and JAX
 

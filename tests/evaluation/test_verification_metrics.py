@@ -1,5 +1,5 @@
 """LFW 10-fold accuracy, threshold selection, ROC and TAR@FAR against explicit-loop NumPy references
-(`lfw_reference`, tests/face/conftest.py)."""
+(`lfw_reference`, tests/evaluation/conftest.py)."""
 
 import math
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from bench import synthetic_identities
-from tests.face.test_partial_fc_runner import pfc_config
+from tests.evaluation.test_partial_fc_runner import pfc_config
 from tests.training.test_distribute import _free_ports
 
 pytestmark = pytest.mark.tensorflow_only
