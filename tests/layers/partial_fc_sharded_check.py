@@ -339,8 +339,8 @@ def fit_case():
             (mask,) = [v for v in model.non_trainable_variables if v.path == "head/sampled"]
             assert shard_shapes(mask) == [(padded // n,)], shard_shapes(mask)
             history = model.fit([x, y], None, batch_size=B, epochs=1, verbose=0, shuffle=False)
-            momentum = [v for v in model.optimizer.variables if tuple(v.shape) == (D, padded)]
-            assert momentum and all(shard_shapes(v) == [(D, padded // n)] for v in momentum)
+            momentum = [v for v in model.optimizer.variables if tuple(v.shape) == (padded, D)]
+            assert momentum and all(shard_shapes(v) == [(padded // n, D)] for v in momentum)
             # Parameter bytes held by one device vs the whole model.
             on_device = sum(
                 next(s.data.nbytes for s in v.value.addressable_shards if s.device == DEVICE_0)
