@@ -28,8 +28,6 @@ attacks 8 models reads as "8 retracings" of `make_attack.<locals>.run` although
 each function is traced once; `per_model_tracing()` drops that one warning.
 """
 
-import contextlib
-import logging
 
 import numpy as np
 import tensorflow as tf
@@ -39,6 +37,7 @@ from cleverhans.tf2.attacks.projected_gradient_descent import projected_gradient
 
 from sphere_tf import validation
 from sphere_tf.models import blocks
+from sphere_tf.training import progress
 
 # "none" leaves the images alone (clean accuracy).
 ATTACKS = ("none", "fgsm", "bim", "pgd")
@@ -169,25 +168,11 @@ PER_MODEL_FUNCTIONS = ("make_attack.<locals>.run", "make_fgsm_sweep.<locals>.swe
                        "TensorFlowTrainer._make_function")
 
 
-class _PerModelTracingFilter(logging.Filter):
-    def filter(self, record):
-        message = record.getMessage()
-        return not ("triggered tf.function retracing" in message
-                    and any(name in message for name in PER_MODEL_FUNCTIONS))
-
-
-@contextlib.contextmanager
 def per_model_tracing():
     """Within it, TensorFlow's "N out of the last M calls to <f> triggered tf.function retracing" warning is
     dropped for the `PER_MODEL_FUNCTIONS` (each traced once per model; see the module docstring). Every
     other warning, and that one for any other function, passes."""
-    logger = logging.getLogger("tensorflow")
-    quiet = _PerModelTracingFilter()
-    logger.addFilter(quiet)
-    try:
-        yield
-    finally:
-        logger.removeFilter(quiet)
+    return progress.quiet_retracing(PER_MODEL_FUNCTIONS)
 
 
 def make_fgsm_sweep(model, space):

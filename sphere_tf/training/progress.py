@@ -7,6 +7,8 @@ Quieting TensorFlow's own log lines is an entry point's job, done before TensorF
 `trainers/_quiet_logs.py`.
 """
 
+import contextlib
+import logging
 import sys
 import time
 
@@ -113,3 +115,29 @@ class EpochLogger(keras.callbacks.Callback):
     @classmethod
     def from_config(cls, config):
         return cls(**config)
+
+
+class _RetracingFilter(logging.Filter):
+    def __init__(self, function_names):
+        super().__init__()
+        self.function_names = tuple(function_names)
+
+    def filter(self, record):
+        message = record.getMessage()
+        return not ("triggered tf.function retracing" in message
+                    and any(name in message for name in self.function_names))
+
+
+@contextlib.contextmanager
+def quiet_retracing(function_names):
+    """Within it, TensorFlow's "N out of the last M calls to <f> triggered tf.function retracing" warning is
+    dropped for the functions named in `function_names` (functions made once per model, such as Keras's train
+    function of each new model: one trace each, which TensorFlow's detector, counting per code object, reports
+    as retracing). Every other warning, and that one for any other function, passes. Usable as a decorator."""
+    logger = logging.getLogger("tensorflow")
+    quiet = _RetracingFilter(function_names)
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)

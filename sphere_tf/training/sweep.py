@@ -16,16 +16,15 @@ before anything trains or is written: the recipe keys each variant changes, ever
 estimate) and the estimated time of the whole sweep, the sum over its runs.
 """
 
-import contextlib
 import importlib.util
 import json
-import logging
 import math
 import os
 import time
 
 from sphere_tf import json_files
 from sphere_tf import validation
+from sphere_tf.training import progress
 
 # Per-run scalars aggregated over the seeds (history values are the last epoch's).
 RUN_METRICS = ("test_accuracy", "test_error", "test_loss", "wall_seconds", "cpu_seconds")
@@ -186,27 +185,6 @@ def run_sweep(config_path, variants, seeds, workdir, train_fn=None):
     return summary
 
 
-class _PerVariantTracingFilter(logging.Filter):
-    """Drops TensorFlow's "calls to <train function> triggered tf.function retracing" warning: the dry run
-    builds one model per variant, and each model traces its own train function once (as in
-    `adversarial.attacks.per_model_tracing`)."""
-
-    def filter(self, record):
-        message = record.getMessage()
-        return not ("triggered tf.function retracing" in message and "TensorFlowTrainer._make_function" in message)
-
-
-@contextlib.contextmanager
-def _per_variant_tracing():
-    logger = logging.getLogger("tensorflow")
-    quiet = _PerVariantTracingFilter()
-    logger.addFilter(quiet)
-    try:
-        yield
-    finally:
-        logger.removeFilter(quiet)
-
-
 # A key one variant's resolved config lacks (another variant's section holds more keys).
 _ABSENT = object()
 
@@ -297,7 +275,8 @@ def dry_run(config_path, variants, seeds, probe_steps=3):
     probes = {}
     if probe_steps:
         for variant in variants:
-            with _per_variant_tracing():
+            # One model per variant, each tracing its own train function once (not retracing).
+            with progress.quiet_retracing(("TensorFlowTrainer._make_function",)):
                 plan = classifier.dry_run(run_config(module, variant, seeds[0]), probe_steps=probe_steps)
             probes[variant] = {key: plan[key] for key in ("parameters", "compile_seconds", "seconds_per_step",
                                                            "backend")}
