@@ -1,6 +1,8 @@
 """Adversarial robustness of hyperspherical / decoupled networks (DCNet §6.2, App. A.2/A.3/C).
 
-`pixel_space` maps attack budgets on the 0–255 scale into a model's input space;
+`pixel_space` maps attack budgets on the 0–255 scale into a model's input space
+(`input_space(model)` reads it from the model: raw pixels for one whose first layer
+is a `PixelNormalization`; every function taking a `space` reads it so when None);
 `fgsm`, `bim`, `pgd` (cleverhans 4) and `make_attack` (one compiled function per
 model and attack) craft examples; `FGSMAdversarialModel` / `adversarial_wrap`
 train with FGSM examples from the current weights; `white_box`, `black_box`,
@@ -35,7 +37,9 @@ from sphere_tf.adversarial.experiment import run_experiment
 from sphere_tf.adversarial.experiment import validate
 from sphere_tf.adversarial.pixels import PIXEL_MAX
 from sphere_tf.adversarial.pixels import PixelSpace
+from sphere_tf.adversarial.pixels import input_space
 from sphere_tf.adversarial.pixels import pixel_space
+from sphere_tf.adversarial.pixels import space_for
 from sphere_tf.adversarial.training import DEFAULT_MIX
 from sphere_tf.adversarial.training import FGSMAdversarialModel
 from sphere_tf.adversarial.training import adversarial_wrap

@@ -11,7 +11,10 @@ PGD    BIM started from x + U(−ε, ε)^d (clipped to the range)       (Madry e
 
 ε, τ are on the 0–255 scale (paper: ε = 8, τ = 2, N = 20) and mapped into the
 model's input space by a `PixelSpace` (`sphere_tf.adversarial.pixels`); "range"
-is the valid pixel range [0, 255] in input space, enforced after every step.
+is the valid pixel range [0, 255] in input space, enforced after every step. The
+functions taking a model read its space from it when `space` is None
+(`pixels.input_space`: raw pixels for a model whose first layer is a
+`PixelNormalization`) and refuse a space that disagrees with such a layer.
 The gradients come from cleverhans 4 (`cleverhans.tf2.attacks`:
 `fast_gradient_method`, `basic_iterative_method`,
 `projected_gradient_descent`), called with `sanity_checks=False` (its
@@ -36,6 +39,7 @@ from cleverhans.tf2.attacks.fast_gradient_method import fast_gradient_method
 from cleverhans.tf2.attacks.projected_gradient_descent import projected_gradient_descent
 
 from sphere_tf import validation
+from sphere_tf.adversarial import pixels as pixels_lib
 from sphere_tf.models import blocks
 from sphere_tf.training import progress
 
@@ -123,7 +127,7 @@ def pgd(model_fn, images, labels, space, epsilon=PAPER_EPSILON, step=PAPER_STEP,
                                       rand_init=True, rand_minmax=eps, sanity_checks=False)
 
 
-def make_attack(model, attack, space, epsilon=PAPER_EPSILON, step=PAPER_STEP, iterations=PAPER_ITERATIONS):
+def make_attack(model, attack, space=None, epsilon=PAPER_EPSILON, step=PAPER_STEP, iterations=PAPER_ITERATIONS):
     """`attack` on `model` as one compiled function `(images, labels) -> adversarial images`.
 
     The function is a `tf.function` with input signature `(None, H, W, C)` float32
@@ -134,17 +138,19 @@ def make_attack(model, attack, space, epsilon=PAPER_EPSILON, step=PAPER_STEP, it
     Args:
         model: a built Keras model mapping images to logits.
         attack: one of `ATTACKS`.
-        space: `PixelSpace` of the inputs.
+        space: `PixelSpace` of the inputs, or None: read from the model (`pixels.input_space`).
         epsilon, step, iterations: ε, τ (pixels) and N (`bim`, `pgd`).
 
     Returns:
         The compiled callable.
 
     Raises:
-        ValueError: unknown attack, bad budget, or a model that needs labels as input.
+        ValueError: unknown attack, bad budget, a model that needs labels as input, or a `space` that
+            disagrees with the model's `PixelNormalization`.
     """
     attack = validation.one_of(attack, "attack", ATTACKS)
     model_fn = inference_fn(model)
+    space = pixels_lib.space_for(model, space)
     if attack != "fgsm":
         _check_iterative(epsilon, step, iterations)
     shape = tuple(model.inputs[0].shape[1:])
@@ -175,14 +181,17 @@ def per_model_tracing():
     return progress.quiet_retracing(PER_MODEL_FUNCTIONS)
 
 
-def make_fgsm_sweep(model, space):
+def make_fgsm_sweep(model, space=None):
     """FGSM on `model` with ε (pixels) as a tensor argument: one trace serves every ε of a curve.
+
+    `space`: as `make_attack` (None: read from the model).
 
     Returns:
         compiled callable `(images, labels, epsilon) -> adversarial images`, `epsilon` a float32 scalar
         on the 0–255 scale.
     """
     model_fn = inference_fn(model)
+    space = pixels_lib.space_for(model, space)
     shape = tuple(model.inputs[0].shape[1:])
     clip_min, clip_max = space.clip_bounds()
     signature = [tf.TensorSpec((None,) + shape, tf.float32), tf.TensorSpec((None,), tf.int32),

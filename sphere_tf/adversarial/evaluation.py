@@ -8,7 +8,9 @@ DCNet (Liu et al., Decoupled Networks, CVPR 2018) §6.2:
   every target. Only the source's gradients are taken; targets run forward only
   (`attacks.make_predict`), so a target's gradient is never computed.
 
-Accuracies are percentages of the evaluated images classified correctly.
+Accuracies are percentages of the evaluated images classified correctly. A `space`
+of None is read from the (source) model (`pixels.input_space`: raw pixels for a
+model whose first layer is a `PixelNormalization`).
 """
 
 import numpy as np
@@ -16,6 +18,7 @@ import tensorflow as tf
 
 from sphere_tf import validation
 from sphere_tf.adversarial import attacks as attacks_lib
+from sphere_tf.adversarial import pixels as pixels_lib
 
 # Table 7/8 layout: rows (training, attack), columns (model).
 MODELS = ("baseline", "sphereconv", "ballconv", "tanhconv")
@@ -54,13 +57,13 @@ def _batches(n, batch_size):
     return [(i, min(i + batch_size, n)) for i in range(0, n, batch_size)]
 
 
-def white_box(model, images, labels, space, attacks=TABLE_ATTACKS, batch_size=256, **budget):
+def white_box(model, images, labels, space=None, attacks=TABLE_ATTACKS, batch_size=256, **budget):
     """Accuracy (%) of `model` on `images` under each attack crafted on `model` itself.
 
     Args:
         model: Keras model (images -> logits).
         images: (N, H, W, C) model inputs; labels: (N,) ints.
-        space: `PixelSpace` of the inputs.
+        space: `PixelSpace` of the inputs, or None: read from the model (`pixels.input_space`).
         attacks: names in `attacks.ATTACKS`.
         batch_size: int > 0.
         **budget: `epsilon`, `step`, `iterations` for `attacks.make_attack` (pixels).
@@ -69,6 +72,7 @@ def white_box(model, images, labels, space, attacks=TABLE_ATTACKS, batch_size=25
         dict attack -> accuracy %.
     """
     images, labels = _check_data(images, labels)
+    space = pixels_lib.space_for(model, space)
     predict = attacks_lib.make_predict(model)
     results = {}
     for name in attacks:
@@ -82,7 +86,7 @@ def white_box(model, images, labels, space, attacks=TABLE_ATTACKS, batch_size=25
     return results
 
 
-def black_box(source, targets, images, labels, space, attacks=TABLE_ATTACKS, batch_size=256, **budget):
+def black_box(source, targets, images, labels, space=None, attacks=TABLE_ATTACKS, batch_size=256, **budget):
     """Accuracy (%) of every target under examples crafted on `source` (transfer attack).
 
     Each batch is attacked once on `source`; the targets only classify the
@@ -91,7 +95,9 @@ def black_box(source, targets, images, labels, space, attacks=TABLE_ATTACKS, bat
     Args:
         source: Keras model the examples are crafted on.
         targets: dict name -> Keras model.
-        images, labels, space, attacks, batch_size, **budget: as `white_box`.
+        images, labels, space, attacks, batch_size, **budget: as `white_box` (`space` None: the source's,
+            `pixels.input_space`); the targets must take the same inputs (checked against a target's
+            `PixelNormalization`).
 
     Returns:
         dict target name -> {attack: accuracy %}.
@@ -99,6 +105,9 @@ def black_box(source, targets, images, labels, space, attacks=TABLE_ATTACKS, bat
     images, labels = _check_data(images, labels)
     if not isinstance(targets, dict) or not targets:
         raise validation.invalid_argument("targets", "a non-empty dict name -> model", targets)
+    space = pixels_lib.space_for(source, space)
+    for target in targets.values():
+        pixels_lib.space_for(target, space)
     predicts = {name: attacks_lib.make_predict(model) for name, model in targets.items()}
     results = {name: {} for name in targets}
     for attack_name in attacks:
@@ -116,11 +125,13 @@ def black_box(source, targets, images, labels, space, attacks=TABLE_ATTACKS, bat
 def accuracy_curve(model, images, labels, space, epsilons, attack="fgsm", batch_size=256, **budget):
     """White-box accuracy (%) at each ε (pixels) of `attack` (for BIM/PGD τ = min(step, ε)).
 
-    FGSM curves use one compiled function for every ε (`attacks.make_fgsm_sweep`).
+    FGSM curves use one compiled function for every ε (`attacks.make_fgsm_sweep`). `space` as `white_box`
+    (None: read from the model).
 
     Returns:
         list of accuracies, one per ε.
     """
+    space = pixels_lib.space_for(model, space)
     if attack == "fgsm":
         images, labels = _check_data(images, labels)
         sweep = attacks_lib.make_fgsm_sweep(model, space)
@@ -145,7 +156,7 @@ def accuracy_curve(model, images, labels, space, epsilons, attack="fgsm", batch_
     return curve
 
 
-def deepfool_strength(model, images, labels, space, steps=50, overshoot=0.02, batch_size=100):
+def deepfool_strength(model, images, labels, space=None, steps=50, overshoot=0.02, batch_size=100):
     """Perturbation needed to fool `model` per image, by DeepFool through foolbox 3 (DCNet App. C, Fig. 5).
 
     Only images the model classifies correctly are attacked. Sizes are on the
@@ -176,6 +187,7 @@ def deepfool_strength(model, images, labels, space, steps=50, overshoot=0.02, ba
         raise ImportError("deepfool_strength needs foolbox 3 (`pip install foolbox`).") from error
 
     images, labels = _check_data(images, labels)
+    space = pixels_lib.space_for(model, space)
     steps = validation.positive_int(steps, "steps")
     overshoot = validation.non_negative_float(overshoot, "overshoot")
     predict = attacks_lib.make_predict(model)

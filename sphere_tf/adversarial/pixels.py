@@ -16,15 +16,25 @@ pixel values 0, 100 and 255, so any affine normalisation registered with
 `preprocessing.register_normalization` works; a non-affine one, or one whose
 scale differs between channels (an ℓ∞ ball in pixels would not be a ball in the
 input), is refused.
+
+`input_space(model)` reads the space from the model: a model whose first layer is
+a `sphere_tf.layers.PixelNormalization` normalises its pixels itself, so its
+inputs are the raw pixels (a = 1, range [0, 255], whatever the layer computes);
+an older model without the layer was trained on pipeline-normalised inputs, whose
+normalisation must be named (`DEFAULT_NORMALIZATION` when not). `space_for(model,
+space)` is what the attacks and evaluations call: the space given, checked
+against the model, or `input_space(model)` when None.
 """
 
 import dataclasses
 
+import keras
 import numpy as np
 import tensorflow as tf
 
 from sphere_tf import validation
 from sphere_tf.data import preprocessing
+from sphere_tf.layers import pixel_normalization
 
 PIXEL_MAX = 255.0
 _PROBE = (0.0, 100.0, PIXEL_MAX)
@@ -113,4 +123,75 @@ def pixel_space(normalization, channels, channel_mean=None):
     return PixelSpace(float(scale[0]), tuple(float(v) for v in lower), tuple(float(v) for v in upper), name)
 
 
-__all__ = ["PIXEL_MAX", "PixelSpace", "pixel_space"]
+def _channels(model):
+    try:
+        inputs = model.inputs
+    except (AttributeError, ValueError):
+        inputs = None
+    if not isinstance(model, keras.Model) or not inputs or inputs[0].shape[-1] is None:
+        raise validation.invalid_argument("model", "a built keras.Model with a known number of image channels",
+                                          getattr(model, "name", model))
+    images = inputs[0]
+    if isinstance(model.input, dict) and "images" in model.input:
+        images = model.input["images"]
+    return int(images.shape[-1])
+
+
+def input_space(model, normalization=None, channel_mean=None):
+    """The `PixelSpace` of `model`'s inputs, read from the model where it can be.
+
+    A model whose first layer is a `PixelNormalization` takes raw pixels: the space of 'none' (scale 1, range
+    [0, 255] per channel); `normalization`, if given, must be the layer's (and `channel_mean` the layer's, when
+    both are given). A model without the layer (saved before it existed) takes inputs normalised by
+    `normalization` (`DEFAULT_NORMALIZATION` when None) with `channel_mean`: `pixel_space` of those.
+
+    Args:
+        model: a built `keras.Model` (images -> logits).
+        normalization: None or the name of the normalisation the model was trained with.
+        channel_mean: sequence of floats or None (a model without the layer trained with 'mean_subtraction').
+
+    Returns:
+        PixelSpace.
+
+    Raises:
+        ValueError: an argument that disagrees with the model's layer, or as `pixel_space` (named).
+    """
+    channels = _channels(model)
+    in_model = pixel_normalization.model_normalization(model)
+    if in_model is None:
+        name = preprocessing.DEFAULT_NORMALIZATION if normalization is None else normalization
+        return pixel_space(name, channels, channel_mean)
+    name, layer_mean = in_model
+    if normalization is not None and normalization != name:
+        raise validation.invalid_argument(
+            "normalization", f"None or {name!r}: the model's first layer (PixelNormalization) normalises its pixels "
+            f"with {name!r}", normalization)
+    if channel_mean is not None and layer_mean is not None and (
+            np.size(channel_mean) != len(layer_mean) or not np.allclose(np.ravel(channel_mean), layer_mean)):
+        raise validation.invalid_argument(
+            "channel_mean", f"None or the model's PixelNormalization channel_mean {list(layer_mean)}", channel_mean)
+    return pixel_space("none", channels)
+
+
+def space_for(model, space=None):
+    """`space` checked against `model`, or `input_space(model)` when None.
+
+    Raises:
+        ValueError: `space` is not a `PixelSpace`, or `model` takes raw pixels (its first layer is a
+            `PixelNormalization`) and `space` is not the raw pixel space (scale 1, range [0, 255]): budgets
+            would be converted for a normalisation the model applies itself.
+    """
+    if space is None:
+        return input_space(model)
+    if not isinstance(space, PixelSpace):
+        raise validation.invalid_argument("space", "a PixelSpace (sphere_tf.adversarial.input_space) or None", space)
+    if pixel_normalization.model_normalization(model) is not None:
+        raw = pixel_space("none", space.channels)
+        if (space.scale, space.lower, space.upper) != (raw.scale, raw.lower, raw.upper):
+            raise validation.invalid_argument(
+                "space", f"None or the raw pixel space (scale 1, range [0, 255]): model {model.name!r} normalises "
+                "its pixels itself (its first layer is a PixelNormalization)", space)
+    return space
+
+
+__all__ = ["PIXEL_MAX", "PixelSpace", "input_space", "pixel_space", "space_for"]

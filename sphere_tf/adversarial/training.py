@@ -109,12 +109,13 @@ class FGSMAdversarialModel(keras.Model):
         return config
 
 
-def adversarial_wrap(model, space, epsilon=8.0, mix=DEFAULT_MIX, name=None):
+def adversarial_wrap(model, space=None, epsilon=8.0, mix=DEFAULT_MIX, name=None):
     """An `FGSMAdversarialModel` sharing the layers (and weights) of a functional `model`.
 
     Args:
         model: a functional `keras.Model` mapping images to logits.
-        space: `PixelSpace` of the inputs' normalisation.
+        space: `PixelSpace` of the inputs' normalisation, or None: read from the model
+            (`pixels.input_space`: raw pixels for a model whose first layer is a `PixelNormalization`).
         epsilon: float >= 0, ε on the 0–255 scale (paper: 8).
         mix: float in [0, 1], weight of the adversarial loss (default 0.5).
         name: str or None (default `model.name`).
@@ -125,13 +126,14 @@ def adversarial_wrap(model, space, epsilon=8.0, mix=DEFAULT_MIX, name=None):
     Raises:
         ValueError: `model` is not functional or takes labels; bad ε or mix.
     """
-    if not isinstance(space, pixels_lib.PixelSpace):
+    if space is not None and not isinstance(space, pixels_lib.PixelSpace):
         raise validation.invalid_argument("space", "a PixelSpace (sphere_tf.adversarial.pixel_space)", space)
     inputs = getattr(model, "inputs", None)
     outputs = getattr(model, "outputs", None)
     if not inputs or not outputs or len(inputs) != 1 or len(outputs) != 1:
         raise validation.invalid_argument("model", "a functional model with one image input and one logits output",
                                           getattr(model, "name", model))
+    space = pixels_lib.space_for(model, space)
     lo, hi = space.clip_bounds()
     as_list = (lambda v: [float(t) for t in np.ravel(v)]) if not isinstance(lo, float) else float
     return FGSMAdversarialModel(inputs[0], outputs[0], epsilon=space.epsilon(epsilon), clip_min=as_list(lo),

@@ -40,6 +40,7 @@ from sphere_tf.data import faces
 from sphere_tf.data import fashion_mnist
 from sphere_tf.data import imagenet
 from sphere_tf.data import label_noise as label_noise_lib
+from sphere_tf.data import normalization as normalization_lib
 from sphere_tf.data import mnist
 from sphere_tf.data import preprocessing
 from sphere_tf.data import tfds_source
@@ -339,7 +340,7 @@ def get_datasets(
     data_dir=None,
     augmentation="none",
     eval_augmentation=None,
-    normalization="centered_128",
+    normalization=normalization_lib.DEFAULT_NORMALIZATION,
     seed=0,
     train_limit=0,
     test_limit=0,
@@ -364,7 +365,8 @@ def get_datasets(
         augmentation: str, a name in `preprocessing.AUGMENTATIONS` for training images.
         eval_augmentation: str or None, the test transform; None: the data set's default
             ('imagenet_eval' for ImageNet, 'none' otherwise).
-        normalization: str, a name in `preprocessing.NORMALIZATIONS`.
+        normalization: str, a name in `preprocessing.NORMALIZATIONS` (default `DEFAULT_NORMALIZATION`); 'none' feeds
+            raw pixels to a model whose first layer normalises them (`sphere_tf.layers.PixelNormalization`).
         seed: int, keys the subset, the epoch permutations and every augmentation draw.
         train_limit, test_limit: int >= 0, use this many examples (0: all); the training subset is
             a seeded random one, the test subset the first ones in file order.

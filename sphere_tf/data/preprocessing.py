@@ -37,9 +37,12 @@ Normalisations (`NORMALIZATIONS`, `fn(image, channel_mean) -> image`) are define
 import tensorflow as tf
 
 from sphere_tf import registry
+from sphere_tf.data.normalization import DEFAULT_NORMALIZATION
+from sphere_tf.data.normalization import MEAN_NORMALIZATIONS
 from sphere_tf.data.normalization import NORMALIZATIONS
 from sphere_tf.data.normalization import get_normalization
 from sphere_tf.data.normalization import register_normalization
+from sphere_tf.data.normalization import uses_channel_mean
 
 IMAGENET_RESIZE = 256
 IMAGENET_CROP = 224

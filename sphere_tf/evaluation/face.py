@@ -39,6 +39,7 @@ from sphere_tf.data import datasets as datasets_lib
 from sphere_tf.data import faces
 from sphere_tf.data import preprocessing
 from sphere_tf.evaluation import verification
+from sphere_tf.layers import pixel_normalization
 from sphere_tf.training import classifier
 from sphere_tf.training import optimization
 from sphere_tf.training import recipe
@@ -111,6 +112,20 @@ def split_config(config):
     return config, sections["verification"]
 
 
+def _pipeline_normalization(model, normalization):
+    """The normalisation `verify` applies to the decoded pixels: 'none' for a model whose first layer is a
+    `PixelNormalization` (it normalises them itself; `normalization` must be None or the layer's), else
+    `normalization`, `DEFAULT_NORMALIZATION` when None (a model saved before the layer existed)."""
+    in_model = pixel_normalization.model_normalization(model)
+    if in_model is None:
+        return preprocessing.DEFAULT_NORMALIZATION if normalization is None else normalization
+    if normalization is not None and normalization != in_model[0]:
+        raise validation.invalid_argument(
+            "normalization", f"None or {in_model[0]!r}: the model's first layer (PixelNormalization) normalises "
+            f"its pixels with {in_model[0]!r}", normalization)
+    return "none"
+
+
 def _pair_images_dataset(paths, shape, normalization, batch_size):
     normalize = preprocessing.get_normalization(normalization)
     paths_t = tf.constant(list(paths), tf.string)
@@ -134,7 +149,7 @@ def _video_features(embed, videos, images_dir, shape, normalization, batch_size,
     return verification.mean_unit_embeddings(per_frame, np.asarray(owner), len(videos))
 
 
-def verify(model, pairs, images_dir, *, batch_size=64, normalization="centered_128",
+def verify(model, pairs, images_dir, *, batch_size=64, normalization=None,
            far_targets=verification.DEFAULT_FAR_TARGETS, roc_path=None, frames_per_video=100):
     """Evaluates `model`'s embeddings on verification pairs.
 
@@ -143,7 +158,10 @@ def verify(model, pairs, images_dir, *, batch_size=64, normalization="centered_1
         pairs: `faces.Pairs` (from `faces.read_pairs`).
         images_dir: str, the folder the pair list's image paths are relative to.
         batch_size: int > 0, images per embedding batch.
-        normalization: str, the training run's `data.normalization`.
+        normalization: None or str, the normalisation the model was trained with. A model whose first
+            layer is a `sphere_tf.layers.PixelNormalization` is fed raw pixels (None reads the layer; a
+            name must be the layer's); an older model without it gets the pixels normalised by
+            `normalization` (the run's `data.normalization`), `DEFAULT_NORMALIZATION` when None.
         far_targets: floats, the FARs of `tar_at_far`.
         roc_path: str or None, write the ROC there as a PNG.
         frames_per_video: int or None, for video pairs (YouTube Faces, `pairs.videos`): frames
@@ -158,8 +176,10 @@ def verify(model, pairs, images_dir, *, batch_size=64, normalization="centered_1
 
     Raises:
         DataNotFoundError: a missing image (named with the pair list line).
+        ValueError: a bad argument (named), or a `normalization` that disagrees with the model's layer.
     """
     batch_size = validation.positive_int(batch_size, "batch_size")
+    normalization = _pipeline_normalization(model, normalization)
     embedder = verification.embedding_model(model)
     shape = tuple(int(d) for d in embedder.input.shape[1:])
     paths, left, right = faces.check_pair_images(pairs, images_dir)

@@ -38,6 +38,7 @@ from sphere_tf.export.serving import WARMUP_FILE
 from sphere_tf.export.serving import existing_versions
 from sphere_tf.export.serving import export_model
 from sphere_tf.export.serving import inference_model
+from sphere_tf.export.serving import input_normalization
 from sphere_tf.export.serving import read_models_config
 from sphere_tf.export.serving import read_warmup_requests
 from sphere_tf.export.serving import write_models_config

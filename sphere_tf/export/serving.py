@@ -20,9 +20,11 @@ signature itself):
 
 * `serving_default`: `images` (uint8, or float32 pixels in 0..255, with the
   model's (height, width, channels)) -> `logits` (float32), `probabilities`
-  (softmax of the logits), `classes` (int64 argmax). The training
-  normalisation of the data pipeline (`sphere_tf.data.preprocessing.NORMALIZATIONS`)
-  runs inside the graph, so clients send raw pixels.
+  (softmax of the logits), `classes` (int64 argmax). Clients send raw pixels:
+  a model whose first layer is a `sphere_tf.layers.PixelNormalization`
+  normalises them itself; for an older model without it, the training
+  normalisation of the data pipeline (`sphere_tf.data.preprocessing.NORMALIZATIONS`,
+  the `normalization` argument) runs inside the graph before the model.
 * `embeddings` (models whose classifier is a `sphere_tf.layers.MarginHead`):
   `images` -> `embeddings` (the unit-norm features the head sees, for
   verification and retrieval), `cosine` (cos θ to every class weight) and
@@ -79,6 +81,7 @@ from sphere_tf.export import base
 from sphere_tf.export import fold
 from sphere_tf.export import formats as formats_lib
 from sphere_tf.layers import opt as opt_lib
+from sphere_tf.layers import pixel_normalization
 from sphere_tf.layers.margin_head import MarginHead
 
 # The shared pieces (`sphere_tf.export.base`), public here too.
@@ -96,8 +99,9 @@ _MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 _ASSIGN_OPS = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp", "Assign", "AssignAdd", "AssignSub")
 
 ExportResult = collections.namedtuple(
-    "ExportResult", ["path", "version", "model_name", "signatures", "models_config", "max_abs_diff", "formats"],
-    defaults=(None,),
+    "ExportResult",
+    ["path", "version", "model_name", "signatures", "models_config", "max_abs_diff", "formats", "normalization"],
+    defaults=(None, None),
 )
 ExportResult.__doc__ = """What `export_model` wrote.
 
@@ -111,6 +115,10 @@ Attributes:
         verification (None when `verify=False`).
     formats: dict, optional format name ('onnx', 'tflite') -> the file written beside
         the version folder (`sphere_tf.export.formats.format_path`); empty if none.
+    normalization: dict, what the served pixels go through: `name` and `channel_mean`
+        (a list or None) of the normalisation, and `in_model` (True: the model's own
+        `PixelNormalization` layer, read from the model; False: the `normalization`
+        argument or `DEFAULT_NORMALIZATION`, run in the serving graph before the model).
 """
 
 
@@ -183,10 +191,10 @@ def _resolve_version(model_dir, version):
 def _normalizer(normalization, channel_mean):
     """The data pipeline's normalisation (`preprocessing.NORMALIZATIONS`) and its checked mean."""
     validation.one_of(normalization, "normalization", tuple(preprocessing.NORMALIZATIONS))
-    if normalization == "mean_subtraction":
+    if preprocessing.uses_channel_mean(normalization):
         if channel_mean is None:
             raise validation.invalid_argument(
-                "channel_mean", "the per-channel training mean for normalization='mean_subtraction'", channel_mean
+                "channel_mean", f"the per-channel training mean for normalization={normalization!r}", channel_mean
             )
     if channel_mean is not None:
         try:
@@ -194,6 +202,38 @@ def _normalizer(normalization, channel_mean):
         except (TypeError, ValueError) as error:
             raise validation.invalid_argument("channel_mean", "a sequence of finite floats", channel_mean) from error
     return preprocessing.get_normalization(normalization), channel_mean
+
+
+def input_normalization(model, normalization=None, channel_mean=None):
+    """`(name, channel_mean, in_model)`: the normalisation `model` was trained with, and whether it runs inside it.
+
+    A model whose first layer is a `PixelNormalization` carries it (`in_model` True: a reader feeds it raw
+    pixels); an explicit `normalization` must then name the layer's, and an explicit `channel_mean` equal the
+    layer's when the layer has one (a mean given for a layer without one is ignored, as for a model without the
+    layer and a normalisation that ignores it). A model without the layer (saved before it existed) was trained
+    on pipeline-normalised images: `normalization`, or `DEFAULT_NORMALIZATION` when None, with `channel_mean`.
+
+    Raises:
+        ValueError: an argument that disagrees with the model's layer, an unknown normalisation, or a missing
+            mean (naming the argument).
+    """
+    in_model = pixel_normalization.model_normalization(model)
+    if in_model is None:
+        name = preprocessing.DEFAULT_NORMALIZATION if normalization is None else normalization
+        _, channel_mean = _normalizer(name, channel_mean)
+        return name, channel_mean, False
+    name, layer_mean = in_model
+    if normalization is not None and normalization != name:
+        raise validation.invalid_argument(
+            "normalization", f"None or {name!r}: the model's first layer (PixelNormalization) normalises its pixels "
+            f"with {name!r}", normalization)
+    if channel_mean is not None and layer_mean is not None:
+        _, given = _normalizer(name, channel_mean)
+        if len(given) != len(layer_mean) or not np.allclose(given, layer_mean, rtol=1e-6, atol=1e-6):
+            raise validation.invalid_argument(
+                "channel_mean", f"None or the model's PixelNormalization channel_mean {list(layer_mean)}",
+                channel_mean)
+    return name, layer_mean, True
 
 
 # -- the inference model -------------------------------------------------------------------
@@ -624,7 +664,7 @@ def export_model(
     export_base,
     model_name="model",
     version=None,
-    normalization="centered_128",
+    normalization=None,
     channel_mean=None,
     input_dtype="uint8",
     verify_inputs=None,
@@ -642,15 +682,22 @@ def export_model(
 
     Args:
         model: a built functional or Sequential `keras.Model` returning logits,
-            taking normalised images (or images and labels, a list or a dict, with a
-            `MarginHead` classifier).
+            taking images (or images and labels, a list or a dict, with a `MarginHead`
+            classifier): raw pixels when its first layer is a `PixelNormalization`,
+            else normalised ones.
         export_base: str, the folder of the model folders (created if missing).
         model_name: str, the model's folder and TF Serving name.
         version: positive int, or None for the next free version.
-        normalization: the data pipeline's normalisation the model was trained
-            with, a name in `sphere_tf.data.preprocessing.NORMALIZATIONS`; it runs
-            inside the graph on the 0..255 pixels.
-        channel_mean: per-channel means for 'mean_subtraction'.
+        normalization: None, or the normalisation the model was trained with, a name
+            in `sphere_tf.data.preprocessing.NORMALIZATIONS`. A model whose first layer
+            is a `PixelNormalization` normalises the served pixels itself: None reads
+            the layer, a name must be the layer's (nothing is normalised twice). For
+            an older model without the layer the normalisation runs inside the graph
+            on the 0..255 pixels before the model; None means `DEFAULT_NORMALIZATION`
+            ('centered_128'). `input_normalization` says which applies;
+            `ExportResult.normalization` records it.
+        channel_mean: per-channel means for 'mean_subtraction' (a model's
+            `PixelNormalization` holds its own; a mean given must equal it).
         input_dtype: 'uint8' or 'float32', the dtype of the `images` input.
         verify_inputs: optional array `(batch, height, width, channels)` of pixels
             in 0..255 for the verification (default: `sample_pixels`, batch 4).
@@ -685,7 +732,8 @@ def export_model(
         ValueError: a Keras backend other than TensorFlow (use `export_model_file`), or a bad
             argument (naming it): unbuilt, subclassed or
             multi-input model, `export_base` that is a file, bad name, dtype,
-            normalisation or verification inputs.
+            normalisation (or one disagreeing with the model's `PixelNormalization`)
+            or verification inputs.
         FileExistsError: `version` exists already.
         ExportError: the verification failed (the temporary folder is removed);
             `formats.FormatError` for a format's conversion or verification.
@@ -700,7 +748,11 @@ def export_model(
     model_name = _check_model_name(model_name)
     export_base = _check_export_base(export_base)
     validation.one_of(input_dtype, "input_dtype", INPUT_DTYPES)
-    normalize, channel_mean = _normalizer(normalization, channel_mean)
+    name, channel_mean, in_model = input_normalization(model, normalization, channel_mean)
+    recorded = {"name": name, "channel_mean": None if channel_mean is None else list(channel_mean),
+                "in_model": in_model}
+    # The serving graph normalises only for a model that does not: a PixelNormalization model takes raw pixels.
+    normalize, channel_mean = _normalizer("none", None) if in_model else _normalizer(name, channel_mean)
     batch_sizes = tuple(validation.positive_int(b, "warmup_batch_sizes") for b in warmup_batch_sizes)
     atol = validation.positive_float(atol, "atol")
     validation.one_of(class_matrix, "class_matrix", (True, False))
@@ -796,4 +848,4 @@ def export_model(
     if verify and read_models_config(config_path).get(model_name) != model_dir:
         raise ExportError(f"{config_path} does not list {model_name!r} at {model_dir!r}.")
     return ExportResult(target, version, model_name, _signature_summary(functions), config_path, max_diff,
-                        format_paths)
+                        format_paths, recorded)

@@ -1,4 +1,5 @@
-"""Keras layers: hyperspherical and decoupled operators, margin heads (dense and Partial FC), OPT, ConvNorm."""
+"""Keras layers: hyperspherical and decoupled operators, margin heads (dense and Partial FC), OPT, ConvNorm, and the
+model's input normalisation (`PixelNormalization`, read back by `model_normalization`)."""
 
 from sphere_tf.layers.conv_norm import ConvNorm2D
 from sphere_tf.layers.decoupled import DecoupledConv2D
@@ -15,6 +16,8 @@ from sphere_tf.layers.opt import OPTConv2D
 from sphere_tf.layers.opt import OPTDense
 from sphere_tf.layers.opt import OPTLayer
 from sphere_tf.layers.opt import opt_layers
+from sphere_tf.layers.pixel_normalization import PixelNormalization
+from sphere_tf.layers.pixel_normalization import model_normalization
 
 # `sphere_tf.layers.walk` moved to `sphere_tf.walk` (below the layers and the regularizers, which both use it);
 # the old name stays an alias.

@@ -171,6 +171,8 @@ def test_unverified_export_then_next_version(tmp_path):
     out = tf.saved_model.load(first.path).signatures["serving_default"](images=tf.constant(pixels, tf.float32))
     centred = (pixels.astype(np.float32) - 127.5) / 128.0  # the default 'centered_128'
     np.testing.assert_allclose(out["logits"].numpy(), model(centred).numpy(), rtol=1e-5, atol=1e-5)
+    # A model without a PixelNormalization (saved before the layer existed): the default, run in the graph.
+    assert first.normalization == {"name": "centered_128", "channel_mean": None, "in_model": False}
 
 
 def test_bad_arguments_have_clear_errors(tmp_path):
@@ -286,3 +288,42 @@ def test_wrong_input_structure_is_named_without_contradiction(tmp_path):
     with pytest.raises(ValueError, match=r"Received inputs \['a', 'b'\] of .*: none of them feeds the labels"):
         export.export_model(keras.Model([a, b], keras.layers.Add()([a, b])), str(tmp_path), "m")
     assert os.listdir(tmp_path) == []
+
+
+# -- a model that normalises its own pixels (sphere_tf.layers.PixelNormalization first) -----------------------
+
+
+def _normalising_model():
+    return keras.Sequential([keras.Input(SHAPE), layers.PixelNormalization("mean_subtraction", channel_mean=MEAN),
+                             layers.SphereConv2D(3, 3, angular="linear"), keras.layers.Flatten(),
+                             keras.layers.Dense(2)])
+
+
+def test_model_with_pixel_normalization_serves_raw_pixels(tmp_path):
+    model = _normalising_model()
+    result = export.export_model(model, str(tmp_path), "m", warmup_batch_sizes=(1,))  # normalization read from it
+    assert result.normalization == {"name": "mean_subtraction", "channel_mean": list(MEAN), "in_model": True}
+    assert result.max_abs_diff is not None and result.max_abs_diff < 1e-4
+    pixels = _pixels(3)
+    served = tf.saved_model.load(result.path).signatures["serving_default"](images=tf.constant(pixels))
+    # The Keras model on the raw pixels (its first layer subtracts the mean): nothing is normalised twice.
+    expected = model.predict(pixels.astype(np.float32), verbose=0)
+    np.testing.assert_allclose(served["logits"].numpy(), expected, rtol=1e-4, atol=1e-4)
+    # The layer's own arguments, given again, agree.
+    again = export.export_model(model, str(tmp_path), "m", normalization="mean_subtraction", channel_mean=MEAN,
+                                verify=False, warmup_batch_sizes=())
+    assert again.version == 2 and again.normalization["in_model"]
+
+
+def test_normalization_disagreeing_with_the_model_layer_raises(tmp_path):
+    model = _normalising_model()
+    with pytest.raises(ValueError, match="argument `normalization`.*'mean_subtraction'"):
+        export.export_model(model, str(tmp_path), "m", normalization="centered_128")
+    with pytest.raises(ValueError, match="argument `normalization`"):
+        export.export_model(model, str(tmp_path), "m", normalization="none")
+    with pytest.raises(ValueError, match="argument `channel_mean`"):
+        export.export_model(model, str(tmp_path), "m", channel_mean=(1.0, 2.0))
+    assert os.listdir(tmp_path) == []
+    assert export.input_normalization(model) == ("mean_subtraction", MEAN, True)
+    assert export.input_normalization(_plain_model()) == ("centered_128", None, False)
+    assert export.input_normalization(_plain_model(), "unit_interval") == ("unit_interval", None, False)
