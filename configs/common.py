@@ -5,7 +5,7 @@ import copy
 import ml_collections
 
 from sphere_tf import validation
-from sphere_tf.training import recipe
+from sphere_tf.runners import schema
 
 
 def parse_arg(arg, **defaults):
@@ -130,11 +130,11 @@ def config_over(defaults, sections, whole=("model", "optimizer")):
 
 
 def base_config(**sections):
-    """A ConfigDict holding every key of the runner's schema (`recipe.DEFAULTS`), then `sections` over it.
+    """A ConfigDict holding every key of the runner's schema (`schema.DEFAULTS`), then `sections` over it.
 
     Every key exists, so `--config.data.manual_dir=...`, `--config.data.data_dir=...`,
     `--config.strategy=...` etc. work from the command line for every config.
     Sections given as dicts replace the defaults key by key (`model` and
     `optimizer` wholly: their keys are the model's / optimizer's arguments).
     """
-    return config_over(recipe.DEFAULTS, sections)
+    return config_over(schema.DEFAULTS, sections)

@@ -34,8 +34,11 @@ TIERS = (
     ("layers", "regularizers", "losses", "initializers", "optimizers", "metrics", "backends"),
     # 3. Architectures (the model zoo) and training callbacks.
     ("models", "callbacks"),
-    # 4. Runs and their products: training (the runner), evaluation, the adversarial toolkit, export; test helpers.
-    ("training", "evaluation", "adversarial", "export", "testing"),
+    # 4. Runs and their products: training (paradigms, checkpoints, strategies), evaluation, the adversarial
+    #    toolkit, export; test helpers; the old import paths of moved names (`deprecation`).
+    ("training", "evaluation", "adversarial", "export", "testing", "deprecation"),
+    # 5. The runner: configs in, runs out (the schema, the tasks, the sweep). Nothing below reads a config.
+    ("runners",),
 )
 
 # The only imports allowed inside functions: optional libraries, imported by the one function that needs them.
@@ -55,8 +58,21 @@ LAZY_IMPORTS = {
     "sphere_tf.training.precise_bn": {"tensorflow"},
     "sphere_tf.testing": {"tensorflow", "jax", "torch", "sphere_tf.backends.tensorflow.kernels.build"},
     # TensorFlow through the runner: a sweep aggregates without TensorFlow (bench/gpu) and trains with it.
-    "sphere_tf.training.sweep": {"sphere_tf.training.classifier"},
+    "sphere_tf.runners.sweep": {"sphere_tf.runners.classifier"},
 }
+
+# Names that moved up to the runner keep their old paths, resolved on first access by `sphere_tf.deprecation`
+# (with a DeprecationWarning): the only module names a lower tier may spell out in a string.
+DEPRECATED_ALIASES = {
+    "sphere_tf.training": {"sphere_tf.runners.classifier", "sphere_tf.runners.recipe", "sphere_tf.runners.sweep"},
+    "sphere_tf.adversarial": {"sphere_tf.runners.adversarial"},
+    "sphere_tf.evaluation": {"sphere_tf.runners.face"},
+}
+
+# Plug-ins loaded by name: a backend's accelerator (tier 2) registers itself into `ops.acceleration` when imported,
+# and `ops.acceleration` imports the active backend's plug-in on first use (an entry point, the one upward path
+# the maths tier has; the plug-ins' own imports point down).
+PLUGIN_LOADS = {"sphere_tf.ops.acceleration": {"sphere_tf.backends.tensorflow", "sphere_tf.backends.jax"}}
 
 # Private reach still to remove, named: `PartialFCHead` (a `MarginHead` subclass) calls the head module's label
 # and shape checks, which become public in the concurrent losses refactor of `layers/margin_head.py`.
@@ -158,6 +174,48 @@ def test_no_import_runs_up_a_tier():
         if _tier(target) > _tier(module)
     ]
     assert upward == []
+
+
+def _string_references(module):
+    """`{module: line}` of the package modules a module names in a string constant (`importlib` targets, lazy
+    tables: "sphere_tf.x.y" or "sphere_tf.x.y:attribute")."""
+    path = MODULES[module]
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    found = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            name = node.value.partition(":")[0]
+            if name in MODULES and name not in (module, PACKAGE):
+                found.setdefault(name, node.lineno)
+    return found
+
+
+def test_strings_name_no_higher_tier_but_the_deprecated_aliases():
+    upward = [
+        f"{module}:{line} names {target} (tier {_tier(module)} -> {_tier(target)})"
+        for module in MODULES for target, line in _string_references(module).items()
+        if _tier(target) > _tier(module)
+        and target not in DEPRECATED_ALIASES.get(module, set()) | PLUGIN_LOADS.get(module, set())
+    ]
+    assert upward == []
+
+
+def test_deprecated_aliases_resolve_with_a_warning():
+    import importlib
+    import warnings
+
+    for package, targets in DEPRECATED_ALIASES.items():
+        moved = importlib.import_module(package).MOVED
+        assert {target.partition(":")[0] for target in moved.values()} == targets
+        for name, target in moved.items():
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                value = getattr(importlib.import_module(package), name)
+            module_name, _, attribute = target.partition(":")
+            expected = importlib.import_module(module_name)
+            assert value is (getattr(expected, attribute) if attribute else expected)
+            assert any(issubclass(w.category, DeprecationWarning) and module_name in str(w.message) for w in caught)
 
 
 def test_no_module_imports_the_root_package():

@@ -25,7 +25,7 @@ from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 
 from sphere_tf.data import faces  # noqa: E402
-from sphere_tf.evaluation import face  # noqa: E402
+from sphere_tf.runners import face  # noqa: E402
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A finished training run (holds checkpoints/model.keras).")
 _PAIRS = flags.DEFINE_string("pairs", None, "Pair list in the LFW pairs.txt format.")

@@ -63,7 +63,7 @@ def _channel_mean(config):
     if data_cfg.get("normalization") != "mean_subtraction":
         return None
     from sphere_tf import data as data_lib  # noqa: PLC0415 (after flag parsing: --help is fast)
-    from sphere_tf.training import classifier  # noqa: PLC0415
+    from sphere_tf.runners import classifier  # noqa: PLC0415
 
     _, _, info = data_lib.get_datasets(data_cfg["name"], batch_size=1, seed=config.get("seed", 0),
                                        **classifier.data_kwargs(data_cfg))

@@ -39,7 +39,7 @@ if __name__ == "__main__":
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
 
-from sphere_tf.training import sweep  # noqa: E402
+from sphere_tf.runners import sweep  # noqa: E402
 
 _CONFIG = flags.DEFINE_string("config", None, "Config file (a `get_config(arg)` module).")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Folder holding `<variant>/seed_<n>/` run folders.")

@@ -8,7 +8,7 @@ adversarial training (one seed after another), attacks them white-box and
 black-box (from a separately trained baseline) with FGSM and BIM, and writes
 `<workdir>/results.json`, `<workdir>/tables.md` (printed at the end) and
 `<workdir>/accuracy_vs_epsilon.png`. The config schema is
-`sphere_tf.adversarial.DEFAULTS` (docs/adversarial.md). An interrupted run resumes
+`sphere_tf.runners.adversarial.DEFAULTS` (docs/adversarial.md). An interrupted run resumes
 from the trained models' checkpoints in `<workdir>/checkpoints/`.
 """
 
@@ -45,34 +45,28 @@ flags.mark_flag_as_required("config")
 def main(argv, overrides=()):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    from sphere_tf.adversarial import experiment  # noqa: PLC0415
+    from sphere_tf.runners import adversarial as experiment  # noqa: PLC0415
     from sphere_tf.data import errors as data_errors  # noqa: PLC0415
     from sphere_tf.training import checkpoint  # noqa: PLC0415
-    from sphere_tf.training import classifier  # noqa: PLC0415
+    from sphere_tf.runners import schema  # noqa: PLC0415
+    from sphere_tf.runners import tasks  # noqa: PLC0415
     from sphere_tf.training import runtime  # noqa: PLC0415
 
     try:
         config = _config_flags.load_config_file(_CONFIG.value)
+        config = tasks.without_task_key(config, "adversarial")
         _config_flags.apply_overrides(config, overrides, experiment.DEFAULTS)
         if _CPU_ALLOCATOR.value == "bfc":
             runtime.use_bfc_cpu_allocator()  # before any tensor exists
         if _DRY_RUN.value:
             plan = experiment.dry_run(config, probe_steps=_DRY_RUN_STEPS.value)
             print(json.dumps(plan["config"], indent=2))
-            for entry in plan["trainings"]:
-                timing = (f", {entry['seconds_per_step'] * 1000:.1f} ms a step (compile {entry['compile_seconds']:.1f} s)"
-                          if "seconds_per_step" in entry else "")
-                print(f"seed {entry['seed']} {entry['training']:8s} {entry['model']:10s} ({entry['role']}): "
-                      f"{entry['total_steps']} steps{timing}")
-            seconds = plan["estimated_train_seconds"]
-            print(f"steps            {plan['total_steps']} in {len(plan['trainings'])} trainings")
-            print("estimated time   " + ("unknown" if seconds is None else f"{seconds / 60:.0f} min")
-                  + " of training on this machine (attacks, data loading and evaluation not counted)")
+            print("\n".join(experiment.dry_run_lines(plan)))
             return
         if not _WORKDIR.value:
             raise app.UsageError("--workdir is required (except with --dry_run).")
         experiment.run_experiment(config, _WORKDIR.value)
-    except (_config_flags.ConfigFlagError, classifier.ConfigError, checkpoint.ConfigMismatchError,
+    except (_config_flags.ConfigFlagError, schema.ConfigError, checkpoint.ConfigMismatchError,
             data_errors.DataNotFoundError) as error:
         _config_flags.exit_with(error)
 

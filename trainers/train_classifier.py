@@ -1,33 +1,12 @@
-r"""Trains an image classifier from a config file; exports a SavedModel.
+r"""Trains an image classifier from a config file; exports a SavedModel: `trainers.run` for classification configs.
 
   python -m trainers.train_classifier --config configs/dcnet/fashion_mnist_tanh_cosine.py \
       --workdir runs/fashion_mnist [--strategy mirrored] [--backend jax] [--config.data.manual_dir=DIR]
 
-`--backend` picks the Keras backend (tensorflow, jax, torch; default: `KERAS_BACKEND`,
-else Keras's own default, TensorFlow). The data pipeline (tf.data) and the TF
-Serving export need TensorFlow installed on every backend; on JAX and PyTorch the
-run trains on one process (`--strategy` auto or one_device) and the export
-reloads `checkpoints/model.keras` under TensorFlow in a child process.
-
-`--config.<section>.<key>=VALUE` sets any key of the runner's schema
-(docs/runner.md), whether the config file holds it or not (`--config.model.relu=False`,
-`--config.model.head.layer=margin`, `--config.data.data_dir=` for a
-tensorflow-datasets folder); a mistake there, a bad config or missing data is
-reported on one line (with the valid choices) and leaves no workdir behind.
-
-The resolved config is written to `<workdir>/config.json` (a workdir holding a
-different config is refused, naming the differing keys); an interrupted run
-resumes from its last step checkpoint in `<workdir>/checkpoints/train`, and a
-finished one is not trained again.
-
-TensorFlow's C++ and absl INFO lines (oneDNN notices, XLA cluster messages, ...)
-are not printed; `--verbosity=0` brings them back. On a terminal Keras shows its
-progress bar; otherwise (a CI log, `> file`) one line per epoch.
+The flags are `trainers.run`'s (see there: `--backend`, `--strategy`, `--dry_run`, `--config.<section>.<key>=`
+overrides, resume, export); a config of another task is refused with a one-line message.
 """
 
-import importlib.util
-import json
-import os
 import sys
 
 from trainers import _config_flags
@@ -37,95 +16,9 @@ if __name__ == "__main__":
     _quiet_logs.quiet_tensorflow_logs()  # before anything below imports TensorFlow
 
 from absl import app  # noqa: E402
-from absl import flags  # noqa: E402
-from absl import logging  # noqa: E402
 
-# sphere_tf (hence TensorFlow) and the config file are loaded in `main`, after flag parsing: `--help` is fast.
-_CONFIG = flags.DEFINE_string(
-    "config", None, "Training configuration: a config file, FILE[:ARG] (`get_config(ARG)`); override any key of "
-    "the schema (docs/runner.md) with --config.<section>.<key>=VALUE.")
-_WORKDIR = flags.DEFINE_string("workdir", None, "Folder for checkpoints, logs and the export.")
-_CPU_ALLOCATOR = flags.DEFINE_enum(
-    "cpu_allocator", "bfc", ["bfc", "default"],
-    "TensorFlow's CPU allocator: 'bfc' reuses memory (faster on CPU, see docs/performance.md); "
-    "'default' keeps TensorFlow's malloc-based one.",
-)
-_STRATEGY = flags.DEFINE_enum(
-    "strategy", None, ["auto", "one_device", "mirrored", "multi_worker", "tpu"],
-    "tf.distribute strategy; overrides `config.strategy` (multi_worker reads TF_CONFIG). Other backends than "
-    "TensorFlow: auto or one_device.",
-)
-BACKENDS = ("tensorflow", "jax", "torch")
-_BACKEND = flags.DEFINE_enum(
-    "backend", None, list(BACKENDS),
-    "Keras backend of the run; default: the KERAS_BACKEND environment variable, else Keras's default (tensorflow).",
-)
-_DRY_RUN = flags.DEFINE_bool(
-    "dry_run", False, "Print the resolved config, the step count and an estimated training time on this machine "
-    "(measured on a few steps of a synthetic batch), then exit: nothing is trained or written.")
-_DRY_RUN_STEPS = flags.DEFINE_integer("dry_run_steps", 3, "Steps timed by --dry_run (0: no time estimate).")
-flags.mark_flag_as_required("config")
-
-
-def select_backend(name):
-    """Sets `KERAS_BACKEND` to `name` (None: keep the environment's) before Keras is imported; checks that
-    TensorFlow, which the data pipeline and the export need on every backend, is installed.
-
-    Raises:
-        ValueError: Keras is already imported with another backend, or TensorFlow is missing (the message names
-            the backend and what to install).
-    """
-    if name is not None:
-        keras_module = sys.modules.get("keras")
-        if keras_module is not None and keras_module.backend.backend() != name:
-            raise ValueError(f"--backend={name}: Keras is already imported with backend "
-                             f"{keras_module.backend.backend()!r}; the backend must be chosen before Keras loads.")
-        os.environ["KERAS_BACKEND"] = name
-    backend = os.environ.get("KERAS_BACKEND") or "the default (tensorflow)"
-    if importlib.util.find_spec("tensorflow") is None:
-        raise ValueError(
-            f"trainers.train_classifier reads its data with tf.data and exports for TF Serving, so it needs "
-            f"TensorFlow installed beside the Keras backend ({backend}): pip install tensorflow (or "
-            "pip install -e '.[tensorflow]'). The model trains on the chosen backend either way.")
-
-
-def main(argv, overrides=()):
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    try:
-        select_backend(_BACKEND.value)  # before anything below imports Keras
-    except ValueError as error:
-        _config_flags.exit_with(error)
-    from sphere_tf.data import errors as data_errors  # noqa: PLC0415
-    from sphere_tf.training import checkpoint  # noqa: PLC0415
-    from sphere_tf.training import classifier  # noqa: PLC0415
-    from sphere_tf.training import runtime  # noqa: PLC0415
-
-    try:
-        config = _config_flags.load_config_file(_CONFIG.value)
-        _config_flags.apply_overrides(config, overrides, classifier.DEFAULTS)
-        if _STRATEGY.value is not None:
-            config["strategy"] = _STRATEGY.value
-        # The strategy first (MultiWorkerMirroredStrategy configures collective ops at startup), then the
-        # allocator, before any tensor exists.
-        strategy = classifier.make_run_strategy(config)
-        if _CPU_ALLOCATOR.value == "bfc":
-            runtime.use_bfc_cpu_allocator()
-        if _DRY_RUN.value:
-            plan = classifier.dry_run(config, probe_steps=_DRY_RUN_STEPS.value)
-            print(json.dumps(plan["config"], indent=2))
-            print("\n".join(classifier.dry_run_lines(plan)))
-            return
-        if not _WORKDIR.value:
-            raise app.UsageError("--workdir is required (except with --dry_run).")
-        logging.info("Config:\n%s", json.dumps(config, indent=2))
-        results = classifier.train_and_evaluate(config, _WORKDIR.value, strategy=strategy)
-    except (_config_flags.ConfigFlagError, classifier.ConfigError, checkpoint.ConfigMismatchError,
-            data_errors.DataNotFoundError) as error:
-        _config_flags.exit_with(error)
-    logging.info("Results: %s", json.dumps({k: v for k, v in results.items() if k != "history"}))
-
+from trainers import run  # noqa: E402
 
 if __name__ == "__main__":
     _ARGV, _OVERRIDES = _config_flags.split_overrides(sys.argv)
-    app.run(lambda argv: main(argv, _OVERRIDES), argv=_ARGV)
+    app.run(lambda argv: run.main(argv, _OVERRIDES, expected_task="classification"), argv=_ARGV)

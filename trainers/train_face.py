@@ -31,7 +31,7 @@ from absl import flags  # noqa: E402
 from absl import logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from sphere_tf.evaluation import face  # noqa: E402
+from sphere_tf.runners import face  # noqa: E402
 from sphere_tf.training import runtime  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Face training configuration.", lock_config=True)

@@ -16,8 +16,9 @@ from sphere_tf import models as models_lib
 from sphere_tf.data import fashion_mnist
 from sphere_tf.data import label_noise
 from sphere_tf.data import normalization
-from sphere_tf.training import recipe
-from sphere_tf.training import sweep
+from sphere_tf.runners import recipe
+from sphere_tf.runners import schema
+from sphere_tf.runners import sweep
 
 # Training-accuracy intervals recorded at the start of a run (SphereNet Fig. 3(b): early convergence).
 EARLY_INTERVAL = 25
@@ -62,7 +63,7 @@ def run_one(config_path, variant, seed, mode, data_dir):
     started, cpu_started = time.time(), time.process_time()
     module = sweep.load_config_module(config_path)
     arg = ",".join(filter(None, [variant, "full=True" if mode == "full" else "quick"]))
-    config = recipe.merge_config(recipe.DEFAULTS, recipe.plain_config(module.get_config(arg)))
+    config = schema.merge_config(schema.DEFAULTS, schema.plain_config(module.get_config(arg)))
     config["seed"] = int(seed)
     data_cfg, train_cfg = config["data"], config["train"]
     if data_cfg["name"] != "fashion_mnist":

@@ -3,7 +3,7 @@ r"""The full-data reproductions of docs/reproductions.md on a host without Tenso
 Each claim is a config under `configs/repro/` whose `full` argument gives the converged recipe (all 60,000
 Fashion-MNIST training images, or the claim's 10% subset, trained for tens of passes). The runner
 (`trainers/train_classifier.py`) feeds its models through `tf.data`, which these hosts lack, so this script
-builds every run through the runner's own recipe (`sphere_tf.training.recipe`: the same model, regularizers,
+builds every run through the runner's own recipe (`sphere_tf.runners.recipe`: the same model, regularizers,
 optimizer, schedule, loss and callbacks as `classifier.train_and_evaluate`) and feeds in-memory NumPy arrays to
 Keras's `fit`, evaluating the whole 10k test set after every pass. What differs from the runner: the training
 subset and the data order are drawn with NumPy from the seed (not the runner's `tf.data` streams), the last
@@ -30,7 +30,7 @@ from absl import app
 from absl import flags
 
 from bench.gpu import full_data
-from sphere_tf.training import sweep
+from sphere_tf.runners import sweep
 
 _CONFIGS = flags.DEFINE_list("configs", [
     "configs/repro/fashion_mnist_no_relu.py", "configs/repro/fashion_mnist_convnorm_scarcity.py",

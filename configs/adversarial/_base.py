@@ -1,4 +1,4 @@
-"""Helpers shared by the adversarial-experiment configs (`sphere_tf.adversarial.DEFAULTS` schema)."""
+"""Helpers shared by the adversarial-experiment configs (`sphere_tf.runners.adversarial.DEFAULTS` schema)."""
 
 import copy
 
@@ -8,14 +8,16 @@ from configs import common
 
 
 def adversarial_config(**sections):
-    """A ConfigDict holding every key of `sphere_tf.adversarial.DEFAULTS`, with `sections` over it.
+    """A ConfigDict holding every key of `sphere_tf.runners.adversarial.DEFAULTS`, with `sections` over it.
 
     Dict sections replace the defaults key by key (`model`, `operators` and
     `optimizer` wholly); unknown sections or keys raise, naming the valid ones.
     """
-    from sphere_tf.adversarial import experiment  # noqa: PLC0415 (TensorFlow only when a config is built)
+    from sphere_tf.runners import adversarial as experiment  # noqa: PLC0415 (TensorFlow only when a config is built)
 
-    return common.config_over(experiment.DEFAULTS, sections, whole=("model", "operators", "optimizer"))
+    config = common.config_over(experiment.DEFAULTS, sections, whole=("model", "operators", "optimizer"))
+    config.task = "adversarial"  # the runner's task (`python -m trainers.run`)
+    return config
 
 
 def quick_adversarial(config):
@@ -46,6 +48,6 @@ def quick_adversarial(config):
 
 
 def _default_schedule():
-    from sphere_tf.adversarial import experiment  # noqa: PLC0415
+    from sphere_tf.runners import adversarial as experiment  # noqa: PLC0415
 
     return experiment.DEFAULTS["schedule"]

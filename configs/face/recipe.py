@@ -65,6 +65,7 @@ def face_config(model, head_spec, *, quick=False, seed=0, steps=28000, boundarie
     config.verification = dict(pairs="", images="", image_pattern="{name}/{name}_{index:04d}.jpg", batch_size=64,
                                far_targets=[1e-3, 1e-4])
     config.training_set = dict(CASIA_WEBFACE)
+    config.task = "face"  # the runner's task (`python -m trainers.run`): train, then verify
     if quick:
         config.data.train_limit = 64
         config.data.test_limit = 16

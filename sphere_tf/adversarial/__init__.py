@@ -7,9 +7,11 @@ is a `PixelNormalization`; every function taking a `space` reads it so when None
 model and attack) craft examples; `FGSMAdversarialModel` / `adversarial_wrap`
 train with FGSM examples from the current weights; `white_box`, `black_box`,
 `accuracy_curve`, `deepfool_strength` (foolbox 3) evaluate; `run_experiment`
-reproduces DCNet's Tables 7 and 8 from a config (`trainers/train_adversarial.py`).
+and the runner's adversarial task (`sphere_tf.runners.adversarial.run_experiment`,
+`trainers/train_adversarial.py`) reproduces DCNet's Tables 7 and 8 from a config.
 """
 
+from sphere_tf import deprecation
 from sphere_tf.adversarial.attacks import ATTACKS
 from sphere_tf.adversarial.attacks import PAPER_EPSILON
 from sphere_tf.adversarial.attacks import PAPER_ITERATIONS
@@ -31,10 +33,6 @@ from sphere_tf.adversarial.evaluation import deepfool_strength
 from sphere_tf.adversarial.evaluation import markdown_table
 from sphere_tf.adversarial.evaluation import plot_curves
 from sphere_tf.adversarial.evaluation import white_box
-from sphere_tf.adversarial.experiment import DEFAULTS
-from sphere_tf.adversarial.experiment import PAPER_OPERATORS
-from sphere_tf.adversarial.experiment import run_experiment
-from sphere_tf.adversarial.experiment import validate
 from sphere_tf.adversarial.pixels import PIXEL_MAX
 from sphere_tf.adversarial.pixels import PixelSpace
 from sphere_tf.adversarial.pixels import input_space
@@ -43,3 +41,9 @@ from sphere_tf.adversarial.pixels import space_for
 from sphere_tf.adversarial.training import DEFAULT_MIX
 from sphere_tf.adversarial.training import FGSMAdversarialModel
 from sphere_tf.adversarial.training import adversarial_wrap
+
+# The config-driven experiment moved above the library, to the runner's adversarial task.
+MOVED = {name: f"sphere_tf.runners.adversarial:{name}"
+         for name in ("DEFAULTS", "PAPER_OPERATORS", "run_experiment", "validate")}
+MOVED["experiment"] = "sphere_tf.runners.adversarial"
+__getattr__ = deprecation.moved_names(__name__, MOVED)

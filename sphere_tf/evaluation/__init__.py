@@ -1,10 +1,12 @@
-"""Evaluation protocols: face verification (LFW 10-fold accuracy, ROC, TAR@FAR) on flip-concatenated embeddings."""
+"""Evaluation protocols: face verification (LFW 10-fold accuracy, ROC, TAR@FAR) on flip-concatenated embeddings.
 
+Training a face model from a config and evaluating a run's workdir are the runner's face task
+(`sphere_tf.runners.face`).
+"""
+
+from sphere_tf import deprecation
 from sphere_tf.evaluation import face
 from sphere_tf.evaluation import verification
-from sphere_tf.evaluation.face import evaluate_workdir
-from sphere_tf.evaluation.face import split_config
-from sphere_tf.evaluation.face import train_face
 from sphere_tf.evaluation.face import verify
 from sphere_tf.evaluation.verification import accuracy_at
 from sphere_tf.evaluation.verification import best_threshold
@@ -19,3 +21,7 @@ from sphere_tf.evaluation.verification import plot_roc
 from sphere_tf.evaluation.verification import roc_curve
 from sphere_tf.evaluation.verification import tar_at_far
 from sphere_tf.evaluation.verification import threshold_accuracies
+
+# The config-driven face runs moved above the library, to the runner's face task.
+MOVED = {name: f"sphere_tf.runners.face:{name}" for name in ("evaluate_workdir", "split_config", "train_face")}
+__getattr__ = deprecation.moved_names(__name__, MOVED)

@@ -8,7 +8,7 @@ decoupled twin [D §4.3]. `fit_resumable` / `StepCheckpoint` checkpoint every N
 steps and resume exactly (`training.checkpoint`); `make_strategy` builds the
 `tf.distribute` strategy a run trains under (`training.distribute`); `EpochLogger` /
 `fit_verbosity` print one line per epoch where no terminal shows a progress bar
-(`training.progress`). The config-driven loop lives in `training.classifier`.
+(`training.progress`). The config-driven loop lives in `runners.classifier`.
 
 The training paradigms (`model`, `pretrain`) need Keras alone and load with the package; the run machinery
 (checkpoints, strategies, progress output, the allocator) loads on first use, since parts of it need TensorFlow.
@@ -17,6 +17,7 @@ The training paradigms (`model`, `pretrain`) need Keras alone and load with the 
 
 import importlib
 
+from sphere_tf import deprecation
 from sphere_tf.training.model import SphereModel
 from sphere_tf.training.model import SphereSequential
 from sphere_tf.training.model import SphereTrainingMixin
@@ -55,10 +56,21 @@ _LAZY = {
 }
 
 
-def __getattr__(name):
+# The config-driven runner moved above the library, to `sphere_tf.runners`.
+MOVED = {
+    "classifier": "sphere_tf.runners.classifier",
+    "recipe": "sphere_tf.runners.recipe",
+    "sweep": "sphere_tf.runners.sweep",
+}
+
+
+def _lazy(name):
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'sphere_tf.training' has no attribute {name!r}")
+
+
+__getattr__ = deprecation.moved_names(__name__, MOVED, _lazy)
 
 
 def __dir__():

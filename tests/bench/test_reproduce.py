@@ -1,7 +1,7 @@
 """`bench/gpu/reproduce.py`, the full-data reproductions' driver for hosts without TensorFlow.
 
 It runs here in `.venv-torch` (JAX, no TensorFlow installed) in its `quick` mode, so the driver, the configs'
-recipes and `sphere_tf.training.recipe` cannot come to need TensorFlow between GPU runs; the interval arithmetic
+recipes and `sphere_tf.runners.recipe` cannot come to need TensorFlow between GPU runs; the interval arithmetic
 of the early training curve is checked against a hand computation.
 """
 

@@ -200,9 +200,9 @@ def _opt_model(orthogonalization="gram_schmidt"):
 
 
 def _runner_config(**train):
-    from sphere_tf.training import recipe  # noqa: PLC0415
+    from sphere_tf.runners import schema  # noqa: PLC0415
 
-    return recipe.merge_config(recipe.DEFAULTS, {"train": train})
+    return schema.merge_config(schema.DEFAULTS, {"train": train})
 
 
 def _energy_callbacks(run_callbacks):
@@ -217,7 +217,7 @@ def test_runner_logs_unregularized_conv_and_opt_layers_as_numpy(orthogonalizatio
     An orthogonal R keeps V's energy [T-7.2], so 'soft' (R = the raw, non-orthogonal P) shows that the product
     is measured, not V.
     """
-    from sphere_tf.training import recipe  # noqa: PLC0415
+    from sphere_tf.runners import recipe  # noqa: PLC0415
 
     keras.utils.set_random_seed(0)
     model = _opt_model(orthogonalization)
@@ -243,7 +243,7 @@ def test_runner_logs_unregularized_conv_and_opt_layers_as_numpy(orthogonalizatio
 
 
 def test_runner_default_tracks_the_regularized_layers_and_empty_tracks_none():
-    from sphere_tf.training import recipe  # noqa: PLC0415
+    from sphere_tf.runners import recipe  # noqa: PLC0415
 
     model = _opt_model()
     default = _energy_callbacks(recipe.training_callbacks(_runner_config(), model, attached={"logits": "mhe"}))

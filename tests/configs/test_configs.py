@@ -12,7 +12,7 @@ import pytest
 from configs import common
 from sphere_tf import layers
 from sphere_tf.data import fashion_mnist
-from sphere_tf.training import classifier
+from sphere_tf.runners import classifier
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # The Fashion-MNIST small-CNN configs of the main job. The other configs have their own modules, which

@@ -12,8 +12,8 @@ import pytest
 
 from sphere_tf import losses
 from sphere_tf.data import archive_writers
-from sphere_tf.training import classifier
-from sphere_tf.training import recipe
+from sphere_tf.runners import classifier
+from sphere_tf.runners import recipe
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ import pytest
 from sphere_tf import layers
 from sphere_tf import models
 from sphere_tf.data import archive_writers
-from sphere_tf.training import classifier
+from sphere_tf.runners import classifier
 from sphere_tf.training import model as sphere_model
 from sphere_tf.training import pretrain
 

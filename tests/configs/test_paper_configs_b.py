@@ -25,7 +25,7 @@ from sphere_tf import models as models_lib
 from sphere_tf import regularizers as regularizers_lib
 from sphere_tf.data import archive_writers
 from sphere_tf.data import datasets as datasets_lib
-from sphere_tf.training import classifier
+from sphere_tf.runners import classifier
 from sphere_tf.training import regularization
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -17,8 +17,8 @@ import sys
 import numpy as np
 import pytest
 
-from sphere_tf.training import classifier
-from sphere_tf.training import sweep
+from sphere_tf.runners import classifier
+from sphere_tf.runners import sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REPRO = os.path.join(ROOT, "configs", "repro")

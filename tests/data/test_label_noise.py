@@ -10,7 +10,7 @@ from configs import common
 from sphere_tf.data import archive_writers
 from sphere_tf.data import datasets
 from sphere_tf.data import label_noise
-from sphere_tf.training import classifier
+from sphere_tf.runners import classifier
 
 # A class count so large that a redrawn label keeps its class with probability ~5e-10: every redrawn label
 # changes, so the changed count is the redrawn count.

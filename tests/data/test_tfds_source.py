@@ -114,7 +114,7 @@ def test_runner_trains_from_the_prepared_folder(prepared, tmp_path):
     """`data.data_dir` alone selects the tfds route in the runner (source 'auto'); two steps run on it."""
     import json  # pylint: disable=import-outside-toplevel
 
-    from sphere_tf.training import classifier  # pylint: disable=import-outside-toplevel
+    from sphere_tf.runners import classifier  # pylint: disable=import-outside-toplevel
 
     data_dir, _ = prepared
     config = {

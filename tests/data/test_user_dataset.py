@@ -57,7 +57,7 @@ def test_limits_and_label_noise_apply_to_a_user_dataset(user_dataset):
 
 
 def test_runner_choices_see_the_user_dataset(user_dataset):
-    from sphere_tf.training import classifier  # noqa: PLC0415
+    from sphere_tf.runners import classifier  # noqa: PLC0415
 
     config = classifier.validate({"data": {"name": NAME}, "model": {"name": "small_cnn"}})
     assert config["data"]["name"] == NAME

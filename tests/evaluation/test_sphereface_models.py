@@ -111,8 +111,8 @@ def test_embedding_relu_is_table_a1_row_a_and_round_trips(tmp_path):
 def test_table2_11_row_a_variant():
     import importlib  # noqa: PLC0415
 
-    from sphere_tf.evaluation import face  # noqa: PLC0415
-    from sphere_tf.training import classifier  # noqa: PLC0415
+    from sphere_tf.runners import face  # noqa: PLC0415
+    from sphere_tf.runners import classifier  # noqa: PLC0415
 
     module = importlib.import_module("configs.face.table2_11_depth")
     row_a = module.get_config("depth=4,loss=softmax,last_relu=true")

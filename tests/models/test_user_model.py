@@ -7,7 +7,7 @@ import pytest
 
 from sphere_tf import models
 from sphere_tf.models import blocks
-from sphere_tf.training import recipe
+from sphere_tf.runners import recipe
 from tests.models._tiny import tiny_input_shape
 from tests.models._tiny import tiny_kwargs
 
@@ -49,9 +49,9 @@ def test_a_registered_family_is_listed_and_builds_tiny(user_family):
         assert tuple(out.shape) == (2, 5)
 
 
-@pytest.mark.tensorflow_only  # the runner's validation lives beside its tf.data input (sphere_tf.training.classifier)
+@pytest.mark.tensorflow_only  # the runner's validation lives beside its tf.data input (sphere_tf.runners.classifier)
 def test_the_runner_config_builds_a_registered_family(user_family):
-    from sphere_tf.training import classifier  # noqa: PLC0415  (imports TensorFlow; this module runs on every backend)
+    from sphere_tf.runners import classifier  # noqa: PLC0415  (imports TensorFlow; this module runs on every backend)
 
     config = classifier.validate({
         "data": {"name": "cifar10"},

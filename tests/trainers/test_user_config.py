@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from tests.training import user_extension
+from tests.runners import user_extension
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -14,12 +14,12 @@ import tensorflow as tf
 from sphere_tf import data as data_lib
 from sphere_tf import models
 from sphere_tf.training import checkpoint
-from sphere_tf.training import classifier
-from tests.training._resume import BATCH
-from tests.training._resume import CHILD
-from tests.training._resume import TRAIN_IMAGES
-from tests.training._resume import idx_dir  # noqa: F401  (a fixture)
-from tests.training._resume import tiny_config
+from sphere_tf.runners import classifier
+from tests.runners._resume import BATCH
+from tests.runners._resume import CHILD
+from tests.runners._resume import TRAIN_IMAGES
+from tests.runners._resume import idx_dir  # noqa: F401  (a fixture)
+from tests.runners._resume import tiny_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -257,7 +257,8 @@ _RUNNER = textwrap.dedent(
     if logical_cpus:
         distribute.configure_logical_cpus(logical_cpus)
     import numpy as np
-    from sphere_tf.training import checkpoint, classifier
+    from sphere_tf.runners import classifier
+    from sphere_tf.training import checkpoint
     models = []
     original = checkpoint.fit_resumable
     def spy(model, *args, **kwargs):

@@ -24,8 +24,8 @@ import tensorflow as tf
 from bench import synthetic_identities
 from sphere_tf.training import array_checkpoint
 from tests.backends import interpreters
-from tests.evaluation.test_partial_fc_runner import graph_constant_shapes
-from tests.evaluation.test_partial_fc_runner import pfc_config
+from tests.runners.test_partial_fc_runner import graph_constant_shapes
+from tests.runners.test_partial_fc_runner import pfc_config
 
 pytestmark = pytest.mark.tensorflow_only  # the main venv: TensorFlow (data) and JAX
 
@@ -36,8 +36,9 @@ CHILD = r"""
 import json, os, signal, sys
 config, workdir, kill_at = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 import keras
-from sphere_tf.evaluation import face
-from sphere_tf.training import checkpoint, classifier
+from sphere_tf.runners import face
+from sphere_tf.runners import classifier
+from sphere_tf.training import checkpoint
 original = checkpoint.StepCheckpoint.on_train_batch_end
 def on_train_batch_end(self, batch, logs=None):
     original(self, batch, logs)
@@ -123,7 +124,8 @@ def test_sharded_run_resumes_on_another_device_count(tmp_path):
 
 PLAN_CHILD = r"""
 import json, sys
-from sphere_tf.training import classifier, distribute
+from sphere_tf.runners import classifier
+from sphere_tf.training import distribute
 cases, out = json.loads(sys.argv[1]), []
 for config in cases:
     try:

@@ -49,7 +49,8 @@ def tiny_config(data_dir, **train):
 # the library path is untouched, the process simply dies there.
 CHILD = r"""
 import json, os, signal, sys
-from sphere_tf.training import checkpoint, classifier
+from sphere_tf.runners import classifier
+from sphere_tf.training import checkpoint
 config, workdir, kill_at = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 original = checkpoint.StepCheckpoint.on_train_batch_end
 def on_train_batch_end(self, batch, logs=None):

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from sphere_tf.adversarial import experiment
+from sphere_tf.runners import adversarial as experiment
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

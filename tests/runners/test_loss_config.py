@@ -8,8 +8,8 @@ import pytest
 
 from sphere_tf import losses
 from sphere_tf.data import archive_writers
-from sphere_tf.training import classifier
-from sphere_tf.training import recipe
+from sphere_tf.runners import classifier
+from sphere_tf.runners import recipe
 
 
 def _config(manual_dir, **loss):

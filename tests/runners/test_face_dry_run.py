@@ -16,8 +16,8 @@ from bench import synthetic_identities
 from configs.face import partial_fc_ms1m
 from configs.face import recipe
 from configs.face import sphereface_margins
-from sphere_tf.evaluation import face
-from sphere_tf.training import classifier
+from sphere_tf.runners import face
+from sphere_tf.runners import classifier
 
 pytestmark = pytest.mark.tensorflow_only
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from bench import synthetic_identities
-from tests.evaluation.test_partial_fc_runner import pfc_config
+from tests.runners.test_partial_fc_runner import pfc_config
 from tests.training.test_distribute import _free_ports
 
 pytestmark = pytest.mark.tensorflow_only
@@ -31,8 +31,9 @@ config, workdir, out = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
 import keras
 import numpy as np
 import sphere_tf
-from sphere_tf.evaluation import face
-from sphere_tf.training import classifier, distribute
+from sphere_tf.runners import face
+from sphere_tf.runners import classifier
+from sphere_tf.training import distribute
 models, masks = [], []
 class Masks(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):

@@ -23,10 +23,10 @@ from tensorflow.core.protobuf import saved_model_pb2
 import sphere_tf
 from bench import synthetic_identities
 from configs.face import partial_fc_webface
-from sphere_tf.evaluation import face
+from sphere_tf.runners import face
 from sphere_tf.export import serving
 from sphere_tf.training import checkpoint
-from sphere_tf.training import classifier
+from sphere_tf.runners import classifier
 
 pytestmark = pytest.mark.tensorflow_only
 
@@ -140,7 +140,7 @@ def test_r01_leaves_never_sampled_classes_and_their_momentum_alone(identities, t
 
 FACE_CHILD = r"""
 import json, os, signal, sys
-from sphere_tf.evaluation import face
+from sphere_tf.runners import face
 from sphere_tf.training import checkpoint
 config, workdir, kill_at = json.loads(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 original = checkpoint.StepCheckpoint.on_train_batch_end

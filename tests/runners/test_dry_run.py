@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from sphere_tf.training import classifier
+from sphere_tf.runners import classifier
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY_MODEL = {"name": "small_cnn", "widths": [4], "convs_per_stage": 1, "dense_units": 8}

@@ -12,7 +12,7 @@ separately trained baseline as the black-box source, then evaluates
 
 The config schema is `DEFAULTS` (documented in docs/adversarial.md); the data,
 model, optimizer and schedule sections are the classifier runner's
-(`sphere_tf.training.classifier`, docs/runner.md) and are validated by it.
+(`sphere_tf.runners.classifier`, docs/runner.md) and are validated by it.
 Each trained model's whole training state is checkpointed under
 `workdir/checkpoints/<training>_<model>_seed<k>` (`training.checkpoint.fit_resumable`),
 so an interrupted run continues where it stopped and a finished one is only
@@ -38,11 +38,13 @@ from sphere_tf.adversarial import attacks as attacks_lib
 from sphere_tf.adversarial import evaluation
 from sphere_tf.adversarial import pixels as pixels_lib
 from sphere_tf.adversarial import training as training_lib
+from sphere_tf.runners import classifier
+from sphere_tf.runners import recipe
+from sphere_tf.runners import schema
+from sphere_tf.runners import tasks
 from sphere_tf.training import checkpoint as checkpoint_lib
-from sphere_tf.training import classifier
 from sphere_tf.training import optimization
 from sphere_tf.training import progress
-from sphere_tf.training import recipe
 
 # DCNet §6.2 operators; the angular function of the adversarial models is not stated, cosine is inferred.
 PAPER_OPERATORS = {
@@ -55,13 +57,13 @@ SOURCE_TRAININGS = ("natural", "matched")
 
 DEFAULTS = {
     "seeds": [0],
-    "data": copy.deepcopy(classifier.DEFAULTS["data"]),
+    "data": copy.deepcopy(schema.DEFAULTS["data"]),
     "model": {"name": "dcnet_cnn9_adv"},
     "operators": copy.deepcopy(PAPER_OPERATORS),
     "models": list(evaluation.MODELS),
     "trainings": list(evaluation.TRAININGS),
     "optimizer": {"name": "adam", "learning_rate": 1e-3},
-    "schedule": copy.deepcopy(classifier.DEFAULTS["schedule"]),
+    "schedule": copy.deepcopy(schema.DEFAULTS["schedule"]),
     "train": {"batch_size": 128, "epochs": 1, "steps": 0, "steps_per_epoch": 0, "verbose": "auto"},
     "adversarial_training": {"epsilon": attacks_lib.PAPER_EPSILON, "mix": training_lib.DEFAULT_MIX},
     "attack": {"epsilon": attacks_lib.PAPER_EPSILON, "step": attacks_lib.PAPER_STEP,
@@ -75,7 +77,7 @@ _OPEN_SECTIONS, _REPLACED_SECTIONS = ("model", "optimizer"), ("operators",)
 
 
 def classifier_config(config, model, seed):
-    """The classifier-runner config (`classifier.DEFAULTS` schema) that trains `model` with `seed`."""
+    """The classifier-runner config (`schema.DEFAULTS`) that trains `model` with `seed`."""
     if config["model"].get("operator") is not None:
         raise validation.invalid_argument("model.operator", "unset (the operators come from `operators`)",
                                           config["model"]["operator"])
@@ -90,14 +92,14 @@ def classifier_config(config, model, seed):
     }
 
 
-@classifier.config_errors
+@schema.config_errors
 def validate(config):
     """Checks the whole config before any data is read; returns plain dicts with the defaults filled in.
 
     Raises:
-        classifier.ConfigError (a ValueError): an unknown key or a bad value, naming the dotted key.
+        schema.ConfigError (a ValueError): an unknown key or a bad value, naming the dotted key.
     """
-    config = classifier.merge_config(DEFAULTS, classifier.plain_config(config), open_sections=_OPEN_SECTIONS,
+    config = schema.merge_config(DEFAULTS, tasks.without_task_key(config, "adversarial"), open_sections=_OPEN_SECTIONS,
                                     replaced_sections=_REPLACED_SECTIONS)
     seeds = config["seeds"]
     if not isinstance(seeds, list) or not seeds:
@@ -228,7 +230,7 @@ def _mean_std(per_seed):
 
 
 @attacks_lib.per_model_tracing()  # one trace per model, not "retracing" (see attacks.py)
-@classifier.config_errors
+@schema.config_errors
 def dry_run(config, probe_steps=3):
     """What `run_experiment(config)` would train, before anything trains or is written: every trained model
     (the black-box sources included) with its step count, and an estimated training time on this machine.
@@ -269,6 +271,21 @@ def dry_run(config, probe_steps=3):
                 if probe_steps and known else None)
     return {"config": config, "trainings": trainings, "total_steps": sum(steps) if known else None,
             "estimated_train_seconds": estimate}
+
+
+def dry_run_lines(plan):
+    """The printout of a `dry_run` plan: one line per trained model, then the totals."""
+    lines = []
+    for entry in plan["trainings"]:
+        timing = (f", {entry['seconds_per_step'] * 1000:.1f} ms a step (compile {entry['compile_seconds']:.1f} s)"
+                  if "seconds_per_step" in entry else "")
+        lines.append(f"seed {entry['seed']} {entry['training']:8s} {entry['model']:10s} ({entry['role']}): "
+                     f"{entry['total_steps']} steps{timing}")
+    seconds = plan["estimated_train_seconds"]
+    lines.append(f"steps            {plan['total_steps']} in {len(plan['trainings'])} trainings")
+    lines.append("estimated time   " + ("unknown" if seconds is None else f"{seconds / 60:.0f} min")
+                 + " of training on this machine (attacks, data loading and evaluation not counted)")
+    return lines
 
 
 def _measure(cfg, training, config, probe_steps):
@@ -314,7 +331,7 @@ def run_experiment(config, workdir):
         dict, the contents of `results.json`.
 
     Raises:
-        classifier.ConfigError (a ValueError): a bad config (before any data is read).
+        schema.ConfigError (a ValueError): a bad config (before any data is read).
         DataNotFoundError: the data set's files are missing (before anything is written).
         checkpoint.ConfigMismatchError: `workdir` holds another config's run.
     """
@@ -425,4 +442,8 @@ def run_experiment(config, workdir):
     return results
 
 
-__all__ = ["DEFAULTS", "PAPER_OPERATORS", "SOURCE_TRAININGS", "classifier_config", "run_experiment", "validate"]
+TASK = tasks.Task(validate=validate, run=run_experiment, dry_run=dry_run, dry_run_lines=dry_run_lines,
+                  schema=lambda: copy.deepcopy(DEFAULTS))
+
+__all__ = ["DEFAULTS", "PAPER_OPERATORS", "SOURCE_TRAININGS", "TASK", "classifier_config", "dry_run", "dry_run_lines",
+           "run_experiment", "validate"]

@@ -1,15 +1,13 @@
 """The recipe of a classification run, free of TensorFlow: the config schema and how a config becomes a model,
 an optimizer, the training callbacks and the evaluated statistics.
 
-`training.classifier` (the runner: data pipelines, checkpoints, strategies, export) builds every run through these
+`runners.classifier` (the runner: data pipelines, checkpoints, strategies, export) builds every run through these
 functions, and so does any loop that feeds in-memory arrays on a host without TensorFlow
 (`bench/gpu/reproduce.py`, the JAX GPU reproductions of docs/reproductions.md). The schema's documentation is
 docs/runner.md.
 """
 
-import copy
 import fnmatch
-import functools
 import os
 import time
 
@@ -29,119 +27,8 @@ from sphere_tf.training import model as sphere_model_lib
 from sphere_tf.training import optimization
 from sphere_tf.training import precise_bn
 from sphere_tf.training import pretrain
+from sphere_tf.runners import schema
 from sphere_tf.training import regularization
-
-MIXED_PRECISION = ("float32", "mixed_float16", "mixed_bfloat16")
-# `train.verbose`: Keras's `fit` values, or 'auto' (the bar on a terminal, `progress.EpochLogger` otherwise).
-FIT_VERBOSITY = ("auto", 0, 1, 2)
-# The schema: every section, every key, its default. `model` holds the model
-# function's keyword arguments (checked against its signature) besides `name`.
-DEFAULTS = {
-    "seed": 0,
-    "data": {
-        "name": "fashion_mnist", "source": "auto", "manual_dir": "", "data_dir": "", "augmentation": "none",
-        "eval_augmentation": "", "normalization": "centered_128", "train_limit": 0, "test_limit": 0,
-        "label_mode": "fine", "val_labels_file": "", "class_limits": [], "label_noise": 0.0,
-        "label_noise_type": "symmetric",
-    },
-    "model": {"name": "small_cnn"},
-    "loss": {"name": "crossentropy", "label_smoothing": 0.0, "hinge_norm": "l1", "data_dependent_mhe": 0.0},
-    "regularizers": [],
-    "paradigm": {
-        "weight_projection_every": 0, "projection_scale": sphere_model_lib.DEFAULT_PROJECTION_SCALE,
-        "weighted_gradients": False, "pretrained": "", "pretrained_match": "position",
-        "opt_optimizer": False, "sopt_episode_length": 0,
-    },
-    "optimizer": {"name": "adam", "learning_rate": 1e-3},
-    "schedule": {
-        "name": "constant", "boundaries": [], "decay_factor": 0.1, "decay_steps": 0, "alpha": 0.0,
-        "patience": 10, "min_lr": 0.0, "monitor": "loss",
-    },
-    "train": {
-        "batch_size": 128, "epochs": 1, "steps": 0, "steps_per_epoch": 0, "checkpoint_every_steps": 0,
-        "verbose": "auto", "energy_every_epochs": 1, "energy_layers": None, "energy_power": 1.0,
-        "energy_half_space": True,
-    },
-    "evaluation": {"precise_bn_batches": "auto", "eval_every_steps": 0, "select_best": False,
-                   "minority_classes": []},
-    "mixed_precision": "float32",
-    "strategy": "auto",
-    "export": True,
-    "export_class_matrix": True,
-}
-# The runner's own key of a margin head spec (`model.head`), besides the head layer's arguments: split the class
-# axis over the devices (`classifier._partial_fc_plan`).
-SHARD_CLASSES_KEY = "shard_classes"
-# `loss.name`: the loss on the head's logits.
-LOSSES = ("crossentropy", "hinge")
-# Sections with free-form keys: the model function's and the optimizer class's keyword arguments.
-_OPEN_SECTIONS = ("model", "optimizer")
-
-
-class ConfigError(ValueError):
-    """A bad config: an unknown key or a bad value, named in the message (which is complete: the trainers
-    print it alone, without a traceback)."""
-
-
-def config_errors(check):
-    """Decorates a config check so that each `ValueError` it raises becomes a `ConfigError` (same message)."""
-
-    @functools.wraps(check)
-    def checked(*args, **kwargs):
-        try:
-            return check(*args, **kwargs)
-        except ConfigError:
-            raise
-        except ValueError as error:
-            raise ConfigError(str(error)) from None
-
-    return checked
-
-
-def plain_config(value):
-    """ConfigDict / FrozenConfigDict / nested tuples -> plain dicts and lists."""
-    if hasattr(value, "to_dict"):
-        value = value.to_dict()
-    if isinstance(value, dict):
-        return {k: plain_config(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain_config(v) for v in value]
-    return value
-
-
-def merge_config(defaults, config, open_sections=_OPEN_SECTIONS, replaced_sections=(), prefix=""):
-    """`config` over the schema `defaults`; a key the schema does not have raises, naming it and the valid ones.
-
-    Args:
-        defaults: dict, the schema with its defaults (nested dicts are sections).
-        config: dict (plain, see `plain_config`).
-        open_sections: top-level sections with free-form keys, merged key by key over their defaults
-            unchecked (the caller checks them: a model's or optimizer's keyword arguments).
-        replaced_sections: top-level sections a config replaces whole.
-        prefix: the dotted path of `defaults` in the whole config (for messages).
-
-    Returns:
-        dict, the merged config.
-    """
-    merged = copy.deepcopy(defaults)
-    for key, value in config.items():
-        dotted = f"{prefix}{key}"
-        if key not in defaults:
-            raise ValueError(f"Unknown config key {dotted!r}; expected one of {sorted(defaults)}."
-                             + validation.did_you_mean(key, defaults))
-        if isinstance(defaults[key], dict):
-            if not isinstance(value, dict):
-                raise validation.invalid_argument(dotted, "a dict", value)
-            if not prefix and key in replaced_sections:
-                merged[key] = dict(value)
-            elif not prefix and key in open_sections:
-                merged[key] = {**defaults[key], **value}
-            else:
-                merged[key] = merge_config(defaults[key], value, prefix=dotted + ".")
-        else:
-            merged[key] = value
-    return merged
-
 
 def model_kwargs(model_cfg, num_shards=None):
     """The `create_model` arguments of `model` (with `name`): the head spec without the runner's
@@ -149,7 +36,7 @@ def model_kwargs(model_cfg, num_shards=None):
     model_cfg = dict(model_cfg)
     head = model_cfg.get("head")
     if isinstance(head, dict):
-        head = {k: v for k, v in head.items() if k != SHARD_CLASSES_KEY}
+        head = {k: v for k, v in head.items() if k != schema.SHARD_CLASSES_KEY}
         if num_shards is not None:
             head["num_shards"] = num_shards
         model_cfg["head"] = head
@@ -366,9 +253,4 @@ def measure_step_time(model, batch_size, input_shape, num_classes, probe_steps, 
     return compile_seconds, (time.perf_counter() - started) / probe_steps
 
 
-__all__ = ["DEFAULTS", "FIT_VERBOSITY", "LOSSES", "MIXED_PRECISION", "SHARD_CLASSES_KEY", "ConfigError", "ScheduleLogger",
-           "build_loss", "build_model", "build_optimizer", "config_errors", "energy_layer_names",
-           "energy_layer_patterns", "is_margin_head", "margin_heads",
-           "measure_step_time", "merge_config", "model_kwargs", "plain_config",
-           "pretrained_model_path", "recompute_batch_statistics", "run_length", "training_accuracy",
-           "training_callbacks"]
+__all__ = ["ScheduleLogger", "build_loss", "build_model", "build_optimizer", "energy_layer_names", "energy_layer_patterns", "is_margin_head", "margin_heads", "measure_step_time", "model_kwargs", "pretrained_model_path", "recompute_batch_statistics", "run_length", "training_accuracy", "training_callbacks"]

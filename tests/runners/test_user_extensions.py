@@ -7,8 +7,8 @@ import os
 import numpy as np
 import pytest
 
-from sphere_tf.training import classifier
-from tests.training import user_extension
+from sphere_tf.runners import classifier
+from tests.runners import user_extension
 from trainers import _config_flags
 
 

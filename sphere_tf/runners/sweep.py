@@ -1,6 +1,6 @@
 """Runs one config over variants and seeds and aggregates the results (mean ± std); no flags here.
 
-Each (variant, seed) is one `classifier.train_and_evaluate` run of
+Each (variant, seed) is one run (`runners.run`: the config's task, classification by default) of
 `get_config(variant)` with `config.seed = seed`, in `<workdir>/<variant>/seed_<n>/`
 (a finished run is not trained again, an interrupted one resumes). The summary
 (JSON, and a Markdown table beside it) holds, per variant, every run's test
@@ -24,6 +24,7 @@ import time
 
 from sphere_tf import json_files
 from sphere_tf import validation
+from sphere_tf.runners import tasks
 from sphere_tf.training import progress
 
 # Per-run scalars aggregated over the seeds (history values are the last epoch's).
@@ -159,7 +160,8 @@ def run_sweep(config_path, variants, seeds, workdir, train_fn=None):
         variants: list of config-argument strings (one per variant).
         seeds: list of ints.
         workdir: str; run folders are `<workdir>/<variant_dirname>/seed_<n>`.
-        train_fn: `(config, workdir) -> results` (default `classifier.train_and_evaluate`).
+        train_fn: `(config, workdir) -> results` (default `runners.run`: the task the config names, a
+            classification run unless it names another).
 
     Returns:
         `{"config": path, "seeds": [...], "variants": {variant: {"runs": [...], "aggregate": {...}}}}`.
@@ -168,8 +170,7 @@ def run_sweep(config_path, variants, seeds, workdir, train_fn=None):
         ValueError: no variants or no seeds, or a duplicate.
     """
     if train_fn is None:
-        from sphere_tf.training import classifier  # noqa: PLC0415 (TensorFlow only when training)
-        train_fn = classifier.train_and_evaluate
+        train_fn = _run_task
     variants, seeds = _checked_runs(variants, seeds, "run_sweep")
     module = load_config_module(config_path)
     summary = {"config": config_path, "seeds": seeds, "variants": {}}
@@ -183,6 +184,11 @@ def run_sweep(config_path, variants, seeds, workdir, train_fn=None):
             runs.append(run_record(seed, results, time.time() - wall, time.process_time() - cpu))
         summary["variants"][variant] = {"runs": runs, "aggregate": aggregate(runs)}
     return summary
+
+
+def _run_task(config, workdir):
+    name, config = tasks.split_task(config)
+    return tasks.get_task(name).run(config, workdir)  # the task's module (TensorFlow) loads here, on first use
 
 
 # A key one variant's resolved config lacks (another variant's section holds more keys).
@@ -260,7 +266,7 @@ def dry_run(config_path, variants, seeds, probe_steps=3):
         ValueError: as `run_sweep` (no variants or seeds, a duplicate, a bad variant), or a bad `probe_steps`.
         classifier.ConfigError (a ValueError): a variant's config is one the runner refuses.
     """
-    from sphere_tf.training import classifier  # noqa: PLC0415 (TensorFlow only when dry-running or training)
+    from sphere_tf.runners import classifier  # noqa: PLC0415 (TensorFlow only when dry-running or training)
     variants, seeds = _checked_runs(variants, seeds, "dry_run")
     probe_steps = validation.integer(probe_steps, "probe_steps", minimum=0)
     module = load_config_module(config_path)
@@ -300,7 +306,7 @@ def _variant_name(variant):
 
 def dry_run_lines(plan):
     """The sweep dry run's report (`dry_run`): what each variant changes, every run's steps, the total time."""
-    from sphere_tf.training import classifier  # noqa: PLC0415
+    from sphere_tf.runners import classifier  # noqa: PLC0415
 
     runs = plan["runs"]
     def count(n, noun):

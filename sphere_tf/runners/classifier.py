@@ -2,13 +2,14 @@
 
 The trainers in `trainers/` are thin absl mains around `train_and_evaluate`.
 The config schema (every section and key, with defaults) is `DEFAULTS` (defined, with how a config becomes a
-model, an optimizer and the training callbacks, in `training.recipe`, which needs no TensorFlow); the
+model, an optimizer and the training callbacks, in `runners.recipe`, which needs no TensorFlow); the
 documentation is docs/runner.md. A config may leave keys out (their defaults
 apply) but any key not in the schema, or a bad value, fails in `validate`
 before any data is read, naming the dotted key and the valid choices.
 """
 
 import collections
+import copy
 import inspect
 import json
 import os
@@ -38,19 +39,21 @@ from sphere_tf.training import distribute
 from sphere_tf.training import error_rates
 from sphere_tf.training import optimization
 from sphere_tf.training import progress
-from sphere_tf.training import recipe
+from sphere_tf.runners import recipe
+from sphere_tf.runners import schema
+from sphere_tf.runners import tasks
 from sphere_tf.training import regularization
-from sphere_tf.training.recipe import DEFAULTS
-from sphere_tf.training.recipe import FIT_VERBOSITY
-from sphere_tf.training.recipe import MIXED_PRECISION
-from sphere_tf.training.recipe import SHARD_CLASSES_KEY
-from sphere_tf.training.recipe import ConfigError
-from sphere_tf.training.recipe import ScheduleLogger
-from sphere_tf.training.recipe import config_errors
-from sphere_tf.training.recipe import merge_config
-from sphere_tf.training.recipe import plain_config
-from sphere_tf.training.recipe import pretrained_model_path
-from sphere_tf.training.recipe import run_length
+from sphere_tf.runners.schema import DEFAULTS
+from sphere_tf.runners.schema import FIT_VERBOSITY
+from sphere_tf.runners.schema import MIXED_PRECISION
+from sphere_tf.runners.schema import SHARD_CLASSES_KEY
+from sphere_tf.runners.schema import ConfigError
+from sphere_tf.runners.recipe import ScheduleLogger
+from sphere_tf.runners.schema import config_errors
+from sphere_tf.runners.schema import merge_config
+from sphere_tf.runners.schema import plain_config
+from sphere_tf.runners.recipe import pretrained_model_path
+from sphere_tf.runners.recipe import run_length
 
 # The model variables' mesh axis of a class-sharded head on JAX (`keras.distribution`).
 SHARD_AXIS = "devices"
@@ -159,7 +162,7 @@ def validate(config):
             normalisations, models, operators, heads, regularizers,
             optimizers, schedules, strategies, precisions).
     """
-    config = merge_config(DEFAULTS, plain_config(config))
+    config = merge_config(DEFAULTS, tasks.without_task_key(config, "classification"))
     validation.integer(config["seed"], "seed", minimum=0)
     data = config["data"]
     validation.one_of(data["name"], "data.name", tuple(sorted(datasets_lib.DATASETS)))
@@ -192,7 +195,7 @@ def validate(config):
 
     _check_model(config["model"])
     loss = config["loss"]
-    validation.one_of(loss["name"], "loss.name", recipe.LOSSES)
+    validation.one_of(loss["name"], "loss.name", schema.LOSSES)
     validation.real(loss["label_smoothing"], "loss.label_smoothing", low=0.0, high=1.0, high_open=True)
     validation.one_of(loss["hinge_norm"], "loss.hinge_norm", losses_lib.hinge.NORMS)
     if loss["name"] == "hinge" and loss["label_smoothing"]:
@@ -719,5 +722,13 @@ def train_and_evaluate(config, workdir, strategy=None):
     return results
 
 
+def _run(config, workdir):
+    return train_and_evaluate(config, workdir)
+
+
+TASK = tasks.Task(validate=validate, run=_run, dry_run=dry_run, dry_run_lines=dry_run_lines,
+                  schema=lambda: copy.deepcopy(DEFAULTS))
+
 __all__ = ["DEFAULTS", "ConfigError", "ScheduleLogger", "config_errors", "data_kwargs", "dry_run", "dry_run_lines", "duration_text", "make_run_strategy", "merge_config", "plain_config", "run_length", "summary_lines", "train_and_evaluate",
+           "TASK",
            "validate"]

@@ -20,9 +20,9 @@ import sphere_tf  # noqa: F401  (registers the layers for load_model)
 from sphere_tf.data import archive_writers
 from sphere_tf.export import serving
 from sphere_tf.training import array_checkpoint
-from tests.training._resume import CHILD
-from tests.training._resume import idx_dir  # noqa: F401  (a fixture)
-from tests.training._resume import tiny_config
+from tests.runners._resume import CHILD
+from tests.runners._resume import idx_dir  # noqa: F401  (a fixture)
+from tests.runners._resume import tiny_config
 
 pytestmark = pytest.mark.tensorflow_only
 
@@ -78,7 +78,7 @@ def test_two_step_run_on_jax_exports_under_tensorflow(archives, tmp_path):
 
 RUN_CHILD = r"""
 import json, sys
-from sphere_tf.training import classifier
+from sphere_tf.runners import classifier
 classifier.train_and_evaluate(json.loads(sys.argv[1]), sys.argv[2])
 """
 
@@ -144,7 +144,7 @@ def test_without_tensorflow_the_trainer_and_export_say_what_to_install(tmp_path)
     proc = trainer(f"--workdir={tmp_path / 'run'}", "--backend=torch", python=TORCH_PYTHON, timeout=300)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1] == (
-        "Error: trainers.train_classifier reads its data with tf.data and exports for TF Serving, so it needs "
+        "Error: The runner (trainers.run) reads its data with tf.data and exports for TF Serving, so it needs "
         "TensorFlow installed beside the Keras backend (torch): pip install tensorflow (or pip install -e "
         "'.[tensorflow]'). The model trains on the chosen backend either way."), proc.stderr[-2000:]
     proc = subprocess.run([TORCH_PYTHON, "-c", "import sphere_tf.export"], cwd=REPO, env=env("torch"),

@@ -19,7 +19,7 @@ from sphere_tf.layers import MarginHead
 from sphere_tf.models import blocks
 from sphere_tf.models import operators
 from sphere_tf.ops import margin as margin_lib
-from sphere_tf.training import classifier
+from sphere_tf.runners import classifier
 from sphere_tf.training import distribute
 from sphere_tf.training import optimization
 from sphere_tf.training import regularization

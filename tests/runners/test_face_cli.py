@@ -13,8 +13,8 @@ import pytest
 import tensorflow as tf
 
 import sphere_tf  # noqa: F401  (registers the layers for load_model)
-from sphere_tf.evaluation import face
-from sphere_tf.training import classifier
+from sphere_tf.runners import face
+from sphere_tf.runners import classifier
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIGS = sorted(p for p in glob.glob(os.path.join(ROOT, "configs", "face", "*.py"))
@@ -187,7 +187,7 @@ def test_face_configs_validate(path):
     assert checked["data"]["name"] == "face_folder" and set(section) == set(face.VERIFICATION_DEFAULTS)
     full = module.get_config()
     assert set(full.to_dict()) == set(module.get_config("quick").to_dict())
-    if "partial_fc" in path:  # Partial FC: ArcFace at r = 0.1, classes sharded (tests/evaluation/test_partial_fc_runner.py)
+    if "partial_fc" in path:  # Partial FC: ArcFace at r = 0.1, classes sharded (tests/runners/test_partial_fc_runner.py)
         assert full.model.head.to_dict() == {"layer": "margin", "loss_type": "arcface", "scale": 64.0, "margin": 0.5,
                                              "sample_rate": 0.1, "shard_classes": True}
         assert full.export_class_matrix is False and full.optimizer.momentum == 0.9

@@ -14,11 +14,11 @@ import pytest
 from sphere_tf import callbacks as callbacks_lib
 from sphere_tf import data as data_lib
 from sphere_tf.training import checkpoint
-from sphere_tf.training import classifier
-from tests.training._resume import CHILD
-from tests.training._resume import idx_dir  # noqa: F401  (a fixture)
-from tests.training._resume import tiny_config
-from tests.training.test_runner import _scalars
+from sphere_tf.runners import classifier
+from tests.runners._resume import CHILD
+from tests.runners._resume import idx_dir  # noqa: F401  (a fixture)
+from tests.runners._resume import tiny_config
+from tests.runners.test_classifier import _scalars
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

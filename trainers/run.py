@@ -1,0 +1,150 @@
+r"""The runner's main: runs any config's task (`sphere_tf.runners`): trains, evaluates, exports.
+
+  python -m trainers.run --config configs/dcnet/fashion_mnist_tanh_cosine.py \
+      --workdir runs/fashion_mnist [--strategy mirrored] [--backend jax] [--config.data.manual_dir=DIR]
+  python -m trainers.run --config configs/adversarial/fashion_mnist_cnn9.py --workdir runs/adversarial
+
+The config's top-level `task` picks what runs: `classification` (the default: train an image classifier, export
+a SavedModel), `adversarial` (DCNet's Tables 7 and 8), `face` (train on an identity folder, verify on LFW pairs);
+`trainers.train_classifier`, `trainers.train_adversarial` and `trainers.train_face` are this main with the task's
+own extra flags.
+
+`--backend` picks the Keras backend (tensorflow, jax, torch; default: `KERAS_BACKEND`,
+else Keras's own default, TensorFlow). The data pipeline (tf.data) and the TF
+Serving export need TensorFlow installed on every backend; on JAX and PyTorch the
+run trains on one process (`--strategy` auto or one_device) and the export
+reloads `checkpoints/model.keras` under TensorFlow in a child process.
+
+`--config.<section>.<key>=VALUE` sets any key of the runner's schema
+(docs/runner.md), whether the config file holds it or not (`--config.model.relu=False`,
+`--config.model.head.layer=margin`, `--config.data.data_dir=` for a
+tensorflow-datasets folder); a mistake there, a bad config or missing data is
+reported on one line (with the valid choices) and leaves no workdir behind.
+
+The resolved config is written to `<workdir>/config.json` (a workdir holding a
+different config is refused, naming the differing keys); an interrupted run
+resumes from its last step checkpoint in `<workdir>/checkpoints/train`, and a
+finished one is not trained again.
+
+TensorFlow's C++ and absl INFO lines (oneDNN notices, XLA cluster messages, ...)
+are not printed; `--verbosity=0` brings them back. On a terminal Keras shows its
+progress bar; otherwise (a CI log, `> file`) one line per epoch.
+"""
+
+import importlib.util
+import json
+import os
+import sys
+
+from trainers import _config_flags
+from trainers import _quiet_logs
+
+if __name__ == "__main__":
+    _quiet_logs.quiet_tensorflow_logs()  # before anything below imports TensorFlow
+
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+from absl import logging  # noqa: E402
+
+# sphere_tf (hence TensorFlow) and the config file are loaded in `main`, after flag parsing: `--help` is fast.
+_CONFIG = flags.DEFINE_string(
+    "config", None, "Run configuration (its `task` key picks the task): a config file, FILE[:ARG] (`get_config(ARG)`); override any key of "
+    "the schema (docs/runner.md) with --config.<section>.<key>=VALUE.")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Folder for checkpoints, logs and the export.")
+_CPU_ALLOCATOR = flags.DEFINE_enum(
+    "cpu_allocator", "bfc", ["bfc", "default"],
+    "TensorFlow's CPU allocator: 'bfc' reuses memory (faster on CPU, see docs/performance.md); "
+    "'default' keeps TensorFlow's malloc-based one.",
+)
+_STRATEGY = flags.DEFINE_enum(
+    "strategy", None, ["auto", "one_device", "mirrored", "multi_worker", "tpu"],
+    "tf.distribute strategy; overrides `config.strategy` (multi_worker reads TF_CONFIG). Other backends than "
+    "TensorFlow: auto or one_device.",
+)
+BACKENDS = ("tensorflow", "jax", "torch")
+_BACKEND = flags.DEFINE_enum(
+    "backend", None, list(BACKENDS),
+    "Keras backend of the run; default: the KERAS_BACKEND environment variable, else Keras's default (tensorflow).",
+)
+_DRY_RUN = flags.DEFINE_bool(
+    "dry_run", False, "Print the resolved config, the step count and an estimated training time on this machine "
+    "(measured on a few steps of a synthetic batch), then exit: nothing is trained or written.")
+_DRY_RUN_STEPS = flags.DEFINE_integer("dry_run_steps", 3, "Steps timed by --dry_run (0: no time estimate).")
+flags.mark_flag_as_required("config")
+
+
+def select_backend(name):
+    """Sets `KERAS_BACKEND` to `name` (None: keep the environment's) before Keras is imported; checks that
+    TensorFlow, which the data pipeline and the export need on every backend, is installed.
+
+    Raises:
+        ValueError: Keras is already imported with another backend, or TensorFlow is missing (the message names
+            the backend and what to install).
+    """
+    if name is not None:
+        keras_module = sys.modules.get("keras")
+        if keras_module is not None and keras_module.backend.backend() != name:
+            raise ValueError(f"--backend={name}: Keras is already imported with backend "
+                             f"{keras_module.backend.backend()!r}; the backend must be chosen before Keras loads.")
+        os.environ["KERAS_BACKEND"] = name
+    backend = os.environ.get("KERAS_BACKEND") or "the default (tensorflow)"
+    if importlib.util.find_spec("tensorflow") is None:
+        raise ValueError(
+            f"The runner (trainers.run) reads its data with tf.data and exports for TF Serving, so it needs "
+            f"TensorFlow installed beside the Keras backend ({backend}): pip install tensorflow (or "
+            "pip install -e '.[tensorflow]'). The model trains on the chosen backend either way.")
+
+
+def main(argv, overrides=(), expected_task=None):
+    """Runs the config's task; `expected_task` (the task-named mains) refuses a config of another task."""
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    try:
+        select_backend(_BACKEND.value)  # before anything below imports Keras
+    except ValueError as error:
+        _config_flags.exit_with(error)
+    from sphere_tf import runners  # noqa: PLC0415
+    from sphere_tf.data import errors as data_errors  # noqa: PLC0415
+    from sphere_tf.runners import classifier  # noqa: PLC0415
+    from sphere_tf.training import checkpoint  # noqa: PLC0415
+    from sphere_tf.training import runtime  # noqa: PLC0415
+
+    try:
+        task_name, config = runners.split_task(_config_flags.load_config_file(_CONFIG.value))
+        if expected_task is not None and task_name != expected_task:
+            raise runners.ConfigError(f"The config's task is {task_name!r}, not {expected_task!r}: run it with "
+                                      "python -m trainers.run.")
+        task = runners.get_task(task_name)
+        _config_flags.apply_overrides(config, overrides, task.schema())
+        strategy = None
+        if _STRATEGY.value is not None:
+            if "strategy" not in task.schema():
+                raise runners.ConfigError(f"--strategy: the {task_name!r} task trains under no strategy key.")
+            config["strategy"] = _STRATEGY.value
+        if task_name == "classification":
+            # The strategy first (MultiWorkerMirroredStrategy configures collective ops at startup), then the
+            # allocator, before any tensor exists.
+            strategy = classifier.make_run_strategy(config)
+        if _CPU_ALLOCATOR.value == "bfc":
+            runtime.use_bfc_cpu_allocator()
+        if _DRY_RUN.value:
+            plan = task.dry_run(config, probe_steps=_DRY_RUN_STEPS.value)
+            print(json.dumps(plan["config"], indent=2))
+            print("\n".join(task.dry_run_lines(plan)))
+            return
+        if not _WORKDIR.value:
+            raise app.UsageError("--workdir is required (except with --dry_run).")
+        logging.info("Config (task %s):\n%s", task_name, json.dumps(config, indent=2))
+        if strategy is not None:
+            results = classifier.train_and_evaluate(config, _WORKDIR.value, strategy=strategy)
+        else:
+            results = task.run(config, _WORKDIR.value)
+    except (_config_flags.ConfigFlagError, runners.ConfigError, checkpoint.ConfigMismatchError,
+            data_errors.DataNotFoundError) as error:
+        _config_flags.exit_with(error)
+    logging.info("Results: %s", json.dumps({k: v for k, v in results.items() if k != "history"}))
+
+
+if __name__ == "__main__":
+    _ARGV, _OVERRIDES = _config_flags.split_overrides(sys.argv)
+    app.run(lambda argv: main(argv, _OVERRIDES), argv=_ARGV)
