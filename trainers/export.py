@@ -3,14 +3,14 @@ r"""Exports a finished runner workdir for TensorFlow Serving.
   python -m trainers.export --workdir=runs/fashion_mnist --export_base=/models \
       --model_name=fashion_mnist [--version=N] [--formats=onnx,tflite]
 
-Reads `<workdir>/config.json` (the data section's `normalization`, which the
-serving graph applies to the raw pixels) and `<workdir>/checkpoints/model.keras`,
-and writes `<export_base>/<model_name>/<version>/` plus
+Reads `<workdir>/checkpoints/model.keras` (whose first layer, `PixelNormalization`, normalises the raw pixels
+the serving signature takes) and `<workdir>/config.json`, and writes `<export_base>/<model_name>/<version>/` plus
 `<export_base>/models.config` through `sphere_tf.export.export_model`: the next
 free version unless `--version` is given (an existing version is refused),
-verified in a fresh process before it becomes visible. For
-`normalization='mean_subtraction'` the per-channel training mean is recomputed
-from the configured data set unless `--channel_mean` gives it. `--formats` also
+verified in a fresh process before it becomes visible. A model saved before the
+runner put that layer first is served behind the config's `data.normalization`
+(for `mean_subtraction` the per-channel training mean is recomputed from the
+configured data set unless `--channel_mean` gives it). `--formats` also
 writes `<model_name>/<version>.onnx` / `.tflite` beside the version folder, each
 verified against the SavedModel (`sphere_tf.export.export_onnx` / `export_tflite`).
 """
@@ -77,13 +77,18 @@ def main(argv):
 
     from sphere_tf import export as export_lib  # noqa: PLC0415 (imports sphere_tf: registers its layers)
 
+    from sphere_tf import layers  # noqa: PLC0415
+
     config, model_path = read_workdir(_WORKDIR.value)
     model = keras.saving.load_model(model_path, compile=False)
     model_name = _MODEL_NAME.value or config.get("model", {}).get("name") or "model"
+    if layers.model_normalization(model) is not None:  # the model normalises its pixels: export reads it there
+        normalization = channel_mean = None
+    else:  # saved before the runner put PixelNormalization first: the pipeline's, from the run's config
+        normalization, channel_mean = config.get("data", {}).get("normalization"), _channel_mean(config)
     result = export_lib.export_model(
         model, _EXPORT_BASE.value, model_name=model_name, version=_VERSION.value,
-        normalization=config.get("data", {}).get("normalization", "centered_128"),
-        channel_mean=_channel_mean(config), input_dtype=_INPUT_DTYPE.value, verify=_VERIFY.value,
+        normalization=normalization, channel_mean=channel_mean, input_dtype=_INPUT_DTYPE.value, verify=_VERIFY.value,
         formats=tuple(_FORMATS.value), fold_batch_norm=_FOLD_BATCH_NORM.value,
     )
     print(f"Exported {model_name!r} version {result.version} to {result.path}")

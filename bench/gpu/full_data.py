@@ -15,7 +15,6 @@ from sphere_tf import metrics as metrics_lib
 from sphere_tf import models as models_lib
 from sphere_tf.data import fashion_mnist
 from sphere_tf.data import label_noise
-from sphere_tf.data import normalization
 from sphere_tf.runners import recipe
 from sphere_tf.runners import schema
 from sphere_tf.runners import sweep
@@ -80,16 +79,16 @@ def run_one(config_path, variant, seed, mode, data_dir):
                                           data_cfg["label_noise_type"])
     if data_cfg["test_limit"]:
         x_test, y_test = x_test[: data_cfg["test_limit"]], y_test[: data_cfg["test_limit"]]
-    normalize = normalization.get_normalization(data_cfg["normalization"])
     x_train, x_test = x_train.astype(np.float32)[..., None], x_test.astype(np.float32)[..., None]
-    # 'mean_subtraction' takes the training images' per-channel mean, as the runner's `datasets.get_datasets`.
+    # Raw pixels in: the model's first layer normalises them (`recipe.build_model`), with the training images'
+    # per-channel mean for 'mean_subtraction', as the runner's `datasets.get_datasets` computes it.
     channel_mean = data_cfg.get("channel_mean") or tuple(x_train.mean(axis=(0, 1, 2), dtype=np.float64))
-    x_train, x_test = normalize(x_train, channel_mean), normalize(x_test, channel_mean)
     y_train, y_test = y_train.astype(np.int32), y_test.astype(np.int32)
 
     batch = train_cfg["batch_size"]
     info = {"input_shape": x_train.shape[1:], "num_classes": 10, "train_size": len(x_train),
-            "test_size": len(x_test), "steps_per_epoch": math.ceil(len(x_train) / batch)}
+            "test_size": len(x_test), "steps_per_epoch": math.ceil(len(x_train) / batch),
+            "channel_mean": channel_mean}
     steps_per_epoch, epochs = recipe.run_length(train_cfg, info["steps_per_epoch"])
     total_steps = steps_per_epoch * epochs
     keras.mixed_precision.set_global_policy(config["mixed_precision"])

@@ -58,7 +58,7 @@ def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, seeds=1)
     config = _base.adversarial_config(
         seeds=list(range(arg.seeds)),
-        data=dict(name="cifar10", normalization="centered_128", augmentation="cifar_plus"),
+        data=dict(name="cifar10", augmentation="cifar_plus"),
         model=dict(name="dcnet_cnn9_adv"),
         optimizer=dict(name="adam", learning_rate=1e-3),
         schedule=dict(name="step", boundaries=[34000, 54000], decay_factor=0.1),

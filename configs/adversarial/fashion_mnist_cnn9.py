@@ -32,7 +32,7 @@ def get_config(arg=None):
                            deepfool_images=50, width=0.5, dense=128)
     config = _base.adversarial_config(
         seeds=list(range(arg.seeds)),
-        data=dict(name="fashion_mnist", normalization="centered_128", augmentation="none",
+        data=dict(name="fashion_mnist", augmentation="none",
                   train_limit=arg.train_images, test_limit=arg.test_images),
         model=dict(name="dcnet_cnn9_adv", width_multiplier=arg.width, dense_units=arg.dense),
         optimizer=dict(name="adam", learning_rate=1e-3),

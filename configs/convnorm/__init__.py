@@ -55,7 +55,7 @@ def cifar_config(model_section, dataset="cifar10", train_images=TRAIN_IMAGES):
     epochs, drops = SCHEDULES[dataset]
     steps_per_epoch = train_images // BATCH_SIZE
     return common.base_config(
-        data=dict(name=dataset, augmentation="cifar_plus", normalization="centered_128", train_limit=train_images),
+        data=dict(name=dataset, augmentation="cifar_plus", train_limit=train_images),
         model=model_section,
         regularizers=[dict(name="weight_decay", layers="*", factor=5e-5)],
         optimizer=dict(name="sgd", learning_rate=0.1, momentum=0.9),

@@ -63,7 +63,7 @@ def cifar_config(model, dataset="cifar100", optimizer=None, projection=True, wei
     step); no ℓ2 weight decay ("no longer suitable", §5). Not stated: the schedule (see CIFAR_STEPS).
     """
     return common.base_config(
-        data=dict(name=dataset, augmentation="spherenet_cifar_plus", normalization="centered_128"),
+        data=dict(name=dataset, augmentation="spherenet_cifar_plus"),
         model=model,
         paradigm=dict(weight_projection_every=1 if projection else 0, weighted_gradients=weighted_gradients),
         optimizer=optimizer or dict(name="adam", learning_rate=1e-3),

@@ -23,7 +23,7 @@ def get_config(arg=None):
     arg = common.parse_arg(arg, quick=False, epochs=2)
     config = common.base_config(
         seed=0,
-        data=dict(name="fashion_mnist", normalization="centered_128", train_limit=0, test_limit=0),
+        data=dict(name="fashion_mnist", train_limit=0, test_limit=0),
         model=dict(
             name="small_cnn",
             widths=(32, 64),

@@ -53,7 +53,7 @@ def get_config(arg=None):
     spec = dcnet.BASELINE if operator == "baseline" else dcnet.decoupled(operator, "cosine")
     config = common.base_config(
         data=dict(name="imagenet2012", augmentation="imagenet_train_square",
-                  eval_augmentation="imagenet_eval_square", normalization="centered_128"),
+                  eval_augmentation="imagenet_eval_square"),
         model=dict(name=name, operator=spec, batch_norm=batch_norm, head=None),
         paradigm=dict(weight_projection_every=0 if operator == "baseline" else 1, pretrained=arg.pretrained),
         optimizer=dict(name="sgd", learning_rate=0.1, momentum=0.9),

@@ -48,7 +48,7 @@ def face_config(model, head_spec, *, quick=False, seed=0, steps=28000, boundarie
     """
     config = common.base_config(
         seed=seed,
-        data=dict(name="face_folder", source="manual", augmentation="flip", normalization="centered_128"),
+        data=dict(name="face_folder", source="manual", augmentation="flip"),
         model=dict(model, head=head_spec),
         loss=dict(data_dependent_mhe=data_dependent_mhe),
         regularizers=[dict(name="weight_decay", layers=["conv*", "embedding"], factor=WEIGHT_DECAY)],

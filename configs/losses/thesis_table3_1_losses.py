@@ -63,7 +63,7 @@ def get_config(arg=None):
     head = LOSSES[arg.loss]
     config = common.base_config(
         seed=0,
-        data=dict(name="cifar10", augmentation="flip", normalization="centered_128"),
+        data=dict(name="cifar10", augmentation="flip"),
         model=dict(name="cnn9", batch_norm=True, operator=dict(OPERATORS[arg.operator]),
                    head=None if head is None else dict(head)),
         optimizer=dict(name="adam", learning_rate=1e-3),

@@ -107,7 +107,7 @@ def cifar_config(*, dataset, model, regularizers, steps, boundaries, decay=CODE_
     common.check(dataset, "data", ("cifar10", "cifar100"))
     return common.base_config(
         seed=0,
-        data=dict(name=dataset, augmentation=augmentation, normalization="centered_128",
+        data=dict(name=dataset, augmentation=augmentation,
                   class_limits=list(class_limits)),
         model=model,
         loss=dict(label_smoothing=label_smoothing),
@@ -130,7 +130,7 @@ def imagenet_config(*, model, regularizers, steps=IMAGENET_STEPS, boundaries=IMA
     """
     return common.base_config(
         seed=0,
-        data=dict(name="imagenet2012", augmentation="imagenet_train", normalization="centered_128"),
+        data=dict(name="imagenet2012", augmentation="imagenet_train"),
         model=model,
         regularizers=[weight_decay(decay)] + list(regularizers),
         optimizer=dict(name="sgd", learning_rate=0.1, momentum=0.9),

@@ -58,7 +58,7 @@ def cifar_config(model, method="baseline", steps=STEPS, boundaries=BOUNDARIES, s
     regularizers = mhe.mhe_entries("half_space_mhe", 2) if method == "half_space_mhe" else []
     return common.base_config(
         seed=0,
-        data=dict(name="cifar100", augmentation="cifar_plus_symmetric", normalization="centered_128"),
+        data=dict(name="cifar100", augmentation="cifar_plus_symmetric"),
         model=model,
         loss=dict(label_smoothing=0.01),
         regularizers=[mhe.weight_decay(WEIGHT_DECAY)] + regularizers,

@@ -41,7 +41,7 @@ def get_config(arg=None):
     operator = dict(mhe.HE_CONV) if arg.method == "baseline" else opt.opt_operator(arg.method)
     config = common.base_config(
         seed=0,
-        data=dict(name="imagenet2012", augmentation="imagenet_train", normalization="centered_128"),
+        data=dict(name="imagenet2012", augmentation="imagenet_train"),
         model=dict(name="small_cnn", widths=(64, 128, 256), convs_per_stage=3, dense_units=256, stem="imagenet",
                    batch_norm=True, operator=operator),
         regularizers=[mhe.weight_decay(opt.WEIGHT_DECAY)],

@@ -55,7 +55,7 @@ def get_config(arg=None):
         raise ValueError(f"Config argument schedule={arg.schedule!r}; expected one of {sorted(SCHEDULES)}.")
     operator, batch_norm = NORMS[arg.norm]
     config = common.base_config(
-        data=dict(name="fashion_mnist", normalization="centered_128", train_limit=6000, test_limit=0),
+        data=dict(name="fashion_mnist", train_limit=6000, test_limit=0),
         model=dict(name="small_cnn", widths=(16, 32), convs_per_stage=2, dense_units=64,
                    batch_norm=batch_norm, operator=operator),
         optimizer=dict(name="sgd", learning_rate=0.05, momentum=0.9),

@@ -73,7 +73,7 @@ def get_config(arg=None):
             config.train.steps = 0
         return config
     config = common.base_config(
-        data=dict(name="fashion_mnist", normalization="centered_128", train_limit=12000, test_limit=0),
+        data=dict(name="fashion_mnist", train_limit=12000, test_limit=0),
         model=dict(name="mnist_2d", width_multiplier=width, head=HEADS[arg.loss]),
         optimizer=dict(name="adam", learning_rate=1e-3),
         train=dict(batch_size=64, steps=400, steps_per_epoch=50, verbose=2, checkpoint_every_steps=400),

@@ -55,7 +55,7 @@ def get_config(arg=None):
     if arg.reg not in REGULARIZERS:
         raise ValueError(f"Config argument reg={arg.reg!r}; expected one of {sorted(REGULARIZERS)}.")
     config = common.base_config(
-        data=dict(name="fashion_mnist", normalization="centered_128", train_limit=12000, test_limit=0),
+        data=dict(name="fashion_mnist", train_limit=12000, test_limit=0),
         model=dict(name="small_cnn", widths=(16, 32), convs_per_stage=2, dense_units=64, batch_norm=True),
         regularizers=REGULARIZERS[arg.reg],
         optimizer=dict(name="sgd", learning_rate=0.05, momentum=0.9),

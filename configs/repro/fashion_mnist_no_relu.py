@@ -46,7 +46,7 @@ def get_config(arg=None):
         raise ValueError(f"Config argument operator={arg.operator!r}; expected one of {sorted(OPERATORS)}.")
     operator = OPERATORS[arg.operator]
     config = common.base_config(
-        data=dict(name="fashion_mnist", normalization="centered_128", train_limit=6000, test_limit=0),
+        data=dict(name="fashion_mnist", train_limit=6000, test_limit=0),
         model=dict(
             name="small_cnn", widths=(16, 32), convs_per_stage=2, dense_units=64, batch_norm=True,
             relu=arg.relu, operator=operator, fc_operator=None if arg.operator == "conv2d" else operator,

@@ -352,6 +352,7 @@ def get_datasets(
     channel_mean=None,
     label_noise=0.0,
     label_noise_type="symmetric",
+    normalize=True,
 ):
     """Batched train and test `tf.data.Dataset`s of (float32 image, int32 label) for data set `name`.
 
@@ -367,6 +368,9 @@ def get_datasets(
             ('imagenet_eval' for ImageNet, 'none' otherwise).
         normalization: str, a name in `preprocessing.NORMALIZATIONS` (default `DEFAULT_NORMALIZATION`); 'none' feeds
             raw pixels to a model whose first layer normalises them (`sphere_tf.layers.PixelNormalization`).
+        normalize: bool; False leaves the normalisation to the model: the pipeline yields the augmented raw
+            pixels, and `info['normalization']` / `info['channel_mean']` are what the model's first layer
+            (`sphere_tf.layers.PixelNormalization`) applies (the runner builds its models so).
         seed: int, keys the subset, the epoch permutations and every augmentation draw.
         train_limit, test_limit: int >= 0, use this many examples (0: all); the training subset is
             a seeded random one, the test subset the first ones in file order.
@@ -390,7 +394,8 @@ def get_datasets(
 
     Returns:
         `(train_ds, test_ds, info)`: train_ds endless, test_ds one pass; info a dict with
-        `input_shape`, `num_classes`, `train_size`, `test_size`, `steps_per_epoch`, `channel_mean`.
+        `input_shape`, `num_classes`, `train_size`, `test_size`, `steps_per_epoch`, `channel_mean`,
+        `normalization` (the name; None for a callable).
 
     Raises:
         ValueError: a bad argument, named.
@@ -437,7 +442,9 @@ def get_datasets(
             raise validation.invalid_argument("channel_mean", "a sequence of finite floats or None", channel_mean)
     augment = preprocessing.get_augmentation(augmentation)
     augment_eval = preprocessing.get_augmentation(eval_augmentation)
-    normalize = preprocessing.get_normalization(normalization)
+    validation.one_of(normalize, "normalize", (True, False))
+    # normalize=False: the model's PixelNormalization applies `normalization` (with `mean`, reported in `info`).
+    normalize_fn = preprocessing.get_normalization(normalization if normalize else "none")
 
     # The reader: the one part that differs between data sets.
     splits = spec.reader(spec=spec, source=source, manual_dir=manual_dir, data_dir=data_dir, label_mode=label_mode,
@@ -468,8 +475,8 @@ def get_datasets(
             raise validation.invalid_argument("channel_mean", f"the channel means for {name} with "
                                               "normalization='mean_subtraction'", channel_mean)
     if streamed:
-        return _stream_datasets(train, test, batch_size, augment, augment_eval, normalize, seed, train_limit,
-                                test_limit, initial_step, drop_remainder, mean, num_classes)
+        return _stream_datasets(train, test, batch_size, augment, augment_eval, normalize_fn, seed, train_limit,
+                                test_limit, initial_step, drop_remainder, mean, num_classes, normalization)
     rng = np.random.default_rng(seed)
     train_arrays = _class_subset(train.arrays, class_limits, rng)
     train_arrays = _subset(train_arrays, train_limit, rng)
@@ -482,7 +489,7 @@ def get_datasets(
     def example(examples, i, epoch, transform):
         image, label = examples.load(i)
         image = transform(tf.cast(image, tf.float32), preprocessing.element_seed(seed, epoch, i))
-        return normalize(image, mean), label
+        return normalize_fn(image, mean), label
 
     start_epoch, start_batch = divmod(initial_step, steps_per_epoch)
 
@@ -505,7 +512,7 @@ def get_datasets(
         .batch(batch_size)
         .prefetch(tf.data.AUTOTUNE)
     )
-    return train_ds, test_ds, _info(train_ds, num_classes, train.size, test.size, steps_per_epoch, mean)
+    return train_ds, test_ds, _info(train_ds, num_classes, train.size, test.size, steps_per_epoch, mean, normalization)
 
 
 def _steps_per_epoch(train_size, batch_size, drop_remainder):
@@ -517,7 +524,7 @@ def _steps_per_epoch(train_size, batch_size, drop_remainder):
     return steps
 
 
-def _info(train_ds, num_classes, train_size, test_size, steps_per_epoch, mean):
+def _info(train_ds, num_classes, train_size, test_size, steps_per_epoch, mean, normalization):
     return {
         "input_shape": tuple(train_ds.element_spec[0].shape[1:].as_list()),
         "num_classes": num_classes,
@@ -525,12 +532,13 @@ def _info(train_ds, num_classes, train_size, test_size, steps_per_epoch, mean):
         "test_size": test_size,
         "steps_per_epoch": steps_per_epoch,
         "channel_mean": mean,
+        "normalization": normalization if isinstance(normalization, str) else None,
     }
 
 
 def _stream_datasets(
     train, test, batch_size, augment, augment_eval, normalize, seed, train_limit, test_limit, initial_step,
-    drop_remainder, mean, num_classes,
+    drop_remainder, mean, num_classes, normalization,
 ):
     """The datasets of two `Stream` splits (ImageNet from tensorflow-datasets): shard files and a 10k buffer
     shuffled under `seed`.
@@ -569,4 +577,4 @@ def _stream_datasets(
         .batch(batch_size)
         .prefetch(tf.data.AUTOTUNE)
     )
-    return train_ds, test_ds, _info(train_ds, num_classes, train_size, test_size, steps_per_epoch, mean)
+    return train_ds, test_ds, _info(train_ds, num_classes, train_size, test_size, steps_per_epoch, mean, normalization)

@@ -12,4 +12,6 @@ from sphere_tf.models.registry import MODELS
 from sphere_tf.models.registry import create_model
 from sphere_tf.models.registry import get_model_fn
 from sphere_tf.models.registry import list_models
+from sphere_tf.models.registry import model_options
 from sphere_tf.models.registry import register_model
+from sphere_tf.models.registry import with_pixel_normalization

@@ -63,7 +63,7 @@ def build_mlp(
     return blocks.finish(images, x, head, validation.positive_int(num_classes, "num_classes"), name)
 
 
-@register_model
+@register_model(passes_kwargs_to=build_mlp)
 def opt_mlp(input_shape=(28, 28, 1), num_classes=10, **kwargs):
     """OPT's MNIST MLP (thesis Table 7.3, App. F.3): 784 → 256 → 256 → 10, ReLU, biases, no BatchNorm."""
     return build_mlp(input_shape, num_classes, **{"name": "opt_mlp", **kwargs})

@@ -124,7 +124,7 @@ def _register(name, doc, convs_per_stage, widths=SPHERENET_WIDTHS, dense_units=2
 
     builder.__name__ = name
     builder.__doc__ = doc
-    return register_model(builder)
+    return register_model(builder, passes_kwargs_to=build_plain_cnn)
 
 
 for _n in (3, 9, 18, 45, 60, 69):
@@ -148,7 +148,7 @@ _register("dcnet_mnist_2d", "DCNet's MNIST visualisation net (App. D): [3×3]×2
           input_shape=(28, 28, 1), feature_bn_relu=False)
 
 
-@register_model
+@register_model(passes_kwargs_to=build_plain_cnn)
 def small_cnn(input_shape=(28, 28, 1), num_classes=10, widths=(32, 64), convs_per_stage=2,
               dense_units=128, **kwargs):
     """Two stages of two 3×3 convs (32, 64), FC 128: the Fashion-MNIST network of the DCNet config."""

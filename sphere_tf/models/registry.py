@@ -6,22 +6,49 @@ A new model family is one builder `fn(input_shape=..., num_classes=..., **option
 """
 
 import fnmatch
+import inspect
 
 import keras
 
+from sphere_tf import layers
 from sphere_tf import registry
 from sphere_tf import validation
+from sphere_tf import walk
 
 MODELS = {}
+# builder -> the function its `**kwargs` are passed on to (`register_model(passes_kwargs_to=...)`).
+_KWARGS_TARGETS = {}
+# Set by `create_model` itself, not by the builder.
+_SHAPE_ARGUMENTS = ("input_shape", "num_classes")
 
 
-def register_model(fn=None, *, name=None):
-    """Decorator adding a builder `fn(**kwargs) -> keras.Model` under `name` (default fn.__name__)."""
+def register_model(fn=None, *, name=None, passes_kwargs_to=None):
+    """Decorator adding a builder `fn(**kwargs) -> keras.Model` under `name` (default fn.__name__).
+
+    `passes_kwargs_to`: the function a builder with `**kwargs` passes them on to (`build_plain_cnn` for the CNN-N
+    family), so that `model_options(name)` knows every option the builder takes without building a model.
+    """
 
     def decorate(f):
+        if passes_kwargs_to is not None:
+            _KWARGS_TARGETS[f] = passes_kwargs_to
         return registry.register(MODELS, name or f.__name__, f, "Model")
 
     return decorate(fn) if fn is not None else decorate
+
+
+def model_options(name):
+    """The keyword arguments `create_model(name, ...)` passes to the builder (besides `input_shape`,
+    `num_classes`), read from the signatures of the builder and of what its `**kwargs` go on to; None when a
+    builder's `**kwargs` go where the registry was not told (they are then checked when the model is built)."""
+    fn, options = get_model_fn(name), set()
+    while fn is not None:
+        parameters = inspect.signature(fn).parameters
+        options |= {key for key, p in parameters.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+            return sorted(options - set(_SHAPE_ARGUMENTS))
+        fn = _KWARGS_TARGETS.get(fn)
+    return None
 
 
 def list_models(pattern="*"):
@@ -55,3 +82,58 @@ def create_model(name, bn_momentum=None, **kwargs):
             if isinstance(layer, keras.layers.BatchNormalization):
                 layer.momentum = float(bn_momentum)
     return model
+
+
+def _input_structure(model, input_shape):
+    """The symbolic inputs of `model` (a tensor, or a dict for a `MarginHead` model); for a subclassed model, an
+    image input of `input_shape`."""
+    try:
+        return model.input
+    except (AttributeError, ValueError):  # a Sequential answers `inputs` only; a subclassed model neither
+        pass
+    inputs = getattr(model, "inputs", None)
+    if inputs and len(inputs) == 1:
+        return inputs[0]
+    if input_shape is None:
+        raise validation.invalid_argument("input_shape", "the (height, width, channels) of the images of a model "
+                                          "without symbolic inputs (subclassed)", input_shape)
+    return keras.Input(tuple(input_shape))
+
+
+def with_pixel_normalization(model, normalization, channel_mean=None, name="pixel_normalization", input_shape=None):
+    """`model` taking raw pixels: a `layers.PixelNormalization(normalization, channel_mean)` first on its images.
+
+    The layers (and so the weights) are `model`'s own, re-applied after the new layer: a functional or Sequential
+    model's graph is run on the normalised images (`model.call` on symbolic inputs adds nodes to the same layers,
+    as `sphere_tf.training.wrap` does), so the result is flat (`result.layers` is `model.layers` with the new
+    layer after the inputs) and a `MarginHead` model keeps its `{'images', 'labels'}` inputs. A subclassed model
+    has no graph to re-run and is called as one layer. Readers of the trained model
+    (`layers.model_normalization`: export, face verification, adversarial pixel budgets) find the layer.
+
+    Args:
+        model: a `keras.Model` of `create_model` (or any built Keras model on an image input).
+        normalization: str, a registered pixel normalisation (`sphere_tf.data.normalization.NORMALIZATIONS`).
+        channel_mean: the per-channel means for a normalisation that reads them ('mean_subtraction'), else None.
+        name: str, the layer's name.
+        input_shape: the image shape of a subclassed model (the others tell theirs).
+
+    Raises:
+        ValueError: bad `normalization` / `channel_mean` (named, by the layer), or `model` already normalises its
+            pixels (`model`).
+    """
+    if layers.model_normalization(model) is not None:
+        raise validation.invalid_argument("model", "a model without a PixelNormalization (it has one)", model.name)
+    normalize = layers.PixelNormalization(normalization, channel_mean=channel_mean, name=name)
+    structure = _input_structure(model, input_shape)
+    image_input = structure["images"] if isinstance(structure, dict) else structure
+    images = keras.Input(tuple(image_input.shape[1:]), dtype=image_input.dtype, name="images")
+    pixels = normalize(images)
+    if isinstance(structure, dict):
+        inputs = {key: images if key == "images" else keras.Input(tuple(value.shape[1:]), dtype=value.dtype, name=key)
+                  for key, value in structure.items()}
+        call_inputs = {**inputs, "images": pixels}
+    else:
+        inputs, call_inputs = images, pixels
+    graph = walk.graph_nodes(model) is not None or isinstance(model, keras.Sequential)
+    outputs = model.call(call_inputs) if graph else model(call_inputs)
+    return keras.Model(inputs, outputs, name=model.name)

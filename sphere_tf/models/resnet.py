@@ -268,7 +268,7 @@ def _register(name, doc, defaults, build=build_resnet, input_shape=(32, 32, 3)):
 
     builder.__name__ = name
     builder.__doc__ = doc
-    return register_model(builder)
+    return register_model(builder, passes_kwargs_to=build)
 
 
 _SPHERE_COSINE = {"layer": "sphere", "angular": "cosine"}

@@ -160,7 +160,7 @@ def _register(depth):
     builder.__doc__ = (f"SphereFace-{depth} (SphereFace CVPR 2017 Table 2 / thesis Table 2.7): residual units "
                        f"{RESIDUAL_UNITS[depth]} at widths {WIDTHS}, PReLU, FC {EMBEDDING_DIM} embedding; the "
                        "keyword arguments of `build_sphereface`.")
-    return register_model(builder)
+    return register_model(builder, passes_kwargs_to=build_sphereface)
 
 
 for _depth in RESIDUAL_UNITS:

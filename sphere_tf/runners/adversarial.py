@@ -31,6 +31,7 @@ from absl import logging
 
 from sphere_tf import data as data_lib
 from sphere_tf import json_files
+from sphere_tf import layers
 from sphere_tf import losses as losses_lib
 from sphere_tf import models as models_lib
 from sphere_tf import validation
@@ -158,6 +159,19 @@ def validate(config):
     return config
 
 
+def _raw_pixel_space(channels):
+    """The attack space of the runner's models: raw pixels (their first layer normalises them), ε in pixels."""
+    return pixels_lib.pixel_space("none", channels)
+
+
+def _raw_pixel_model(model, cfg, info):
+    """A black-box source taking raw pixels: as loaded when it normalises them itself, else (a run saved before
+    the runner put `PixelNormalization` first) behind the config's `data.normalization`, which it was trained on."""
+    if layers.model_normalization(model) is not None:
+        return model
+    return recipe.with_input_normalization(model, cfg["data"]["normalization"], info["channel_mean"])
+
+
 def _source_file(path):
     return path if path.endswith(".keras") else classifier.pretrained_model_path(path)
 
@@ -199,6 +213,7 @@ def _train(cfg, training, config, space, directory, verbose, callbacks, label=("
     model_cfg = dict(cfg["model"])
     model = models_lib.create_model(model_cfg.pop("name"), input_shape=info["input_shape"],
                                     num_classes=info["num_classes"], **model_cfg)
+    model = recipe.with_input_normalization(model, data_cfg["normalization"], info["channel_mean"])
     fit_model = model
     if training == "fgsm":
         adv = config["adversarial_training"]
@@ -292,13 +307,14 @@ def _measure(cfg, training, config, probe_steps):
     """`(compile_seconds, seconds_per_step)` of one model's training step, built as `_train` builds it."""
     spec = data_lib.DATASETS[cfg["data"]["name"]]
     channels = spec.input_shape[-1]
-    # The pixel space only sets FGSM's clipping bounds, not the step's cost; a data set without a published
-    # mean (mean_subtraction computes it from the images) is timed with mid-grey.
+    # The channel mean does not change the step's cost; a data set without a published one (mean_subtraction
+    # computes it from the images) is timed with mid-grey.
     mean = spec.channel_mean or (127.5,) * channels
-    space = pixels_lib.pixel_space(cfg["data"]["normalization"], channels, mean)
+    space = _raw_pixel_space(channels)
     model_cfg = dict(cfg["model"])
     model = models_lib.create_model(model_cfg.pop("name"), input_shape=spec.input_shape,
                                     num_classes=spec.num_classes, **model_cfg)
+    model = recipe.with_input_normalization(model, cfg["data"]["normalization"], mean)
     if training == "fgsm":
         adv = config["adversarial_training"]
         model = training_lib.adversarial_wrap(model, space, epsilon=adv["epsilon"], mix=adv["mix"])
@@ -355,8 +371,7 @@ def run_experiment(config, workdir):
         checkpoint_lib.record_config(workdir, config)  # after the data are found: missing archives leave no workdir
         images, labels = _test_arrays(test_ds)
         sizes = {"train_size": info["train_size"], "test_size": int(len(labels))}
-        space = pixels_lib.pixel_space(base_cfg["data"]["normalization"], info["input_shape"][-1],
-                                       info["channel_mean"])
+        space = _raw_pixel_space(info["input_shape"][-1])
         sources = {}
         for training in config["trainings"]:
             kind = training if config["black_box"]["source_training"] == "matched" else "natural"
@@ -364,7 +379,7 @@ def run_experiment(config, workdir):
                 continue
             path = config["black_box"][f"{kind}_source"]
             if path:
-                sources[kind] = keras.models.load_model(_source_file(path))
+                sources[kind] = _raw_pixel_model(keras.models.load_model(_source_file(path)), base_cfg, info)
             else:
                 source_seed = seed + config["black_box"]["source_seed_offset"]
                 cfg = classifier.validate(classifier_config(config, "baseline", source_seed))

@@ -10,7 +10,6 @@ before any data is read, naming the dotted key and the valid choices.
 
 import collections
 import copy
-import inspect
 import json
 import os
 import shutil
@@ -67,11 +66,13 @@ def _check_model(model_cfg):
     fn = models_lib.get_model_fn(name)
     if model_cfg.get("bn_momentum") is not None:  # create_model's own argument
         validation.real(model_cfg.pop("bn_momentum"), "model.bn_momentum", low=0.0, high=1.0, high_open=True)
-    parameters = inspect.signature(fn).parameters
-    if not any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
-        valid = sorted(k for k in parameters if k not in ("input_shape", "num_classes"))
+    # Every option the builder takes, through the functions its `**kwargs` go on to: checked here without
+    # building a model (the run builds its one model later). None: a user builder whose `**kwargs` go where the
+    # registry was not told; its options are checked when the model is built.
+    valid = models_lib.model_options(name)
+    if valid is not None:
         for key in model_cfg:
-            if key not in parameters or key in ("input_shape", "num_classes"):
+            if key not in valid:
                 raise ValueError(f"Unknown config key 'model.{key}' for model {name!r}; expected one of {valid}."
                                  + validation.did_you_mean(key, valid))
     for key in ("operator", "shortcut_operator", "fc_operator", "stem_operator"):
@@ -134,22 +135,6 @@ def _test_curve(history, accuracy_name):
     return [{"step": int(step), "test_accuracy": 100.0 * accuracy, "test_error": error, "test_loss": loss}
             for step, accuracy, error, loss in zip(steps, history[f"val_{accuracy_name}"], history["val_error"],
                                                    history["val_loss"])]
-
-
-def _probe_model(config):
-    """Builds the configured model once on the data set's shapes (no data read), so a model option a
-    `**kwargs` model function passes on is checked too, and so is each `train.energy_layers` pattern (it must
-    match a layer); the probe is discarded."""
-    spec = datasets_lib.DATASETS[config["data"]["name"]]
-    input_shape = spec.input_shape or (preprocessing.IMAGENET_CROP, preprocessing.IMAGENET_CROP, 3)
-    model_cfg = recipe.model_kwargs(config["model"])
-    name = model_cfg.pop("name")
-    try:
-        model = models_lib.create_model(name, input_shape=input_shape, num_classes=spec.num_classes, **model_cfg)
-    except TypeError as error:
-        raise ValueError(f"Invalid config key in 'model' for model {name!r}: {error}") from None
-    if config["train"]["energy_layers"] is not None:  # each pattern names a layer of this model
-        recipe.energy_layer_names(config["train"]["energy_layers"], model, {})
 
 
 @config_errors
@@ -248,7 +233,6 @@ def validate(config):
     validation.one_of(config["export_class_matrix"], "export_class_matrix", (True, False))
     if _is_partial_fc(config["model"]):
         _check_partial_fc_run(config)
-    _probe_model(config)
     return config
 
 
@@ -361,20 +345,22 @@ def _partial_fc_plan(config, strategy, recorded_num_shards=None):
 def data_kwargs(data_cfg):
     """The `get_datasets` keyword arguments of the `data` section.
 
-    '' means None; `source='auto'` is 'tfds' when `data_dir` is set, else 'manual'.
+    '' means None; `source='auto'` is 'tfds' when `data_dir` is set, else 'manual'. The pipelines yield raw pixels
+    (`normalize=False`): `data.normalization` is the model's first layer (`recipe.build_model`).
     """
     kwargs = {k: (None if k in _EMPTY_IS_NONE and v == "" else v) for k, v in data_cfg.items() if k != "name"}
+    kwargs["normalize"] = False
     if kwargs["source"] == "auto":
         kwargs["source"] = "tfds" if kwargs["data_dir"] else "manual"
     return kwargs
 
 
 def _export(model, model_path, export_base, config, info):
-    """Writes the TF Serving folder `export/<model name>/<version>/` (the pipeline's normalisation in the graph);
-    returns its path. On a backend other than TensorFlow the saved `model_path` (the final weights: saved at the
-    last epoch's end, or after precise BN) is exported under TensorFlow in a child process."""
-    kwargs = {"model_name": config["model"]["name"] or "model", "normalization": config["data"]["normalization"],
-              "channel_mean": info.get("channel_mean"), "class_matrix": config["export_class_matrix"]}
+    """Writes the TF Serving folder `export/<model name>/<version>/` (raw pixels in: the model's first layer
+    normalises them); returns its path. On a backend other than TensorFlow the saved `model_path` (the final
+    weights: saved at the last epoch's end, or after precise BN) is exported under TensorFlow in a child process."""
+    del info  # the normalisation and its channel mean are the model's (`PixelNormalization`)
+    kwargs = {"model_name": config["model"]["name"] or "model", "class_matrix": config["export_class_matrix"]}
     if keras.backend.backend() == "tensorflow":
         return export_lib.export_model(model, export_base, **kwargs).path
     return export_lib.export_model_file(model_path, export_base, **kwargs).path
@@ -453,7 +439,9 @@ def dry_run(config, probe_steps=3, data=None):
                        else spec.num_classes)
     input_shape = tuple(data.get("input_shape") or spec.input_shape
                         or (preprocessing.IMAGENET_CROP, preprocessing.IMAGENET_CROP, 3))
-    info = {"input_shape": input_shape, "num_classes": classes}
+    # The channel mean does not change the step's cost: the data set's published one, else mid-grey.
+    info = {"input_shape": input_shape, "num_classes": classes,
+            "channel_mean": spec.channel_mean or (127.5,) * input_shape[-1]}
     previous_policy = keras.mixed_precision.global_policy().name
     keras.mixed_precision.set_global_policy(config["mixed_precision"])
     try:
@@ -581,11 +569,6 @@ def train_and_evaluate(config, workdir, strategy=None):
             "data.test_limit", f"a test set size divisible by the {plan.devices} devices of model.head."
             f"{SHARD_CLASSES_KEY} (every evaluation batch is split over them; the test set has "
             f"{info['test_size']} images)", data_cfg["test_limit"])))
-    if chief:
-        checkpoint_lib.record_config(state_dir, config, defaults=DEFAULTS)
-        checkpoint_lib.record_config(workdir, config, defaults=DEFAULTS)
-        if plan is not None:
-            json_files.write_json(os.path.join(state_dir, PARTIAL_FC_FILE), {"num_shards": plan.num_shards})
     # Where this process writes logs and files: `workdir` on the chief, `workdir/workertemp_<task>` elsewhere.
     local_dir = distribute.checkpoint_directory(workdir, strategy)
     steps_per_epoch, epochs = run_length(train_cfg, info["steps_per_epoch"])
@@ -615,7 +598,7 @@ def train_and_evaluate(config, workdir, strategy=None):
             # JAX: model, optimizer, checkpoints and every fit / evaluate step under the class-sharded layout.
             keras.distribution.set_distribution(plan.distribution)
         with strategy.scope():
-            model, attached = recipe.build_model(config, info, None if plan is None else plan.num_shards)
+            model, attached = config_errors(recipe.build_model)(config, info, None if plan is None else plan.num_shards)
             if plan is None:
                 model.compile(
                     optimizer=recipe.build_optimizer(config, total_steps),
@@ -625,6 +608,11 @@ def train_and_evaluate(config, workdir, strategy=None):
             else:  # the head adds its own (sampled) loss; its training logits are sampled columns: no metric
                 model.compile(optimizer=recipe.build_optimizer(config, total_steps, partial_fc=True), loss=None)
             model.optimizer.build(model.trainable_variables)  # its slots live on the strategy's devices
+        if chief:  # after the model is built from the checked config: a model option it refuses leaves no workdir
+            checkpoint_lib.record_config(state_dir, config, defaults=DEFAULTS)
+            checkpoint_lib.record_config(workdir, config, defaults=DEFAULTS)
+            if plan is not None:
+                json_files.write_json(os.path.join(state_dir, PARTIAL_FC_FILE), {"num_shards": plan.num_shards})
         model.summary(print_fn=logging.info)
         packed = models_lib.needs_labels(model)
 

@@ -21,10 +21,12 @@ import keras
 import numpy as np
 
 from sphere_tf import json_files
+from sphere_tf import layers
 from sphere_tf import models as models_lib
 from sphere_tf import validation
 from sphere_tf.data import datasets as datasets_lib
 from sphere_tf.data import faces
+from sphere_tf.data import normalization as normalization_lib
 from sphere_tf.evaluation import face as face_lib
 from sphere_tf.evaluation import verification
 from sphere_tf.runners import classifier
@@ -123,8 +125,13 @@ def _read_json(workdir, name):
         return json.load(f)
 
 
-def _run_normalization(workdir):
-    return _read_json(workdir, "config.json").get("data", {}).get("normalization", "centered_128")
+def _run_normalization(workdir, model):
+    """None for a model that normalises its own pixels (its first layer; `verify` reads it there); for a model
+    saved before the runner put that layer first, the run's recorded `data.normalization`."""
+    if layers.model_normalization(model) is not None:
+        return None
+    recorded = _read_json(workdir, "config.json").get("data", {}).get("normalization")
+    return recorded or normalization_lib.DEFAULT_NORMALIZATION
 
 
 def _run_image_pattern(workdir):
@@ -178,7 +185,7 @@ def evaluate_workdir(workdir, pairs, images, *, image_pattern=None, batch_size=6
     parsed = faces.read_ytf_splits(pairs) if protocol == "ytf" else faces.read_pairs(pairs, image_pattern=image_pattern)
     model = keras.models.load_model(model_path)
     roc_path = os.path.join(workdir, "roc.png")
-    results = face_lib.verify(model, parsed, images, batch_size=batch_size, normalization=_run_normalization(workdir),
+    results = face_lib.verify(model, parsed, images, batch_size=batch_size, normalization=_run_normalization(workdir, model),
                      far_targets=far_targets, roc_path=roc_path, frames_per_video=frames_per_video)
     results.update({"pairs": os.path.abspath(pairs), "images": os.path.abspath(images), "roc_png": roc_path})
     results_path = os.path.join(workdir, "results.json")

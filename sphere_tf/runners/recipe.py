@@ -22,6 +22,7 @@ from sphere_tf import models as models_lib
 from sphere_tf import optimizers as optimizers_lib
 from sphere_tf import regularizers as regularizers_lib
 from sphere_tf import validation
+from sphere_tf.ops import pixel_normalization as normalization_lib
 from sphere_tf.layers import kernels as kernels_lib
 from sphere_tf.training import model as sphere_model_lib
 from sphere_tf.training import optimization
@@ -95,8 +96,18 @@ class ScheduleLogger(keras.callbacks.Callback):
             logs[f"lambda/{head.name}"] = float(keras.ops.convert_to_numpy(head.current_lambda()))
 
 
+def with_input_normalization(model, normalization, channel_mean=None):
+    """`model` with the run's pixel normalisation as its first layer (`models.with_pixel_normalization`): the
+    runner's pipelines yield raw pixels (`get_datasets(normalize=False)`), and the trained model, its `.keras`
+    file and its export take raw pixels. `channel_mean` (the data's `info['channel_mean']`) is kept for the
+    normalisations that read it only."""
+    uses_mean = normalization_lib.uses_channel_mean(normalization)
+    return models_lib.with_pixel_normalization(model, normalization, channel_mean if uses_mean else None)
+
+
 def build_model(config, info, num_shards=None):
-    """`(model, attached)`: the configured model on the data's `info` (`input_shape`, `num_classes`), initialised
+    """`(model, attached)`: the configured model on the data's `info` (`input_shape`, `num_classes`,
+    `channel_mean`), its first layer the config's `data.normalization` (`with_input_normalization`), initialised
     from a pretrained run and wrapped for the DCNet paradigms as configured, with the regularizers attached
     (`attached`: layer name -> regularizer name). `num_shards`: the class blocks of a Partial FC head (the
     runner's resolved count; None for any other head)."""
@@ -110,8 +121,14 @@ def build_model(config, info, num_shards=None):
         if num_shards is not None and model_cfg["head"].get("seed") is None:
             # One draw sequence for every process, device and resume: keyed by the run's seed.
             model_cfg["head"]["seed"] = config["seed"]
-    model = models_lib.create_model(name, input_shape=info["input_shape"], num_classes=info["num_classes"],
-                                    **model_cfg)
+    try:
+        model = models_lib.create_model(name, input_shape=info["input_shape"], num_classes=info["num_classes"],
+                                        **model_cfg)
+    except TypeError as error:  # an option a `**kwargs` model function passes on (not checkable by signature)
+        raise ValueError(f"Invalid config key in 'model' for model {name!r}: {error}") from None
+    model = with_input_normalization(model, config["data"]["normalization"], info.get("channel_mean"))
+    if config["train"]["energy_layers"] is not None:  # each pattern names a layer of this model
+        energy_layer_names(config["train"]["energy_layers"], model, {})
     paradigm = config["paradigm"]
     if paradigm["pretrained"]:
         source = keras.models.load_model(pretrained_model_path(paradigm["pretrained"]))
@@ -253,4 +270,7 @@ def measure_step_time(model, batch_size, input_shape, num_classes, probe_steps, 
     return compile_seconds, (time.perf_counter() - started) / probe_steps
 
 
-__all__ = ["ScheduleLogger", "build_loss", "build_model", "build_optimizer", "energy_layer_names", "energy_layer_patterns", "is_margin_head", "margin_heads", "measure_step_time", "model_kwargs", "pretrained_model_path", "recompute_batch_statistics", "run_length", "training_accuracy", "training_callbacks"]
+__all__ = ["ScheduleLogger", "build_loss", "build_model", "build_optimizer", "energy_layer_names", "energy_layer_patterns",
+           "is_margin_head", "margin_heads", "measure_step_time", "model_kwargs", "pretrained_model_path",
+           "recompute_batch_statistics", "run_length", "training_accuracy", "training_callbacks",
+           "with_input_normalization"]

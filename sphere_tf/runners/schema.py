@@ -10,6 +10,7 @@ import copy
 import functools
 
 from sphere_tf import validation
+from sphere_tf.ops import pixel_normalization
 from sphere_tf.training import model as sphere_model_lib
 
 MIXED_PRECISION = ("float32", "mixed_float16", "mixed_bfloat16")
@@ -21,7 +22,7 @@ DEFAULTS = {
     "seed": 0,
     "data": {
         "name": "fashion_mnist", "source": "auto", "manual_dir": "", "data_dir": "", "augmentation": "none",
-        "eval_augmentation": "", "normalization": "centered_128", "train_limit": 0, "test_limit": 0,
+        "eval_augmentation": "", "normalization": pixel_normalization.DEFAULT_NORMALIZATION, "train_limit": 0, "test_limit": 0,
         "label_mode": "fine", "val_labels_file": "", "class_limits": [], "label_noise": 0.0,
         "label_noise_type": "symmetric",
     },

@@ -24,7 +24,7 @@ def test_info_and_test_set_in_file_order(cifar_dir):
     folder, data = cifar_dir
     train, test, info = datasets.get_datasets("cifar10", manual_dir=folder, batch_size=4)
     assert info == {"input_shape": (32, 32, 3), "num_classes": 10, "train_size": 15, "test_size": 5,
-                    "steps_per_epoch": 3, "channel_mean": None}
+                    "steps_per_epoch": 3, "channel_mean": None, "normalization": "centered_128"}
     x = np.concatenate([b[0] for b in _batches(test, 10)])
     y = np.concatenate([b[1] for b in _batches(test, 10)])
     np.testing.assert_allclose(x, (data["x_test"].astype(np.float32) - 127.5) / 128)
@@ -193,3 +193,19 @@ def test_every_writer_feeds_get_datasets(tmp_path, name):
     assert x.shape[1:] == info["input_shape"] and x.shape[0] == 2
     assert 0 <= y.numpy().min() and y.numpy().max() < info["num_classes"]
     assert sum(int(b[1].shape[0]) for b in test) == info["test_size"] > 0
+
+
+@pytest.mark.parametrize("normalization", ["centered_128", "mean_subtraction", "unit_interval"])
+def test_normalize_false_yields_raw_pixels_and_reports_the_normalization(cifar_dir, normalization):
+    """The runner's pipelines (`normalize=False`): raw pixels out, and `info` says what the model's first layer
+    applies, the training images' per-channel mean (NumPy over the written archive) for mean_subtraction."""
+    folder, data = cifar_dir
+    _, test, info = datasets.get_datasets("cifar10", manual_dir=folder, batch_size=5, normalization=normalization,
+                                          normalize=False)
+    np.testing.assert_array_equal(next(iter(test))[0].numpy(), data["x_test"].astype(np.float32))
+    assert info["normalization"] == normalization
+    if normalization == "mean_subtraction":
+        expected = data["x_train"].reshape(-1, 3).astype(np.float64).mean(axis=0)
+        np.testing.assert_allclose(info["channel_mean"], expected, rtol=1e-6)
+    with pytest.raises(ValueError, match="normalize"):
+        datasets.get_datasets("cifar10", manual_dir=folder, batch_size=5, normalize="no")

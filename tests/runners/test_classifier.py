@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from sphere_tf import data as data_lib
+from sphere_tf import layers
 from sphere_tf import models as models_lib
 from sphere_tf.data import archive_writers
 from sphere_tf.data import datasets as datasets_lib
@@ -100,6 +101,8 @@ TYPOS = [
     ({"data": {"normalization": "centred"}}, "data.normalization", "centered_128"),
     ({"model": {"name": "resnet33"}}, "model", "resnet32"),
     ({"model": {"widthz": [4]}}, "model", "widthz"),
+    ({"model": {"name": "cnn9", "widthz": [4]}}, "model", "widthz"),  # through **kwargs to build_plain_cnn
+    ({"model": {"name": "sphereface4", "residual_unitz": [1]}}, "model", "residual_units"),
     ({"model": {"operator": {"layer": "decoupld"}}}, "operator", "decoupled"),
     ({"model": {"head": {"layer": "margin", "loss_type": "arcfase"}}}, "loss_type", "arcface"),
     ({"model": {"head": {"layer": "margn"}}}, "head['layer']", "margin"),
@@ -123,7 +126,6 @@ TYPOS = [
     ({"train": {"energy_layers": ["conv*", ""]}}, "train.energy_layers", "pattern"),
     ({"train": {"energy_layers": 3}}, "train.energy_layers", "pattern"),
     ({"train": {"energy_layers": {"layers": "conv*"}}}, "train.energy_layers", "pattern"),
-    ({"train": {"energy_layers": ["conv*", "fcc"]}}, "train.energy_layers", "'fcc' matches no layer"),
     ({"train": {"energy_power": -1}}, "train.energy_power", ">= 0"),
     ({"train": {"energy_half_space": "yes"}}, "train.energy_half_space", "True"),
 ]
@@ -145,6 +147,51 @@ def test_typos_fail_before_data_is_read(change, key, choice, monkeypatch, tmp_pa
         classifier.train_and_evaluate(config, str(tmp_path / "run"))
     assert key in str(raised.value) and choice in str(raised.value)
     assert not os.path.exists(tmp_path / "run" / "results.json")
+
+
+# What only the model can tell (a pattern matching none of its layers, an option a `**kwargs` model function
+# refuses): checked when the run builds its one model, after the data are read and before anything is written.
+MODEL_CHECKS = [
+    ({"train": {"energy_layers": ["conv*", "fcc"]}}, "train.energy_layers", "'fcc' matches no layer"),
+    ({"model": {"name": "passes_on_untold", "widthz": 3}}, "model", "widthz"),
+]
+
+
+@pytest.fixture
+def untold_builder():
+    """A user's builder whose `**kwargs` go where the registry was not told (`register_model` without
+    `passes_kwargs_to`): its options can only be checked by building it."""
+    def passes_on_untold(input_shape, num_classes, **kwargs):
+        return models_lib.get_model_fn("small_cnn")(input_shape, num_classes, widths=(4,), convs_per_stage=1,
+                                                    dense_units=8, **kwargs)
+
+    models_lib.register_model(passes_on_untold)
+    assert models_lib.model_options("passes_on_untold") is None
+    yield
+    del models_lib.MODELS["passes_on_untold"]
+
+
+@pytest.mark.parametrize("change,key,choice", MODEL_CHECKS, ids=lambda v: str(v)[:40])
+def test_model_checks_fail_when_the_model_is_built_before_anything_is_written(change, key, choice, mnist_dir,
+                                                                                 tmp_path, untold_builder):
+    config = tiny_config(mnist_dir)
+    for section, value in change.items():
+        config[section] = {**config[section], **value} if section in config and section != "model" else value
+    builds = []
+    real = models_lib.create_model
+
+    def counted(*args, **kwargs):
+        builds.append(args)
+        return real(*args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(models_lib, "create_model", counted)
+        classifier.validate(config)  # the config's own keys pass: no model is built to check them
+        assert builds == []
+        with pytest.raises(classifier.ConfigError) as raised:
+            classifier.train_and_evaluate(config, str(tmp_path / "run"))
+    assert key in str(raised.value) and choice in str(raised.value)
+    assert len(builds) == 1 and not os.path.exists(tmp_path / "run")
 
 
 # -- schedules and run lengths against hand values -----------------------------------------------------------------
@@ -205,7 +252,10 @@ def test_steps_not_a_multiple_of_steps_per_epoch():
 def _recomputed_accuracy(workdir, config):
     """Percent accuracy of the saved model on the test split, from `model.evaluate` of the saved file."""
     model = keras.models.load_model(os.path.join(workdir, "checkpoints", "model.keras"))
-    _, test_ds, _ = data_lib.get_datasets(config["data"]["name"], batch_size=4, manual_dir=config["data"]["manual_dir"])
+    assert layers.model_normalization(model) == (config["data"].get("normalization", "centered_128"), None)
+    # Raw pixels: the saved model's first layer normalises them.
+    _, test_ds, _ = data_lib.get_datasets(config["data"]["name"], batch_size=4, manual_dir=config["data"]["manual_dir"],
+                                          normalize=False)
     if models_lib.needs_labels(model):
         test_ds = test_ds.map(lambda x, y: (models_lib.pack_inputs(x, y), y))
     predictions, labels = [], []
@@ -357,7 +407,7 @@ def test_per_class_top5_and_minority_errors_are_recorded(mnist_dir, tmp_path):
     with open(os.path.join(workdir, "results.json")) as f:
         assert json.load(f) == results
     model = keras.models.load_model(os.path.join(workdir, "checkpoints", "model.keras"))
-    _, test_ds, _ = data_lib.get_datasets("mnist", batch_size=4, manual_dir=mnist_dir)
+    _, test_ds, _ = data_lib.get_datasets("mnist", batch_size=4, manual_dir=mnist_dir, normalize=False)  # raw: the model normalises
     labels, scores = [], []
     for x, y in test_ds:
         scores.append(keras.ops.convert_to_numpy(model(x, training=False)))
