@@ -299,6 +299,28 @@ def case_initializers(rng):
     return model, x
 
 
+def case_pixel_normalization(rng):
+    """Every built-in normalisation as a model's first layer, and a runner-built model (its layers after it)."""
+    inputs = keras.Input((4, 4, 3))
+    variants = {
+        "default": layers.PixelNormalization(),
+        "mean": layers.PixelNormalization("mean_subtraction", channel_mean=[120.0, 110.0, 100.0]),
+        "unit": layers.PixelNormalization("unit_interval"),
+        "none": layers.PixelNormalization("none"),
+    }
+    model = _parallel(inputs, variants)
+    return model, rng.uniform(0.0, 255.0, (BATCH, 4, 4, 3)).astype("float32")
+
+
+def case_runner_model(rng):
+    """A model as the runner builds it: `models.with_pixel_normalization` over a small CNN with a margin head."""
+    base = models.create_model("small_cnn", input_shape=(8, 8, 1), num_classes=3, widths=(4,), convs_per_stage=1,
+                               dense_units=4, head={"layer": "margin", "loss_type": "cosface"})
+    model = models.with_pixel_normalization(base, "centered_128")
+    x = {"images": rng.uniform(0.0, 255.0, (BATCH, 8, 8, 1)).astype("float32"), "labels": _labels(rng, 3)}
+    return model, x
+
+
 def case_sphere_model(rng):
     """SphereModel (functional), trained one step with weight projection on every step."""
     inputs = keras.Input((6, 6, 2))
@@ -389,6 +411,8 @@ CASES = {
     "regularizers": case_regularizers,
     "losses_metrics": case_losses_metrics,
     "initializers": case_initializers,
+    "pixel_normalization": case_pixel_normalization,
+    "runner_model": case_runner_model,
     "sphere_model": case_sphere_model,
     "sphere_sequential": case_sphere_sequential,
     "folded_batch_norm": case_folded_batch_norm,
@@ -495,16 +519,17 @@ def main():
     cases.update({f"model_{name}": model_case(name) for name in models.list_models() if name not in MODELS_NOT_SAVED})
     manifest_path = os.path.join(OUT, "manifest.json")
     entries = {}
+    stamp = commit + ("-dirty" if dirty else "")
     if args.only and os.path.exists(manifest_path):
         with open(manifest_path, encoding="utf-8") as f:
             entries = {e["file"][: -len(".keras")]: e for e in json.load(f)["files"]}
     for name, build in cases.items():
         if args.only and name not in args.only:
             continue
-        entries[name] = write_case(name, build, _rng(name))
+        # Each file names the commit that wrote it: files added later (`--only`) for new classes are newer.
+        entries[name] = {**write_case(name, build, _rng(name)), "sphere_tf_commit": stamp}
         print(f"{name}: {', '.join(entries[name]['classes']) or '(keras classes only)'}", flush=True)
     manifest = {
-        "sphere_tf_commit": commit + ("-dirty" if dirty else ""),
         "sphere_tf_version": sphere_tf.__version__,
         "keras_version": keras.__version__,
         "backend": "tensorflow",

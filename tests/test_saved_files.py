@@ -2,7 +2,7 @@
 
 tests/saved_files/ holds one small model per family of serializable objects (every public layer class, the
 regularizers, losses, metrics, initializers, optimizers, training models and every registered model builder),
-saved on TensorFlow by the commit that manifest.json names, with a fixed input and the predictions the saving
+saved on TensorFlow by the commits that manifest.json names, with a fixed input and the predictions the saving
 model made on it. A refactor that renames a registered class, drops a config key or changes a weight's layout
 fails here. A new public class or model fails the coverage tests until the files are regenerated:
 
@@ -170,8 +170,9 @@ def test_every_registered_model_has_a_saved_file():
 
 @pytest.mark.structure_only
 def test_manifest_names_the_commit_and_its_files():
-    commit = MANIFEST["sphere_tf_commit"]
-    assert len(commit) == 40 and all(c in "0123456789abcdef" for c in commit), commit
+    for entry in ENTRIES.values():
+        commit = entry["sphere_tf_commit"]
+        assert len(commit) == 40 and all(c in "0123456789abcdef" for c in commit), (entry["file"], commit)
     on_disk = {f for f in os.listdir(HERE) if f.endswith((".keras", ".npz"))}
     listed = {entry[key] for entry in ENTRIES.values() for key in ("file", "data")}
     assert on_disk == listed
