@@ -360,12 +360,26 @@ def case_folded_batch_norm(rng):
     return export.fold_batch_norm(model), x
 
 
+def case_fgsm_adversarial_model(rng):
+    """`sphere_tf.adversarial.adversarial_wrap` of a runner-style model (raw pixels in, ε = 8 pixels)."""
+    from sphere_tf import adversarial  # noqa: PLC0415  (TensorFlow-only subpackage)
+
+    base = models.create_model("small_cnn", input_shape=(8, 8, 1), num_classes=3, widths=(4,), convs_per_stage=1,
+                               dense_units=4, normalization="centered_128")
+    model = adversarial.adversarial_wrap(base, epsilon=8.0, mix=0.5)
+    model.compile(optimizer=keras.optimizers.SGD(0.01), loss=keras.losses.SparseCategoricalCrossentropy(True))
+    x = rng.uniform(0.0, 255.0, (BATCH, 8, 8, 1)).astype("float32")
+    model.fit(x, _labels(rng, 3), batch_size=BATCH, epochs=1, verbose=0)
+    return model, x
+
+
 # Cases only TensorFlow can load, with the reason (kept in the manifest).
 TENSORFLOW_ONLY = {
     "folded_batch_norm": "FoldedBatchNormalization is registered by sphere_tf.export, which needs TensorFlow",
+    "fgsm_adversarial_model": "FGSMAdversarialModel is registered by sphere_tf.adversarial (cleverhans, TensorFlow)",
 }
 # Modules a reader imports before loading, beyond `import sphere_tf` (which registers the rest).
-IMPORTS = {"folded_batch_norm": ["sphere_tf.export"]}
+IMPORTS = {"folded_batch_norm": ["sphere_tf.export"], "fgsm_adversarial_model": ["sphere_tf.adversarial"]}
 
 
 def model_case(name):
@@ -416,6 +430,7 @@ CASES = {
     "sphere_model": case_sphere_model,
     "sphere_sequential": case_sphere_sequential,
     "folded_batch_norm": case_folded_batch_norm,
+    "fgsm_adversarial_model": case_fgsm_adversarial_model,
 }
 
 

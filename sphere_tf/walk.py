@@ -75,6 +75,43 @@ def graph_nodes(model):
     return [node for nodes in by_depth.values() for node in nodes]
 
 
+def call_graph(model, inputs):
+    """Calls `model`'s layers again, in graph order, on new symbolic `inputs` (the structure of `model.inputs`:
+    a tensor, a list or a dict); returns the new outputs in the structure of the model's outputs.
+
+    Each node of the graph calls its layer again with the new tensors in place of the old (the same layer
+    objects, so the same weights; Keras adds a node to each). Unlike `model(inputs)` this nests nothing, and
+    unlike `model.call(inputs)` it adds no tensor-conversion operations between the new inputs and the layers:
+    the result is a flat graph of the model's own layers.
+
+    Raises:
+        ValueError: `model` has no graph (subclassed or unbuilt), or `inputs` do not match its inputs.
+    """
+    nodes = graph_nodes(model)
+    graph = getattr(model, "_functional", None) if isinstance(model, keras.Sequential) else model
+    if nodes is None:
+        raise ValueError(f"call_graph: {getattr(model, 'name', model)!r} has no graph (a subclassed or unbuilt model).")
+    old_inputs, new_inputs = keras.tree.flatten(graph.input), keras.tree.flatten(inputs)
+    if len(old_inputs) != len(new_inputs):
+        raise ValueError(f"call_graph: {model.name!r} takes {len(old_inputs)} inputs; received {len(new_inputs)}.")
+    tensors = {id(old): new for old, new in zip(old_inputs, new_inputs)}
+
+    def swap(value):
+        return tensors[id(value)] if isinstance(value, keras.KerasTensor) else value
+
+    by_depth = graph._nodes_by_depth
+    for depth in sorted(by_depth, reverse=True):  # the inputs have the largest depth, the outputs depth 0
+        for node in by_depth[depth]:
+            if isinstance(node.operation, keras.layers.InputLayer):
+                continue
+            args = keras.tree.map_structure(swap, node.arguments.args)
+            kwargs = keras.tree.map_structure(swap, node.arguments.kwargs)
+            outputs = node.operation(*args, **kwargs)
+            for old, new in zip(keras.tree.flatten(node.outputs), keras.tree.flatten(outputs)):
+                tensors[id(old)] = new
+    return keras.tree.map_structure(swap, graph.output)
+
+
 def layer_calls(model, layer):
     """The nodes of `model`'s graph that call `layer`, in graph order (`[]` when `model` has no graph)."""
     return [node for node in graph_nodes(model) or () if node.operation is layer]

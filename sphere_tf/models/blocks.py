@@ -17,6 +17,9 @@ the labels (`training=False`) and returns the plain logits, so any integer
 labels in range (zeros, say) do there.
 """
 
+import contextlib
+import contextvars
+
 import keras
 
 from sphere_tf import layers
@@ -172,6 +175,33 @@ def pack_inputs(images, labels):
     For a `tf.data` pipeline of ``(x, y)``: ``ds.map(lambda x, y: (pack_inputs(x, y), y))``.
     """
     return {"images": images, "labels": labels}
+
+
+# The pixel normalisation `create_model(..., normalization=...)` asks of the builder it calls: (name, channel_mean).
+_PIXEL_NORMALIZATION = contextvars.ContextVar("pixel_normalization", default=None)
+
+
+@contextlib.contextmanager
+def pixel_normalization(normalization, channel_mean=None):
+    """Within it, `pixels(images)` puts `layers.PixelNormalization(normalization, channel_mean)` first (the
+    builders of `create_model(..., normalization=...)`: the model takes raw pixels)."""
+    token = _PIXEL_NORMALIZATION.set((normalization, channel_mean))
+    try:
+        yield
+    finally:
+        _PIXEL_NORMALIZATION.reset(token)
+
+
+def pixels(images):
+    """What a builder's first layer takes: `images` normalised by the `PixelNormalization` that
+    `create_model(..., normalization=...)` asks for, else `images` as they are. Every built-in builder starts
+    `x = blocks.pixels(images)`."""
+    asked = _PIXEL_NORMALIZATION.get()
+    if asked is None:
+        return images
+    _PIXEL_NORMALIZATION.set(None)  # one layer per build: a builder calling a builder normalises once
+    normalization, channel_mean = asked
+    return layers.PixelNormalization(normalization, channel_mean=channel_mean, name="pixel_normalization")(images)
 
 
 def images_input(input_shape):

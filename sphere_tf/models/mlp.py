@@ -56,7 +56,7 @@ def build_mlp(
     widths = blocks.scale_widths(dense_units, multiplier, "dense_units")
     operators.validate_operator(operator, dense=True)
     images = blocks.images_input(input_shape)
-    x = keras.layers.Flatten(name="flatten")(images)
+    x = keras.layers.Flatten(name="flatten")(blocks.pixels(images))
     for i, units in enumerate(widths):
         x = blocks.fc_unit(x, operator, units, batch_norm=batch_norm, relu=relu, activation=activation,
                            name=f"fc{i + 1}")

@@ -97,7 +97,7 @@ def build_plain_cnn(
         fc_operator = operator if decoupled_dense else {"layer": "conv2d"}
     operators.validate_operator(fc_operator, "fc_operator", dense=True)
     images = blocks.images_input(input_shape)
-    x = images
+    x = blocks.pixels(images)
     if stem is not None:
         stem_width = widths[0] if stem_width is None else blocks.scale_widths(stem_width, multiplier, "stem_width")[0]
         x = blocks.stem_unit(x, stem, stem_width, operator, batch_norm=batch_norm, relu=relu, activation=activation)

@@ -14,6 +14,7 @@ from sphere_tf import layers
 from sphere_tf import registry
 from sphere_tf import validation
 from sphere_tf import walk
+from sphere_tf.models import blocks
 
 MODELS = {}
 # builder -> the function its `**kwargs` are passed on to (`register_model(passes_kwargs_to=...)`).
@@ -61,7 +62,7 @@ def get_model_fn(name):
     return registry.lookup(MODELS, name, "model")
 
 
-def create_model(name, bn_momentum=None, **kwargs):
+def create_model(name, bn_momentum=None, normalization=None, channel_mean=None, **kwargs):
     """Builds the registered model `name` with `kwargs`.
 
     Args:
@@ -69,12 +70,26 @@ def create_model(name, bn_momentum=None, **kwargs):
         bn_momentum: float in [0, 1) or None, the momentum of every `BatchNormalization` layer's moving
             averages (None: Keras's 0.99, a memory of ~100 steps); a smaller one (0.9) lets short runs'
             averages converge, see also `sphere_tf.training.precise_bn`.
+        normalization: str or None; a registered pixel normalisation makes the model take raw pixels: its first
+            layer is `layers.PixelNormalization(normalization, channel_mean)` (the builders put it there through
+            `blocks.pixels`; a builder that does not call it gets it by `with_pixel_normalization`). None: the
+            model takes what its builder's first layer takes.
+        channel_mean: the per-channel means of a normalisation that reads them ('mean_subtraction'), else None.
         **kwargs: the model function's arguments.
     """
     fn = get_model_fn(name)
     if bn_momentum is not None:
         validation.real(bn_momentum, "bn_momentum", low=0.0, high=1.0, high_open=True)
-    model = fn(**kwargs)
+    if normalization is None:
+        if channel_mean is not None:
+            raise validation.invalid_argument("channel_mean", "None without a normalization", channel_mean)
+        model = fn(**kwargs)
+    else:
+        layers.PixelNormalization(normalization, channel_mean=channel_mean)  # bad arguments fail here, named
+        with blocks.pixel_normalization(normalization, channel_mean):
+            model = fn(**kwargs)
+        if layers.model_normalization(model) is None:  # a builder that does not call `blocks.pixels`
+            model = with_pixel_normalization(model, normalization, channel_mean)
     if bn_momentum is not None:
         # Read at each training call and saved by get_config, so setting it after construction is the same as
         # passing it to every BatchNormalization of every builder.
@@ -104,8 +119,8 @@ def with_pixel_normalization(model, normalization, channel_mean=None, name="pixe
     """`model` taking raw pixels: a `layers.PixelNormalization(normalization, channel_mean)` first on its images.
 
     The layers (and so the weights) are `model`'s own, re-applied after the new layer: a functional or Sequential
-    model's graph is run on the normalised images (`model.call` on symbolic inputs adds nodes to the same layers,
-    as `sphere_tf.training.wrap` does), so the result is flat (`result.layers` is `model.layers` with the new
+    model's graph is called again on the normalised images (`walk.call_graph`: a node added to each of the same
+    layers), so the result is flat (`result.layers` is `model.layers` with the new
     layer after the inputs) and a `MarginHead` model keeps its `{'images', 'labels'}` inputs. A subclassed model
     has no graph to re-run and is called as one layer. Readers of the trained model
     (`layers.model_normalization`: export, face verification, adversarial pixel budgets) find the layer.
@@ -134,6 +149,5 @@ def with_pixel_normalization(model, normalization, channel_mean=None, name="pixe
         call_inputs = {**inputs, "images": pixels}
     else:
         inputs, call_inputs = images, pixels
-    graph = walk.graph_nodes(model) is not None or isinstance(model, keras.Sequential)
-    outputs = model.call(call_inputs) if graph else model(call_inputs)
+    outputs = walk.call_graph(model, call_inputs) if walk.graph_nodes(model) is not None else model(call_inputs)
     return keras.Model(inputs, outputs, name=model.name)

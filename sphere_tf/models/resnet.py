@@ -160,7 +160,7 @@ def _trunk(input_shape, widths, stem, stem_width, operator, batch_norm, relu, ac
     stem_width = widths[0] if stem_width is None else blocks.scale_widths(stem_width, multiplier, "stem_width")[0]
     operators.validate_operator(operator)
     images = blocks.images_input(input_shape)
-    return images, _stem(images, stem, stem_width, operator, batch_norm, relu, activation), widths
+    return images, _stem(blocks.pixels(images), stem, stem_width, operator, batch_norm, relu, activation), widths
 
 
 def build_resnet(

@@ -135,7 +135,7 @@ def build_sphereface(
     unit = _conv_spec(operator, {"kernel_initializer": keras.initializers.RandomNormal(stddev=0.01),
                                  "use_bias": False})
     images = blocks.images_input(input_shape)
-    x = images
+    x = blocks.pixels(images)
     for stage, (width, count) in enumerate(zip(widths, units), start=1):
         x = _conv(x, down, width, 2, batch_norm, f"conv{stage}_1")
         for i in range(count):

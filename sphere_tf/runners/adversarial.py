@@ -169,7 +169,8 @@ def _raw_pixel_model(model, cfg, info):
     the runner put `PixelNormalization` first) behind the config's `data.normalization`, which it was trained on."""
     if layers.model_normalization(model) is not None:
         return model
-    return recipe.with_input_normalization(model, cfg["data"]["normalization"], info["channel_mean"])
+    return models_lib.with_pixel_normalization(
+        model, **recipe.input_normalization(cfg["data"]["normalization"], info["channel_mean"]))
 
 
 def _source_file(path):
@@ -212,8 +213,9 @@ def _train(cfg, training, config, space, directory, verbose, callbacks, label=("
     keras.utils.set_random_seed(cfg["seed"])
     model_cfg = dict(cfg["model"])
     model = models_lib.create_model(model_cfg.pop("name"), input_shape=info["input_shape"],
-                                    num_classes=info["num_classes"], **model_cfg)
-    model = recipe.with_input_normalization(model, data_cfg["normalization"], info["channel_mean"])
+                                    num_classes=info["num_classes"],
+                                    **recipe.input_normalization(data_cfg["normalization"], info["channel_mean"]),
+                                    **model_cfg)
     fit_model = model
     if training == "fgsm":
         adv = config["adversarial_training"]
@@ -313,8 +315,8 @@ def _measure(cfg, training, config, probe_steps):
     space = _raw_pixel_space(channels)
     model_cfg = dict(cfg["model"])
     model = models_lib.create_model(model_cfg.pop("name"), input_shape=spec.input_shape,
-                                    num_classes=spec.num_classes, **model_cfg)
-    model = recipe.with_input_normalization(model, cfg["data"]["normalization"], mean)
+                                    num_classes=spec.num_classes,
+                                    **recipe.input_normalization(cfg["data"]["normalization"], mean), **model_cfg)
     if training == "fgsm":
         adv = config["adversarial_training"]
         model = training_lib.adversarial_wrap(model, space, epsilon=adv["epsilon"], mix=adv["mix"])

@@ -96,18 +96,18 @@ class ScheduleLogger(keras.callbacks.Callback):
             logs[f"lambda/{head.name}"] = float(keras.ops.convert_to_numpy(head.current_lambda()))
 
 
-def with_input_normalization(model, normalization, channel_mean=None):
-    """`model` with the run's pixel normalisation as its first layer (`models.with_pixel_normalization`): the
+def input_normalization(normalization, channel_mean=None):
+    """The `create_model` arguments that make the model's first layer the run's pixel normalisation: the
     runner's pipelines yield raw pixels (`get_datasets(normalize=False)`), and the trained model, its `.keras`
     file and its export take raw pixels. `channel_mean` (the data's `info['channel_mean']`) is kept for the
     normalisations that read it only."""
     uses_mean = normalization_lib.uses_channel_mean(normalization)
-    return models_lib.with_pixel_normalization(model, normalization, channel_mean if uses_mean else None)
+    return {"normalization": normalization, "channel_mean": channel_mean if uses_mean else None}
 
 
 def build_model(config, info, num_shards=None):
     """`(model, attached)`: the configured model on the data's `info` (`input_shape`, `num_classes`,
-    `channel_mean`), its first layer the config's `data.normalization` (`with_input_normalization`), initialised
+    `channel_mean`), its first layer the config's `data.normalization` (`input_normalization`), initialised
     from a pretrained run and wrapped for the DCNet paradigms as configured, with the regularizers attached
     (`attached`: layer name -> regularizer name). `num_shards`: the class blocks of a Partial FC head (the
     runner's resolved count; None for any other head)."""
@@ -122,11 +122,11 @@ def build_model(config, info, num_shards=None):
             # One draw sequence for every process, device and resume: keyed by the run's seed.
             model_cfg["head"]["seed"] = config["seed"]
     try:
-        model = models_lib.create_model(name, input_shape=info["input_shape"], num_classes=info["num_classes"],
-                                        **model_cfg)
+        model = models_lib.create_model(
+            name, input_shape=info["input_shape"], num_classes=info["num_classes"],
+            **input_normalization(config["data"]["normalization"], info.get("channel_mean")), **model_cfg)
     except TypeError as error:  # an option a `**kwargs` model function passes on (not checkable by signature)
         raise ValueError(f"Invalid config key in 'model' for model {name!r}: {error}") from None
-    model = with_input_normalization(model, config["data"]["normalization"], info.get("channel_mean"))
     if config["train"]["energy_layers"] is not None:  # each pattern names a layer of this model
         energy_layer_names(config["train"]["energy_layers"], model, {})
     paradigm = config["paradigm"]
@@ -273,4 +273,4 @@ def measure_step_time(model, batch_size, input_shape, num_classes, probe_steps, 
 __all__ = ["ScheduleLogger", "build_loss", "build_model", "build_optimizer", "energy_layer_names", "energy_layer_patterns",
            "is_margin_head", "margin_heads", "measure_step_time", "model_kwargs", "pretrained_model_path",
            "recompute_batch_statistics", "run_length", "training_accuracy", "training_callbacks",
-           "with_input_normalization"]
+           "input_normalization"]

@@ -44,12 +44,12 @@ def test_config_loads_and_validates(path):
 def _quick_test_subset(config):
     """The quick run's test images, chosen as `get_datasets` documents (NumPy only).
 
-    `test_limit=k` keeps the first k test images in file order, scaled as (x − 127.5)/128.
+    `test_limit=k` keeps the first k test images in file order, as raw pixels: the runner's model normalises them
+    itself (its first layer).
     """
     (_, _), (x_test, y_test) = fashion_mnist.load_fashion_mnist()
     index = np.arange(config.data.test_limit)
-    images = (x_test[index].astype(np.float64) - 127.5) / 128.0
-    return images[..., None].astype(np.float32), y_test[index].astype(np.int64)
+    return x_test[index, :, :, None].astype(np.float32), y_test[index].astype(np.int64)
 
 
 def _np_cross_entropy(logits, labels):
@@ -74,6 +74,7 @@ def test_quick_variant_trains_two_steps(path, tmp_path):
 
     model = keras.models.load_model(os.path.join(str(tmp_path), "checkpoints", "model.keras"))
     assert int(model.optimizer.iterations) == config.train.steps_per_epoch == 2
+    assert layers.model_normalization(model) == (config.data.normalization, None)
     # The operator the config names, with the options it gives, in every conv layer.
     operator = dict(config.model.operator)
     expected_type = {"conv2d": keras.layers.Conv2D, "decoupled": layers.DecoupledConv2D,

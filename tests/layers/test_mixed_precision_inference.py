@@ -23,6 +23,7 @@ from sphere_tf.layers import OPTConv2D
 from sphere_tf.layers import OPTDense
 from sphere_tf.layers import OPTLayer
 from sphere_tf.layers import PartialFCHead
+from sphere_tf.layers import PixelNormalization
 from sphere_tf.layers import SphereConv2D
 from sphere_tf.layers import SphereDense
 from sphere_tf.optimizers import PartialFCOptimizer
@@ -91,12 +92,15 @@ CASES = {
     "partial_fc_cosface": (_partial_fc_model("cosface"), "labelled_own_loss"),
     "opt_conv": (lambda: _conv_model(OPTConv2D(4, 3)), "image"),
     "opt_dense": (lambda: _dense_model(OPTDense(4)), "vector"),
+    # The runner's first layer, in front of a conv (the inputs are N(0, 1) here: the arithmetic is the same).
+    "pixel_normalization_conv": (
+        lambda: _conv_model(lambda x: DecoupledConv2D(4, 3, magnitude="tanh")(PixelNormalization()(x))), "image"),
 }
 
 # The public layer classes each case exercises (checked against `sphere_tf.layers` below).
 COVERED = {
     DecoupledConv2D, DecoupledDense, SphereConv2D, SphereDense, ConvNorm2D, MarginHead, PartialFCHead, OPTConv2D,
-    OPTDense,
+    OPTDense, PixelNormalization,
 }
 
 

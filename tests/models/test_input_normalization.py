@@ -117,3 +117,40 @@ def test_model_options_of_an_untold_kwargs_builder_is_none():
     finally:
         models.MODELS.pop("test_passes_on", None)
         models.MODELS.pop("test_no_kwargs", None)
+
+
+@pytest.mark.parametrize("name", ["small_cnn", "resnet32", "sphereface4", "opt_mlp"])
+def test_create_model_puts_the_normalisation_first_in_every_family(name):
+    """The builders put it there themselves (`blocks.pixels`): one call per layer, so Keras's sub-model idiom
+    (`get_layer(...).output`) works on the built model."""
+    kwargs = {"input_shape": (8, 8, 1) if name != "sphereface4" else (16, 16, 3), "num_classes": 3}
+    if name == "sphereface4":
+        kwargs["width_multiplier"] = 0.125
+    model = models.create_model(name, normalization="centered_128", **kwargs)
+    base = models.create_model(name, **kwargs)
+    base.set_weights(model.get_weights())  # the same weights, no normalisation layer
+    x = np.random.default_rng(1).uniform(0.0, 255.0, (2,) + kwargs["input_shape"]).astype("float32")
+    np.testing.assert_allclose(model.predict(x, verbose=0), base.predict((x - 127.5) / 128.0, verbose=0),
+                               rtol=1e-4, atol=1e-5)
+    assert layers.model_normalization(model) == ("centered_128", None)
+    assert all(len(layer._inbound_nodes) == 1 for layer in model.layers)
+    features = keras.Model(model.input, model.layers[-2].output)
+    assert features.predict(x, verbose=0).shape[0] == 2
+
+
+def test_create_model_with_a_builder_that_does_not_ask_for_pixels():
+    def plain(input_shape, num_classes):
+        inputs = keras.Input(input_shape)
+        return keras.Model(inputs, keras.layers.Dense(num_classes)(keras.layers.Flatten()(inputs)))
+
+    models.register_model(plain, name="test_plain_builder")
+    try:
+        model = models.create_model("test_plain_builder", input_shape=SHAPE, num_classes=2,
+                                    normalization="mean_subtraction", channel_mean=MEAN)
+        assert layers.model_normalization(model) == ("mean_subtraction", MEAN)
+        with pytest.raises(ValueError, match="channel_mean"):
+            models.create_model("test_plain_builder", input_shape=SHAPE, num_classes=2, channel_mean=MEAN)
+        with pytest.raises(ValueError, match="normalization"):
+            models.create_model("test_plain_builder", input_shape=SHAPE, num_classes=2, normalization="centred")
+    finally:
+        models.MODELS.pop("test_plain_builder", None)

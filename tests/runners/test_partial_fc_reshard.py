@@ -22,6 +22,7 @@ import pytest
 import tensorflow as tf
 
 from bench import synthetic_identities
+from sphere_tf.runners import face
 from sphere_tf.training import array_checkpoint
 from tests.backends import interpreters
 from tests.runners.test_partial_fc_runner import graph_constant_shapes

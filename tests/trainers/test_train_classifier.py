@@ -40,7 +40,7 @@ def test_quick_run_trains_evaluates_and_exports(tmp_path):
     model = keras.models.load_model(os.path.join(workdir, "checkpoints", "model.keras"))
     assert int(model.optimizer.iterations) == 2
     (_, _), (x_test, _) = fashion_mnist.load_fashion_mnist()
-    x = fashion_mnist.as_float_images(x_test[:3])
+    x = x_test[:3, :, :, None].astype(np.float32)  # raw pixels: the model's first layer normalises them
     # TF Serving layout export/<model name>/<version>/; the signature takes raw uint8 pixels.
     assert results["export_dir"] == os.path.join(workdir, "export", "small_cnn", "1")
     loaded = tf.saved_model.load(results["export_dir"])
@@ -62,7 +62,8 @@ def test_quick_run_trains_evaluates_and_exports(tmp_path):
 
 
 def test_strategy_flag_and_data_folder_override(tmp_path):
-    """`--strategy` and `--config.data.manual_dir` reach the run (recorded in config.json)."""
+    """`--strategy` and `--config.data.manual_dir` reach the run (recorded in config.json), through the runner's
+    main (`trainers.run`, which `train_classifier` is for classification configs)."""
     from sphere_tf.data import archive_writers
 
     folder = str(tmp_path / "idx")
@@ -70,7 +71,7 @@ def test_strategy_flag_and_data_folder_override(tmp_path):
     archive_writers.write_mnist(folder, n_train=70, n_test=5)
     workdir = str(tmp_path / "run")
     proc = subprocess.run(
-        [sys.executable, "-m", "trainers.train_classifier", f"--config={CONFIG}:quick", f"--workdir={workdir}",
+        [sys.executable, "-m", "trainers.run", f"--config={CONFIG}:quick", f"--workdir={workdir}",
          "--strategy=one_device", f"--config.data.manual_dir={folder}", "--config.export=False"],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
@@ -87,3 +88,16 @@ def test_missing_flags_are_a_usage_error(tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode != 0 and "workdir" in proc.stderr
+
+
+def test_train_classifier_refuses_a_config_of_another_task(tmp_path):
+    adversarial = os.path.join(ROOT, "configs", "adversarial", "fashion_mnist_cnn9.py")
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainers.train_classifier", f"--config={adversarial}:quick",
+         f"--workdir={tmp_path / 'run'}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "Error: The config's task is 'adversarial', not 'classification': run it with python -m trainers.run.")
+    assert not os.path.exists(tmp_path / "run")
