@@ -17,6 +17,7 @@ import pytest
 import tensorflow as tf
 
 import sphere_tf  # noqa: F401  (registers the layers for load_model)
+from sphere_tf import layers
 from sphere_tf.data import archive_writers
 from sphere_tf.export import serving
 from sphere_tf.training import array_checkpoint
@@ -72,7 +73,9 @@ def test_two_step_run_on_jax_exports_under_tensorflow(archives, tmp_path):
     assert results["export_dir"] == os.path.join(workdir, "export", "small_cnn", "1")
     pixels = serving.sample_pixels(3, (28, 28, 1), seed=5)
     served = tf.saved_model.load(results["export_dir"]).signatures["serving_default"](images=tf.constant(pixels))
-    expected = model((pixels.astype("float32") - 127.5) / 128.0, training=False)  # centered_128, by hand
+    # Raw pixels in both: the model's first layer normalises them (centered_128, the run's data.normalization).
+    assert layers.model_normalization(model) == ("centered_128", None)
+    expected = model(pixels.astype("float32"), training=False)
     np.testing.assert_allclose(served["logits"].numpy(), keras.ops.convert_to_numpy(expected), rtol=1e-5, atol=1e-5)
 
 
