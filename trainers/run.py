@@ -6,8 +6,8 @@ r"""The runner's main: runs any config's task (`sphere_tf.runners`): trains, eva
 
 The config's top-level `task` picks what runs: `classification` (the default: train an image classifier, export
 a SavedModel), `adversarial` (DCNet's Tables 7 and 8), `face` (train on an identity folder, verify on LFW pairs);
-`trainers.train_classifier`, `trainers.train_adversarial` and `trainers.train_face` are this main with the task's
-own extra flags.
+`trainers.train_classifier`, `trainers.train_adversarial` and `trainers.train_face` are this main held to one
+task (a config of another task is refused in one line).
 
 `--backend` picks the Keras backend (tensorflow, jax, torch; default: `KERAS_BACKEND`,
 else Keras's own default, TensorFlow). The data pipeline (tf.data) and the TF
@@ -70,6 +70,11 @@ _DRY_RUN = flags.DEFINE_bool(
     "dry_run", False, "Print the resolved config, the step count and an estimated training time on this machine "
     "(measured on a few steps of a synthetic batch), then exit: nothing is trained or written.")
 _DRY_RUN_STEPS = flags.DEFINE_integer("dry_run_steps", 3, "Steps timed by --dry_run (0: no time estimate).")
+_DRY_RUN_CLASS_MEMORY_GB = flags.DEFINE_float(
+    "dry_run_class_memory_gb", None,
+    "The face task's --dry_run builds no class matrix whose weights and optimizer slots exceed this many GiB (its "
+    "memory is printed, the time is not measured); default: runners.face.DRY_RUN_CLASS_MEMORY_BYTES (2 GiB).",
+    lower_bound=0.0)
 flags.mark_flag_as_required("config")
 
 
@@ -128,7 +133,13 @@ def main(argv, overrides=(), expected_task=None):
         if _CPU_ALLOCATOR.value == "bfc":
             runtime.use_bfc_cpu_allocator()
         if _DRY_RUN.value:
-            plan = task.dry_run(config, probe_steps=_DRY_RUN_STEPS.value)
+            options = {}
+            if _DRY_RUN_CLASS_MEMORY_GB.value is not None:
+                if task_name != "face":
+                    raise runners.ConfigError(f"--dry_run_class_memory_gb: the {task_name!r} task has no class "
+                                              "matrix budget (a face task's flag).")
+                options["class_memory_limit"] = max(1, int(_DRY_RUN_CLASS_MEMORY_GB.value * 2**30))
+            plan = task.dry_run(config, probe_steps=_DRY_RUN_STEPS.value, **options)
             print(json.dumps(plan["config"], indent=2))
             print("\n".join(task.dry_run_lines(plan)))
             return
@@ -142,6 +153,8 @@ def main(argv, overrides=(), expected_task=None):
     except (_config_flags.ConfigFlagError, runners.ConfigError, checkpoint.ConfigMismatchError,
             data_errors.DataNotFoundError) as error:
         _config_flags.exit_with(error)
+    for line in task.result_lines(results):
+        print(line)
     logging.info("Results: %s", json.dumps({k: v for k, v in results.items() if k != "history"}))
 
 

@@ -351,4 +351,15 @@ def _schema():
     return {**copy.deepcopy(schema.DEFAULTS), "export_class_matrix": False, **copy.deepcopy(FACE_SECTIONS)}
 
 
-TASK = tasks.Task(validate=validate, run=train_face, dry_run=dry_run, dry_run_lines=dry_run_lines, schema=_schema)
+def result_lines(results):
+    """The verification figures of a run's results: the 10-fold accuracy and the `FAR  TAR %` table."""
+    lines = []
+    if results.get("lfw_accuracy") is not None:
+        lines.append(f"Verification: {results['lfw_accuracy']:.2f}% +- {results['lfw_std']:.2f} (10-fold)")
+    if "tar_at_far" in results:
+        lines.append(tar_at_far_table(results["tar_at_far"]))
+    return lines
+
+
+TASK = tasks.Task(validate=validate, run=train_face, dry_run=dry_run, dry_run_lines=dry_run_lines, schema=_schema,
+                  result_lines=result_lines)

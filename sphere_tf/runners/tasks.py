@@ -33,6 +33,8 @@ class Task:
         dry_run: `(config, probe_steps) -> plan`: the resolved config and the run's size, nothing written.
         dry_run_lines: `plan -> [str]`: the plan's printout.
         schema: `() -> dict`: every section and key of the task's config with its default.
+        result_lines: `results -> [str]`: what the runner's main prints after a run, beyond what `run` printed
+            (none by default).
     """
 
     validate: Callable
@@ -40,6 +42,7 @@ class Task:
     dry_run: Callable
     dry_run_lines: Callable
     schema: Callable
+    result_lines: Callable = lambda results: []
 
 
 # name -> a `Task`, or the module whose `TASK` it is (imported on first use).
