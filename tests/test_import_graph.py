@@ -80,7 +80,7 @@ PRIVATE_REACH_PENDING = {("sphere_tf.layers.partial_fc", "sphere_tf.layers.margi
 
 # Loaded on first use only: `import sphere_tf, sphere_tf.layers` must not import them.
 LAZY_SUBPACKAGES = ("sphere_tf.adversarial", "sphere_tf.backends", "sphere_tf.data", "sphere_tf.evaluation",
-                    "sphere_tf.export", "sphere_tf.models")
+                    "sphere_tf.export", "sphere_tf.models", "sphere_tf.runners")
 OPTIONAL_LIBRARIES = ("cleverhans", "foolbox", "matplotlib", "tensorflow_datasets", "onnx", "tf2onnx",
                       "tensorflow_serving")
 
