@@ -37,6 +37,7 @@ from sphere_tf import metrics  # noqa: E402
 from sphere_tf import models  # noqa: E402
 from sphere_tf import optimizers  # noqa: E402
 from sphere_tf import regularizers  # noqa: E402
+from sphere_tf import testing  # noqa: E402
 from sphere_tf import training  # noqa: E402
 
 OUT = os.path.join(REPO, "tests", "saved_files")
@@ -446,20 +447,6 @@ def _flat(prefix, value):
     return {prefix: np.asarray(value)}, "array"
 
 
-def _registered_names(config):
-    """The sphere_tf registered names ('sphere_tf>X') anywhere in a saved config."""
-    found = set()
-    if isinstance(config, dict):
-        for key, value in config.items():
-            if key in ("registered_name", "class_name") and isinstance(value, str) and value.startswith("sphere_tf>"):
-                found.add(value)
-            found |= _registered_names(value)
-    elif isinstance(config, list):
-        for value in config:
-            found |= _registered_names(value)
-    return found
-
-
 def _deflate(path):
     """Recompresses the archive Keras wrote (stored, uncompressed) with deflate, members unchanged: HDF5 keeps a
     few KB of mostly empty header per weight, so a deep model's file shrinks about 3-7 times. `load_model`
@@ -509,7 +496,7 @@ def write_case(name, build, rng):
         arrays["optimizer_iterations"] = np.int64(keras.ops.convert_to_numpy(model.optimizer.iterations))
     np.savez(os.path.join(OUT, f"{name}.npz"), **arrays)
     with zipfile.ZipFile(path) as archive:
-        entry["classes"] = sorted(_registered_names(json.loads(archive.read("config.json"))))
+        entry["classes"] = sorted(testing.registered_names(json.loads(archive.read("config.json"))))
     if name in TENSORFLOW_ONLY:
         entry["tensorflow_only"] = TENSORFLOW_ONLY[name]
     if name in IMPORTS:

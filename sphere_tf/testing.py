@@ -158,6 +158,21 @@ def assert_config_roundtrip(layer):
     return rebuilt
 
 
+def registered_names(config):
+    """The sphere_tf registered names ('sphere_tf>X') anywhere in a serialized Keras config (`.keras` files'
+    `config.json`, `keras.saving.serialize_keras_object` output)."""
+    found = set()
+    if isinstance(config, dict):
+        for key, value in config.items():
+            if key in ("registered_name", "class_name") and isinstance(value, str) and value.startswith("sphere_tf>"):
+                found.add(value)
+            found |= registered_names(value)
+    elif isinstance(config, list):
+        for value in config:
+            found |= registered_names(value)
+    return found
+
+
 def _same_padding(size, kernel, stride, dilation):
     """TF 'SAME' padding (before, after) of one spatial axis; extra cell goes after."""
     out = -(-size // stride)

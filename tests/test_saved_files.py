@@ -22,6 +22,7 @@ import sphere_tf
 from sphere_tf import layers
 from sphere_tf import models
 from sphere_tf import regularizers
+from sphere_tf import testing
 
 HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "saved_files")
 with open(os.path.join(HERE, "manifest.json"), encoding="utf-8") as _f:
@@ -64,27 +65,13 @@ def _flatten(prefix, value):
     return {prefix: np.asarray(value)}
 
 
-def _registered_names(config):
-    """The sphere_tf registered names ('sphere_tf>X') anywhere in a serialized config."""
-    found = set()
-    if isinstance(config, dict):
-        for key, value in config.items():
-            if key in ("registered_name", "class_name") and isinstance(value, str) and value.startswith("sphere_tf>"):
-                found.add(value)
-            found |= _registered_names(value)
-    elif isinstance(config, list):
-        for value in config:
-            found |= _registered_names(value)
-    return found
-
-
 def _loaded_names(model):
     """The registered names in the loaded model's own configs (model, compile arguments, optimizer)."""
     serialized = [keras.saving.serialize_keras_object(model)]
     if getattr(model, "compiled", False):
         serialized.append(model.get_compile_config())
         serialized.append(keras.saving.serialize_keras_object(model.optimizer))
-    return _registered_names(serialized)
+    return testing.registered_names(serialized)
 
 
 def _assert_close(actual, expected, what):
