@@ -177,15 +177,15 @@ def pack_inputs(images, labels):
     return {"images": images, "labels": labels}
 
 
-# The pixel normalisation `create_model(..., normalization=...)` asks of the builder it calls: (name, channel_mean).
+# The `PixelNormalization` layer `create_model(..., normalization=...)` asks the builder it calls to put first.
 _PIXEL_NORMALIZATION = contextvars.ContextVar("pixel_normalization", default=None)
 
 
 @contextlib.contextmanager
-def pixel_normalization(normalization, channel_mean=None):
-    """Within it, `pixels(images)` puts `layers.PixelNormalization(normalization, channel_mean)` first (the
-    builders of `create_model(..., normalization=...)`: the model takes raw pixels)."""
-    token = _PIXEL_NORMALIZATION.set((normalization, channel_mean))
+def pixel_normalization(layer):
+    """Within it, `pixels(images)` applies `layer` (a `layers.PixelNormalization`) first (the builders of
+    `create_model(..., normalization=...)`: the model takes raw pixels)."""
+    token = _PIXEL_NORMALIZATION.set(layer)
     try:
         yield
     finally:
@@ -196,12 +196,11 @@ def pixels(images):
     """What a builder's first layer takes: `images` normalised by the `PixelNormalization` that
     `create_model(..., normalization=...)` asks for, else `images` as they are. Every built-in builder starts
     `x = blocks.pixels(images)`."""
-    asked = _PIXEL_NORMALIZATION.get()
-    if asked is None:
+    layer = _PIXEL_NORMALIZATION.get()
+    if layer is None:
         return images
     _PIXEL_NORMALIZATION.set(None)  # one layer per build: a builder calling a builder normalises once
-    normalization, channel_mean = asked
-    return layers.PixelNormalization(normalization, channel_mean=channel_mean, name="pixel_normalization")(images)
+    return layer(images)
 
 
 def images_input(input_shape):

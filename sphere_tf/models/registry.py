@@ -85,8 +85,9 @@ def create_model(name, bn_momentum=None, normalization=None, channel_mean=None, 
             raise validation.invalid_argument("channel_mean", "None without a normalization", channel_mean)
         model = fn(**kwargs)
     else:
-        layers.PixelNormalization(normalization, channel_mean=channel_mean)  # bad arguments fail here, named
-        with blocks.pixel_normalization(normalization, channel_mean):
+        # Made here, so bad arguments fail before the builder runs (named by the layer).
+        layer = layers.PixelNormalization(normalization, channel_mean=channel_mean, name="pixel_normalization")
+        with blocks.pixel_normalization(layer):
             model = fn(**kwargs)
         if layers.model_normalization(model) is None:  # a builder that does not call `blocks.pixels`
             model = with_pixel_normalization(model, normalization, channel_mean)

@@ -170,7 +170,7 @@ def _raw_pixel_model(model, cfg, info):
     if layers.model_normalization(model) is not None:
         return model
     return models_lib.with_pixel_normalization(
-        model, **recipe.input_normalization(cfg["data"]["normalization"], info["channel_mean"]))
+        model, **recipe.normalization_kwargs(cfg["data"]["normalization"], info["channel_mean"]))
 
 
 def _source_file(path):
@@ -214,7 +214,7 @@ def _train(cfg, training, config, space, directory, verbose, callbacks, label=("
     model_cfg = dict(cfg["model"])
     model = models_lib.create_model(model_cfg.pop("name"), input_shape=info["input_shape"],
                                     num_classes=info["num_classes"],
-                                    **recipe.input_normalization(data_cfg["normalization"], info["channel_mean"]),
+                                    **recipe.normalization_kwargs(data_cfg["normalization"], info["channel_mean"]),
                                     **model_cfg)
     fit_model = model
     if training == "fgsm":
@@ -316,7 +316,7 @@ def _measure(cfg, training, config, probe_steps):
     model_cfg = dict(cfg["model"])
     model = models_lib.create_model(model_cfg.pop("name"), input_shape=spec.input_shape,
                                     num_classes=spec.num_classes,
-                                    **recipe.input_normalization(cfg["data"]["normalization"], mean), **model_cfg)
+                                    **recipe.normalization_kwargs(cfg["data"]["normalization"], mean), **model_cfg)
     if training == "fgsm":
         adv = config["adversarial_training"]
         model = training_lib.adversarial_wrap(model, space, epsilon=adv["epsilon"], mix=adv["mix"])

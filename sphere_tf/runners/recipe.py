@@ -96,7 +96,7 @@ class ScheduleLogger(keras.callbacks.Callback):
             logs[f"lambda/{head.name}"] = float(keras.ops.convert_to_numpy(head.current_lambda()))
 
 
-def input_normalization(normalization, channel_mean=None):
+def normalization_kwargs(normalization, channel_mean=None):
     """The `create_model` arguments that make the model's first layer the run's pixel normalisation: the
     runner's pipelines yield raw pixels (`get_datasets(normalize=False)`), and the trained model, its `.keras`
     file and its export take raw pixels. `channel_mean` (the data's `info['channel_mean']`) is kept for the
@@ -107,7 +107,7 @@ def input_normalization(normalization, channel_mean=None):
 
 def build_model(config, info, num_shards=None):
     """`(model, attached)`: the configured model on the data's `info` (`input_shape`, `num_classes`,
-    `channel_mean`), its first layer the config's `data.normalization` (`input_normalization`), initialised
+    `channel_mean`), its first layer the config's `data.normalization` (`normalization_kwargs`), initialised
     from a pretrained run and wrapped for the DCNet paradigms as configured, with the regularizers attached
     (`attached`: layer name -> regularizer name). `num_shards`: the class blocks of a Partial FC head (the
     runner's resolved count; None for any other head)."""
@@ -124,7 +124,7 @@ def build_model(config, info, num_shards=None):
     try:
         model = models_lib.create_model(
             name, input_shape=info["input_shape"], num_classes=info["num_classes"],
-            **input_normalization(config["data"]["normalization"], info.get("channel_mean")), **model_cfg)
+            **normalization_kwargs(config["data"]["normalization"], info.get("channel_mean")), **model_cfg)
     except TypeError as error:  # an option a `**kwargs` model function passes on (not checkable by signature)
         raise ValueError(f"Invalid config key in 'model' for model {name!r}: {error}") from None
     if config["train"]["energy_layers"] is not None:  # each pattern names a layer of this model
@@ -273,4 +273,4 @@ def measure_step_time(model, batch_size, input_shape, num_classes, probe_steps, 
 __all__ = ["ScheduleLogger", "build_loss", "build_model", "build_optimizer", "energy_layer_names", "energy_layer_patterns",
            "is_margin_head", "margin_heads", "measure_step_time", "model_kwargs", "pretrained_model_path",
            "recompute_batch_statistics", "run_length", "training_accuracy", "training_callbacks",
-           "input_normalization"]
+           "normalization_kwargs"]
