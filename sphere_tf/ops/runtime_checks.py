@@ -69,8 +69,13 @@ def assert_all(condition, message_fn, data=None):
         import jax
 
         def check(ok, values):
+            # The callback runs on XLA's host-callback thread while the main thread waits for the step, and JAX
+            # hands it `jax.Array`s: reducing one there (`np.all(array)` calls `array.all()`) starts a JAX
+            # computation that waits for the step, which waits for the callback, a deadlock (`fit` hung at 0 % CPU).
+            # NumPy copies of the buffers first; everything after is NumPy.
+            ok, values = np.asarray(ok), np.asarray(values)
             if not bool(np.all(ok)):
-                raise ValueError(message_fn(np.asarray(values)))
+                raise ValueError(message_fn(values))
 
         jax.debug.callback(check, condition, result)
         return result
