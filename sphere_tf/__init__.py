@@ -23,14 +23,18 @@ import importlib
 # `from sphere_tf import export`): the TensorFlow-only parts (data pipelines, export, face evaluation, the
 # adversarial toolkit) and their optional libraries (cleverhans, foolbox, matplotlib, tensorflow-datasets,
 # tf2onnx), the backend plug-ins, the model zoo and the helper modules.
-from sphere_tf import callbacks
-from sphere_tf import initializers
-from sphere_tf import layers
-from sphere_tf import losses
-from sphere_tf import metrics
-from sphere_tf import optimizers
-from sphere_tf import regularizers
-from sphere_tf import training
+from sphere_tf import dependencies
+
+dependencies.check_keras_backend()  # a hint naming KERAS_BACKEND, not a ModuleNotFoundError from inside Keras
+
+from sphere_tf import callbacks  # noqa: E402
+from sphere_tf import initializers  # noqa: E402
+from sphere_tf import layers  # noqa: E402
+from sphere_tf import losses  # noqa: E402
+from sphere_tf import metrics  # noqa: E402
+from sphere_tf import optimizers  # noqa: E402
+from sphere_tf import regularizers  # noqa: E402
+from sphere_tf import training  # noqa: E402
 
 _LAZY_SUBMODULES = ("adversarial", "backends", "data", "energy", "evaluation", "export", "json_files", "models",
                     "ops", "registry", "testing", "validation", "walk")

@@ -18,6 +18,8 @@ import sys
 
 import pytest
 
+from sphere_tf import dependencies
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = "sphere_tf"
 
@@ -25,8 +27,8 @@ PACKAGE = "sphere_tf"
 # A module may import its own tier and the tiers below, never a tier above.
 TIERS = (
     # 0. Foundations (no sphere_tf maths): argument checks, JSON files, name registries, the walk over a
-    #    model's layers and calls (Keras alone).
-    ("validation", "json_files", "registry", "walk"),
+    #    model's layers and calls (Keras alone), what must be installed (`dependencies`, not even Keras).
+    ("validation", "json_files", "registry", "walk", "dependencies"),
     # 1. Maths and inputs: keras.ops functions, hyperspherical energies, tf.data pipelines from local files.
     ("ops", "energy", "data"),
     # 2. Building blocks: layers and what they are made of, trained with or regularised by; the backend
@@ -73,6 +75,10 @@ DEPRECATED_ALIASES = {
 # and `ops.acceleration` imports the active backend's plug-in on first use (an entry point, the one upward path
 # the maths tier has; the plug-ins' own imports point down).
 PLUGIN_LOADS = {"sphere_tf.ops.acceleration": {"sphere_tf.backends.tensorflow", "sphere_tf.backends.jax"}}
+
+# Names in messages, loaded by nobody: the table of what needs TensorFlow (its keys are the modules that call
+# `dependencies.tensorflow`, checked below, and the errors name them).
+MESSAGE_NAMES = {"sphere_tf.dependencies": set(dependencies.TENSORFLOW_USES)}
 
 # Private reach still to remove, named: `PartialFCHead` (a `MarginHead` subclass) calls the head module's label
 # and shape checks, which become public in the concurrent losses refactor of `layers/margin_head.py`.
@@ -197,8 +203,31 @@ def test_strings_name_no_higher_tier_but_the_deprecated_aliases():
         for module in MODULES for target, line in _string_references(module).items()
         if _tier(target) > _tier(module)
         and target not in DEPRECATED_ALIASES.get(module, set()) | PLUGIN_LOADS.get(module, set())
+        | MESSAGE_NAMES.get(module, set())
     ]
     assert upward == []
+
+
+def test_modules_that_import_tensorflow_ask_dependencies_first():
+    """Outside the backend plug-ins and `export` (TensorFlow by nature, with its own check), a module that needs
+    TensorFlow at import says so through `dependencies.tensorflow`, and the table has its entry."""
+    direct, asking = [], []
+    for module, path in MODULES.items():
+        if module.startswith(("sphere_tf.backends.", "sphere_tf.export")):
+            continue
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+        for node in tree.body:  # module level only; imports inside functions load on call
+            if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "tensorflow" for a in node.names):
+                direct.append(f"{module}:{node.lineno}")
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "tensorflow":
+                direct.append(f"{module}:{node.lineno}")
+            if "dependencies.tensorflow(__name__)" in ast.unparse(node):
+                asking.append(module)
+    assert direct == []
+    assert len(asking) >= 14
+    for module in asking:
+        dependencies.tensorflow_message(module)  # raises KeyError without an entry
 
 
 def test_deprecated_aliases_resolve_with_a_warning():

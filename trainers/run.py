@@ -61,7 +61,9 @@ _STRATEGY = flags.DEFINE_enum(
     "tf.distribute strategy; overrides `config.strategy` (multi_worker reads TF_CONFIG). Other backends than "
     "TensorFlow: auto or one_device.",
 )
-BACKENDS = ("tensorflow", "jax", "torch")
+# Keras backend -> (the module it imports, the distribution to install); the package's own table
+# (sphere_tf.dependencies.BACKEND_PACKAGES) is not importable before the backend is chosen, Keras loads with it.
+BACKENDS = {"tensorflow": ("tensorflow", "tensorflow-cpu"), "jax": ("jax", "jax[cpu]"), "torch": ("torch", "torch")}
 _BACKEND = flags.DEFINE_enum(
     "backend", None, list(BACKENDS),
     "Keras backend of the run; default: the KERAS_BACKEND environment variable, else Keras's default (tensorflow).",
@@ -87,6 +89,10 @@ def select_backend(name):
             the backend and what to install).
     """
     if name is not None:
+        module, distribution = BACKENDS[name]
+        if importlib.util.find_spec(module) is None:
+            raise ValueError(f"--backend={name}: {module} is not installed in this environment ({sys.executable}); "
+                             f"install it (pip install {distribution}) or pick an installed backend.")
         keras_module = sys.modules.get("keras")
         if keras_module is not None and keras_module.backend.backend() != name:
             raise ValueError(f"--backend={name}: Keras is already imported with backend "

@@ -11,7 +11,11 @@ and the runner's adversarial task (`sphere_tf.runners.adversarial.run_experiment
 `trainers/train_adversarial.py`) reproduces DCNet's Tables 7 and 8 from a config.
 """
 
+from sphere_tf import dependencies
 from sphere_tf import deprecation
+
+dependencies.tensorflow(__name__)  # before the submodules: one line naming this package, not a submodule
+
 from sphere_tf.adversarial.attacks import ATTACKS
 from sphere_tf.adversarial.attacks import PAPER_EPSILON
 from sphere_tf.adversarial.attacks import PAPER_ITERATIONS

@@ -33,15 +33,17 @@ each function is traced once; `per_model_tracing()` drops that one warning.
 
 
 import numpy as np
-import tensorflow as tf
-from cleverhans.tf2.attacks.basic_iterative_method import basic_iterative_method
-from cleverhans.tf2.attacks.fast_gradient_method import fast_gradient_method
-from cleverhans.tf2.attacks.projected_gradient_descent import projected_gradient_descent
 
+from sphere_tf import dependencies
 from sphere_tf import validation
 from sphere_tf.adversarial import pixels as pixels_lib
 from sphere_tf.models import blocks
 from sphere_tf.training import progress
+
+tf = dependencies.tensorflow(__name__)
+from cleverhans.tf2.attacks.basic_iterative_method import basic_iterative_method  # noqa: E402 (imports TensorFlow)
+from cleverhans.tf2.attacks.fast_gradient_method import fast_gradient_method  # noqa: E402 (imports TensorFlow)
+from cleverhans.tf2.attacks.projected_gradient_descent import projected_gradient_descent  # noqa: E402 (imports TensorFlow)
 
 # "none" leaves the images alone (clean accuracy).
 ATTACKS = ("none", "fgsm", "bim", "pgd")

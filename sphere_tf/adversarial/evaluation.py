@@ -14,11 +14,13 @@ model whose first layer is a `PixelNormalization`).
 """
 
 import numpy as np
-import tensorflow as tf
 
+from sphere_tf import dependencies
 from sphere_tf import validation
 from sphere_tf.adversarial import attacks as attacks_lib
 from sphere_tf.adversarial import pixels as pixels_lib
+
+tf = dependencies.tensorflow(__name__)
 
 # Table 7/8 layout: rows (training, attack), columns (model).
 MODELS = ("baseline", "sphereconv", "ballconv", "tanhconv")

@@ -30,11 +30,13 @@ import dataclasses
 
 import keras
 import numpy as np
-import tensorflow as tf
 
+from sphere_tf import dependencies
 from sphere_tf import validation
 from sphere_tf.data import preprocessing
 from sphere_tf.layers import pixel_normalization
+
+tf = dependencies.tensorflow(__name__)
 
 PIXEL_MAX = 255.0
 _PROBE = (0.0, 100.0, PIXEL_MAX)

@@ -21,12 +21,14 @@ the clean half.
 
 import keras
 import numpy as np
-import tensorflow as tf
-from cleverhans.tf2.attacks.fast_gradient_method import fast_gradient_method
 
+from sphere_tf import dependencies
 from sphere_tf import validation
 from sphere_tf.adversarial import pixels as pixels_lib
 from sphere_tf.training import model as model_lib
+
+tf = dependencies.tensorflow(__name__)
+from cleverhans.tf2.attacks.fast_gradient_method import fast_gradient_method  # noqa: E402 (imports TensorFlow)
 
 DEFAULT_MIX = 0.5
 

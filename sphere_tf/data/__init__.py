@@ -1,11 +1,12 @@
 """Data sets from local files (published archives or a tensorflow-datasets folder); nothing downloads unless asked.
 
 The pipelines are `tf.data` (they feed every Keras backend), so most of this package needs TensorFlow; the array
-readers (`fashion_mnist`, `mnist`, `errors`) and `normalization` do not. Every name below is imported on first
+readers (`fashion_mnist`, `mnist`, `cifar`, `errors`) and `normalization` do not. Where TensorFlow is not installed,
+a name that needs it raises one `ImportError` saying so and naming the array readers (`sphere_tf.dependencies`). Every name below is imported on first
 access, so `sphere_tf.data.fashion_mnist.load_fashion_mnist` works on a host without TensorFlow.
 """
 
-import importlib
+from sphere_tf import dependencies
 
 # name -> the module that defines it (imported on first access).
 _LAZY = {
@@ -26,9 +27,9 @@ _SUBMODULES = ("archive_writers", "cifar", "datasets", "errors", "faces", "fashi
 
 def __getattr__(name):
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        return getattr(dependencies.import_for(f"{__name__}.{name}", _LAZY[name]), name)
     if name in _SUBMODULES:
-        return importlib.import_module(f"sphere_tf.data.{name}")
+        return dependencies.import_for(f"{__name__}.{name}", f"sphere_tf.data.{name}")
     raise AttributeError(f"module 'sphere_tf.data' has no attribute {name!r}")
 
 

@@ -13,9 +13,11 @@ import struct
 import tarfile
 
 import numpy as np
-import tensorflow as tf
 
+from sphere_tf import dependencies
 from sphere_tf import registry
+
+tf = dependencies.tensorflow(__name__)
 
 
 def add_bytes(tar, name, data):

@@ -31,8 +31,8 @@ import collections
 import os
 
 import numpy as np
-import tensorflow as tf
 
+from sphere_tf import dependencies
 from sphere_tf import registry
 from sphere_tf import validation
 from sphere_tf.data import cifar
@@ -45,6 +45,8 @@ from sphere_tf.data import mnist
 from sphere_tf.data import preprocessing
 from sphere_tf.data import tfds_source
 from sphere_tf.data.errors import DataNotFoundError
+
+tf = dependencies.tensorflow(__name__)
 
 DatasetSpec = collections.namedtuple(
     "DatasetSpec",

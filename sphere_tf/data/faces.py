@@ -42,11 +42,13 @@ import dataclasses
 import os
 
 import numpy as np
-import tensorflow as tf
 
+from sphere_tf import dependencies
 from sphere_tf import validation
 from sphere_tf.data.errors import CorruptDataError
 from sphere_tf.data.errors import DataNotFoundError
+
+tf = dependencies.tensorflow(__name__)
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 LFW_IMAGE_PATTERN = "{name}/{name}_{index:04d}.jpg"

@@ -1,10 +1,12 @@
 """tf.data pipelines for the trainers."""
 
 import numpy as np
-import tensorflow as tf
 
+from sphere_tf import dependencies
 from sphere_tf import validation
 from sphere_tf.data import fashion_mnist
+
+tf = dependencies.tensorflow(__name__)
 
 
 def _take(x, y, limit, rng):

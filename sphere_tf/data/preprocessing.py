@@ -34,8 +34,8 @@ Normalisations (`NORMALIZATIONS`, `fn(image, channel_mean) -> image`) are define
 `sphere_tf.data.normalization` (no TensorFlow there) and re-exported here.
 """
 
-import tensorflow as tf
 
+from sphere_tf import dependencies
 from sphere_tf import registry
 from sphere_tf.data.normalization import DEFAULT_NORMALIZATION
 from sphere_tf.data.normalization import MEAN_NORMALIZATIONS
@@ -43,6 +43,8 @@ from sphere_tf.data.normalization import NORMALIZATIONS
 from sphere_tf.data.normalization import get_normalization
 from sphere_tf.data.normalization import register_normalization
 from sphere_tf.data.normalization import uses_channel_mean
+
+tf = dependencies.tensorflow(__name__)
 
 IMAGENET_RESIZE = 256
 IMAGENET_CROP = 224

@@ -4,7 +4,11 @@ Training a face model from a config and evaluating a run's workdir are the runne
 (`sphere_tf.runners.face`).
 """
 
+from sphere_tf import dependencies
 from sphere_tf import deprecation
+
+dependencies.tensorflow(__name__)  # before the submodules: one line naming this package, not a submodule
+
 from sphere_tf.evaluation import face
 from sphere_tf.evaluation import verification
 from sphere_tf.evaluation.face import verify

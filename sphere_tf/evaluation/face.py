@@ -16,14 +16,16 @@ Training a face model from a config and evaluating a run's workdir are the face 
 import os
 
 import numpy as np
-import tensorflow as tf
 
+from sphere_tf import dependencies
 from sphere_tf import metrics
 from sphere_tf import validation
 from sphere_tf.data import faces
 from sphere_tf.data import preprocessing
 from sphere_tf.evaluation import verification
 from sphere_tf.layers import pixel_normalization
+
+tf = dependencies.tensorflow(__name__)
 
 
 def _pipeline_normalization(model, normalization):

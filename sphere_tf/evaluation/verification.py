@@ -25,9 +25,11 @@ The maths here is NumPy on scores; the network part (`embedding_model`,
 
 import keras
 import numpy as np
-import tensorflow as tf
 
+from sphere_tf import dependencies
 from sphere_tf import validation
+
+tf = dependencies.tensorflow(__name__)
 
 DEFAULT_FAR_TARGETS = (1e-3, 1e-4)
 

@@ -11,12 +11,12 @@ steps and resume exactly (`training.checkpoint`); `make_strategy` builds the
 (`training.progress`). The config-driven loop lives in `runners.classifier`.
 
 The training paradigms (`model`, `pretrain`) need Keras alone and load with the package; the run machinery
-(checkpoints, strategies, progress output, the allocator) loads on first use, since parts of it need TensorFlow.
+(checkpoints, strategies, progress output, the allocator) loads on first use, since parts of it need TensorFlow;
+where TensorFlow is not installed those names raise one `ImportError` saying so (`sphere_tf.dependencies`).
 """
 
 
-import importlib
-
+from sphere_tf import dependencies
 from sphere_tf import deprecation
 from sphere_tf.training.model import SphereModel
 from sphere_tf.training.model import SphereSequential
@@ -66,7 +66,7 @@ MOVED = {
 
 def _lazy(name):
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        return getattr(dependencies.import_for(f"{__name__}.{name}", _LAZY[name]), name)
     raise AttributeError(f"module 'sphere_tf.training' has no attribute {name!r}")
 
 

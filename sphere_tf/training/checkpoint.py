@@ -55,13 +55,15 @@ import os
 import re
 
 import keras
-import tensorflow as tf
 from absl import logging
 
+from sphere_tf import dependencies
 from sphere_tf import json_files
 from sphere_tf import validation
 from sphere_tf.training import array_checkpoint
 from sphere_tf.training import distribute
+
+tf = dependencies.tensorflow(__name__)
 
 DEFAULT_EVERY_STEPS = 100
 DEFAULT_MAX_TO_KEEP = 2

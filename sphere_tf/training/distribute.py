@@ -43,10 +43,12 @@ import json
 import os
 
 import keras
-import tensorflow as tf
-from keras.src.backend.tensorflow import trainer as keras_tf_trainer  # Keras exposes no public hook here
 
+from sphere_tf import dependencies
 from sphere_tf import validation
+
+tf = dependencies.tensorflow(__name__)
+from keras.src.backend.tensorflow import trainer as keras_tf_trainer  # noqa: E402 (imports TensorFlow); no public hook
 
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
 # What a run on a backend other than TensorFlow can use (`LocalStrategy`).

@@ -22,7 +22,9 @@ allocator pools from the start and `use_bfc_cpu_allocator` has nothing to change
 
 import os
 
-import tensorflow as tf
+from sphere_tf import dependencies
+
+tf = dependencies.tensorflow(__name__)
 
 _ENV_VAR = "TF_CPU_ALLOCATOR_USE_BFC"
 

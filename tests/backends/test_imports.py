@@ -6,8 +6,10 @@ checks that the layers pull in none of cleverhans, matplotlib, scipy, tensorflow
 `import keras` itself loads (Keras imports matplotlib and, on JAX, scipy when they are installed).
 """
 
+import importlib.util
 import json
 import subprocess
+import sys
 
 import pytest
 
@@ -53,3 +55,67 @@ def test_layers_import_nothing_heavy_on_tensorflow():
     report = _probe("tensorflow")
     # TensorFlow itself is the backend here; nothing else heavy comes with the core.
     assert [m for m in report["new_heavy"] if m.split(".")[0] != "tensorflow"] == [], report
+
+
+# What a user without TensorFlow imports first, and the name its one-line error must carry.
+TENSORFLOW_NAMES = {
+    "from sphere_tf.data import get_datasets": "sphere_tf.data.get_datasets builds tf.data input pipelines",
+    "from sphere_tf.training import fit_resumable": "sphere_tf.training.fit_resumable writes tf.train step",
+    "from sphere_tf.training import make_strategy": "sphere_tf.training.make_strategy trains under tf.distribute",
+    "import sphere_tf.evaluation": "sphere_tf.evaluation extracts face embeddings",
+    "import sphere_tf.adversarial": "sphere_tf.adversarial crafts FGSM/BIM/PGD examples",
+    "import sphere_tf.data.pipeline": "sphere_tf.data.pipeline builds tf.data input pipelines",
+}
+ONE_LINE_PROBE = """
+import sys
+for code in sys.argv[1:]:  # one process: a failed import leaves nothing in sys.modules for the next
+    try:
+        exec(code)
+    except ImportError as error:
+        print(type(error).__name__ + ": " + str(error).replace(chr(10), "<newline>"))
+    else:
+        print("imported")
+"""
+
+
+def _last_lines(backend, codes, env=None):
+    result = subprocess.run([interpreters.python_for(backend), "-c", ONE_LINE_PROBE, *codes],
+                            env=env or interpreters.environment(backend), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result.stdout.strip().splitlines()[-len(codes):]
+
+
+@pytest.mark.tensorflow_only  # drives the venv without TensorFlow from the main suite
+def test_what_needs_tensorflow_says_so_in_one_line_naming_the_install_and_the_alternative():
+    codes = [*TENSORFLOW_NAMES, "from sphere_tf.data import load_fashion_mnist, cifar, mnist"]
+    lines = _last_lines("torch", codes)
+    for (code, name), line in zip(TENSORFLOW_NAMES.items(), lines):
+        assert line.startswith("TensorFlowMissingError: " + name), (code, line)
+        assert "Keras backend 'torch'" in line and "pip install tensorflow-cpu" in line, line
+        assert "; or, " in line and "<newline>" not in line, line  # the backend-neutral alternative, one line
+    assert lines[-1] == "imported"  # the array readers need no TensorFlow
+
+
+@pytest.mark.tensorflow_only
+def test_missing_keras_backend_gets_a_hint_naming_keras_backend(tmp_path):
+    (tmp_path / "keras.json").write_text('{"backend": "tensorflow"}')
+    env = interpreters.environment("torch")
+    env.pop("KERAS_BACKEND")
+    env["KERAS_HOME"] = str(tmp_path)
+    [line] = _last_lines("torch", ["import sphere_tf"], env)
+    assert line.startswith(f"ImportError: Keras's backend is 'tensorflow' (from {tmp_path / 'keras.json'}) but "
+                           "tensorflow is not installed: set KERAS_BACKEND to one that is (jax, torch)"), line
+
+
+@pytest.mark.tensorflow_only
+def test_runner_backend_flag_names_a_backend_that_is_not_installed(tmp_path):
+    if importlib.util.find_spec("torch") is not None:
+        pytest.fail("this test needs the main venv without PyTorch (scripts/setup.sh keeps it there)")
+    command = [sys.executable, "-m", "trainers.run", "--config", "configs/dcnet/fashion_mnist_tanh_cosine.py",
+               "--workdir", str(tmp_path), "--backend", "torch"]
+    result = subprocess.run(command, cwd=interpreters.REPO,
+                            env=interpreters.environment("tensorflow"), capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    lines = [line for line in (result.stdout + result.stderr).splitlines() if "--backend" in line]
+    assert lines == [f"Error: --backend=torch: torch is not installed in this environment ({sys.executable}); "
+                     "install it (pip install torch) or pick an installed backend."], result.stderr[-2000:]
