@@ -16,9 +16,10 @@ wy1iu/DCNets `dcnet_cifar100/*/architecture.py`):
 * the operator radius is ``r = (ρ_raw² + 1e-4) · E{‖x‖}``, ρ_raw a per-output-channel
   variable initialised to √ρ (upstream: ``radius ** 2 + 1e-4`` with ``radius``
   initialised to 1), so the radius is positive by construction;
-* E{‖x‖} is the batch mean of the patch norms in training, differentiated as
-  upstream differentiates it, and a moving average (momentum 0.999) at inference,
-  BN-like; see `DecoupledConv2D` for its zero-debiasing;
+* E{‖x‖} is the batch mean of the patch norms in training (over the samples whose
+  norms are finite), differentiated as upstream differentiates it, and a moving
+  average (momentum 0.999) at inference, BN-like; see `DecoupledConv2D` for its
+  zero-debiasing and non-finite samples;
 * a learnable sigmoid k is ``|k_raw| + 0.05`` per filter (upstream), initialised
   to the paper's 0.5 (Deep Hyperspherical Learning, §2.5);
 * kernels start from N(0, 2/fan_in) (upstream; He initialisation).
@@ -420,16 +421,16 @@ class _HypersphericalOperator(keras.layers.Layer):
         `architecture.py`: the training branch returns the batch mean itself), so
         the input gradient carries the term through E{‖x‖}.
 
-        A batch mean that is not finite (any group; a NaN or inf sample, a float16
-        overflow) is left out of the moving average and of its debiasing weight,
-        which keep their values, and counted in `norm_mean_skipped`: one such batch
-        would otherwise make every later inference output NaN. With `ops.where`,
-        not Python control flow, so it holds inside compiled train steps.
+        The batch mean is taken over the finite samples only (`_finite_sample_mean`),
+        so a NaN or inf sample does not reach the other samples' outputs. A batch
+        with no finite sample has a NaN mean: it is left out of the moving average and
+        of its debiasing weight, which keep their values, and counted in
+        `norm_mean_skipped`; it would otherwise make every later inference output NaN.
+        With `ops.where`, not Python control flow, so it holds inside compiled train steps.
         """
         if not training:
             return self.norm_mean()
-        axes = tuple(range(len(x_norm.shape) - 1))
-        batch_mean = ops.mean(x_norm, axis=axes)  # (groups,)
+        batch_mean = self._finite_sample_mean(x_norm)  # (groups,)
         if self._groups == 1:
             batch_mean = ops.reshape(batch_mean, ())
         m = self.norm_momentum
@@ -440,6 +441,23 @@ class _HypersphericalOperator(keras.layers.Layer):
         self.norm_mean_weight.assign(ops.where(finite, m * weight + (1.0 - m), weight))
         self.norm_mean_skipped.assign(self.norm_mean_skipped + ops.where(finite, 0.0, 1.0))
         return batch_mean
+
+    @staticmethod
+    def _finite_sample_mean(x_norm):
+        """Mean patch norm per group `(groups,)` over the samples (axis 0) whose patch norms are all finite.
+
+        A sample with a NaN or inf norm (in any group) is left out of every group's mean,
+        so each other sample's output is the one of the batch without it; its own
+        outputs stay non-finite. NaN when no sample is finite. In the normal case this
+        costs one `isfinite` / `where` / count over the `(batch, groups)` per-sample
+        means, next to the reduction of ‖x‖ the plain mean needs anyway.
+        """
+        within_sample = tuple(range(1, len(x_norm.shape) - 1))  # output positions (conv), inner batch axes (dense)
+        per_sample = ops.mean(x_norm, axis=within_sample) if within_sample else x_norm  # (batch, groups)
+        finite = ops.all(ops.isfinite(per_sample), axis=-1, keepdims=True)  # (batch, 1)
+        count = ops.sum(ops.cast(finite, per_sample.dtype))
+        # `where`, not a product with the mask: 0·NaN is NaN, and the gradient of the left-out samples is 0.
+        return ops.sum(ops.where(finite, per_sample, 0.0), axis=0) / count
 
     def _operator_config(self):
         """Arguments of every operator layer."""
@@ -657,11 +675,15 @@ class DecoupledConv2D(_Conv2DOperator):
         differentiates it, and doing so costs one reduction of the one-channel ‖x‖.
 
     Note:
-        A training batch whose mean ‖x‖ is not finite (a NaN or inf sample, a
-        float16 overflow) is left out of the moving average (and of the debiasing
-        weight), and counted in the non-trainable weight `norm_mean_skipped`
-        instead: upstream's average, like BatchNormalization's, would keep the NaN
-        and make every later inference output NaN. The count is a variable because
+        The training batch mean ‖x‖ is taken over the samples whose patch norms are
+        all finite: a sample with a NaN or inf input (or a float16 overflow) keeps
+        its own non-finite outputs, and every other sample's output is the one of
+        the batch without it (`keras.layers.BatchNormalization` instead makes the
+        whole batch NaN). A batch with no finite sample has no finite mean: it is
+        left out of the moving average (and of the debiasing weight), and counted
+        in the non-trainable weight `norm_mean_skipped` instead: upstream's average,
+        like BatchNormalization's, would keep the NaN and make every later inference
+        output NaN. The count is a variable because
         the skip happens inside compiled train steps; the callback
         `sphere_tf.callbacks.WarnOnSkippedNormMean` (added by the classifier runner)
         reads it on the host after each epoch and warns once per layer.
