@@ -361,8 +361,10 @@ def _patch_energy_inference(x, kernel_size, strides, padding, dilation_rate):
     counts padded zeros exactly as the main convolution does.
     """
     ones = tf.ones(tuple(kernel_size) + (1, 1), tf.float32)
-    return tf.nn.conv2d(_pixel_energy_safe(x), ones, strides=(1,) + tuple(strides) + (1,), padding=padding.upper(),
-                        dilations=(1,) + tuple(dilation_rate) + (1,))
+    # `tf.nn.convolution`, not `tf.nn.conv2d`: a dilated conv's gradient then runs as space-to-batch + a plain
+    # conv, which every CPU has (see `_dilated_conv_gradients`); an undilated one is the same `Conv2D` op.
+    return tf.nn.convolution(_pixel_energy_safe(x), ones, strides=tuple(strides), padding=padding.upper(),
+                             dilations=tuple(dilation_rate))
 
 
 def _add_patch_gradient(conv_grad, x, spread):
@@ -381,6 +383,21 @@ def _add_patch_gradient_on(path, conv_grad, x, spread):
     if path.kernels is not None and x.dtype == tf.float32:
         return path.kernels.sphere_tf_add_patch_gradient(conv_grad, x, spread)
     return (_add_patch_gradient_xla if path.fused else _add_patch_gradient)(conv_grad, x, spread)
+
+
+def _dilated_conv_gradients(x, w, dot_grad, strides, padding, dilation_rate):
+    """`(d_x, d_w)` of a dilated conv through `tf.nn.convolution`'s own gradient (space-to-batch, one more conv).
+
+    TensorFlow's CPU `Conv2DBackpropFilter` / `Conv2DBackpropInput` support dilation only where oneDNN serves
+    them (AVX-512 hosts); on an AVX2 CPU they fail with "Current CPU implementations do not yet support dilation
+    rates larger than 1". `tf.nn.convolution`, what `Conv2D(dilation_rate=...)` runs, rewrites the dilated conv
+    as space-to-batch + a plain conv, whose gradients every CPU has: recomputing that forward here costs one conv
+    of the dilated layers only.
+    """
+    with tf.GradientTape() as tape:
+        tape.watch([x, w])
+        dot = tf.nn.convolution(x, w, strides=strides, padding=padding.upper(), dilations=dilation_rate)
+    return tape.gradient(dot, [x, w], output_gradients=dot_grad)
 
 
 def conv_and_patch_energy(inputs, kernel, strides, padding, dilation_rate, fuse=True):
@@ -424,12 +441,15 @@ def conv_and_patch_energy(inputs, kernel, strides, padding, dilation_rate, fuse=
         def grad(dot_grad, energy_grad):
             if dot_grad is None:
                 dot_grad = tf.zeros_like(dot)
-            d_w = tf.raw_ops.Conv2DBackpropFilter(
-                input=x, filter_sizes=tf.shape(w), out_backprop=dot_grad, **conv_args
-            )
-            d_x = tf.raw_ops.Conv2DBackpropInput(
-                input_sizes=tf.shape(x), filter=w, out_backprop=dot_grad, **conv_args
-            )
+            if dilation_rate != (1, 1):
+                d_x, d_w = _dilated_conv_gradients(x, w, dot_grad, strides, padding, dilation_rate)
+            else:
+                d_w = tf.raw_ops.Conv2DBackpropFilter(
+                    input=x, filter_sizes=tf.shape(w), out_backprop=dot_grad, **conv_args
+                )
+                d_x = tf.raw_ops.Conv2DBackpropInput(
+                    input_sizes=tf.shape(x), filter=w, out_backprop=dot_grad, **conv_args
+                )
             if energy_grad is not None:
                 spread = box_sum_adjoint(
                     energy_grad, tuple(x.shape[1:3]), kernel_size, strides, dilation_rate, padding
