@@ -114,6 +114,10 @@ def main(argv, overrides=(), expected_task=None):
         select_backend(_BACKEND.value)  # before anything below imports Keras
     except ValueError as error:
         _config_flags.exit_with(error)
+    if _CPU_ALLOCATOR.value == "bfc":
+        # Before TensorFlow creates its CPU device (the strategy below does): the allocator is chosen then, and
+        # where oneDNN does not pool CPU memory already (AVX2 hosts) a later `use_bfc_cpu_allocator` is too late.
+        os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
     from sphere_tf import runners  # noqa: PLC0415
     from sphere_tf.data import errors as data_errors  # noqa: PLC0415
     from sphere_tf.runners import classifier  # noqa: PLC0415

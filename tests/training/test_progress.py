@@ -76,7 +76,8 @@ def test_quiet_fit_prints_one_line_per_epoch_and_no_info(tmp_path):
 def test_verbosity_zero_brings_info_back(tmp_path):
     proc = _run(tmp_path, verbosity=0, epochs=1)
     assert proc.returncode == 0, proc.stderr
-    assert "oneDNN" in proc.stderr
+    # TensorFlow's INFO lines are back ("oneDNN custom operations are on" only where oneDNN is on: AVX-512 hosts).
+    assert "I0000" in proc.stderr
     assert "Compiled cluster using XLA" in proc.stderr
 
 
