@@ -16,7 +16,9 @@ import os
 import sys
 
 # Keras backend name -> (the module it imports, the distribution to install).
-BACKEND_PACKAGES = {"tensorflow": ("tensorflow", "tensorflow-cpu"), "jax": ("jax", "jax[cpu]"), "torch": ("torch", "torch")}
+BACKEND_PACKAGES = {
+    "tensorflow": ("tensorflow", "tensorflow-cpu"), "jax": ("jax", "jax[cpu]"), "torch": ("torch", "torch"),
+}
 
 INSTALL_TENSORFLOW = "pip install tensorflow-cpu (or pip install -e '.[tensorflow]')"
 
@@ -58,7 +60,12 @@ def installed(module):
 
 
 def configured_backend():
-    """(backend, where it comes from) as Keras will read it: `KERAS_BACKEND`, else keras.json, else the default."""
+    """(backend, where it comes from) as Keras will read it: `KERAS_BACKEND`, else keras.json, else the default.
+
+    Keras's own reader (`keras.src.backend.config`) cannot be asked: importing it imports the backend, which is
+    what fails when the backend is not installed. This follows its rules (`KERAS_HOME`, `~/.keras`, `/tmp/.keras`
+    for a home that is not writable).
+    """
     if os.environ.get("KERAS_BACKEND"):
         return os.environ["KERAS_BACKEND"], "KERAS_BACKEND"
     keras_dir = os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")

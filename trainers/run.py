@@ -114,15 +114,16 @@ def main(argv, overrides=(), expected_task=None):
         select_backend(_BACKEND.value)  # before anything below imports Keras
     except ValueError as error:
         _config_flags.exit_with(error)
+    from sphere_tf.training import runtime  # noqa: PLC0415
+
     if _CPU_ALLOCATOR.value == "bfc":
         # Before TensorFlow creates its CPU device (the strategy below does): the allocator is chosen then, and
-        # where oneDNN does not pool CPU memory already (AVX2 hosts) a later `use_bfc_cpu_allocator` is too late.
-        os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
+        # where oneDNN does not pool CPU memory already (AVX2 hosts) asking afterwards is too late.
+        runtime.request_bfc_cpu_allocator()
     from sphere_tf import runners  # noqa: PLC0415
     from sphere_tf.data import errors as data_errors  # noqa: PLC0415
     from sphere_tf.runners import classifier  # noqa: PLC0415
     from sphere_tf.training import checkpoint  # noqa: PLC0415
-    from sphere_tf.training import runtime  # noqa: PLC0415
 
     try:
         task_name, config = runners.split_task(_config_flags.load_config_file(_CONFIG.value))
@@ -141,7 +142,7 @@ def main(argv, overrides=(), expected_task=None):
             # allocator, before any tensor exists.
             strategy = classifier.make_run_strategy(config)
         if _CPU_ALLOCATOR.value == "bfc":
-            runtime.use_bfc_cpu_allocator()
+            runtime.use_bfc_cpu_allocator()  # checks that the request above took effect
         if _DRY_RUN.value:
             options = {}
             if _DRY_RUN_CLASS_MEMORY_GB.value is not None:

@@ -1,9 +1,10 @@
 """Data sets from local files (published archives or a tensorflow-datasets folder); nothing downloads unless asked.
 
 The pipelines are `tf.data` (they feed every Keras backend), so most of this package needs TensorFlow; the array
-readers (`fashion_mnist`, `mnist`, `cifar`, `errors`) and `normalization` do not. Where TensorFlow is not installed,
-a name that needs it raises one `ImportError` saying so and naming the array readers (`sphere_tf.dependencies`). Every name below is imported on first
-access, so `sphere_tf.data.fashion_mnist.load_fashion_mnist` works on a host without TensorFlow.
+readers (`fashion_mnist`, `mnist`, `cifar`, `errors`) and `normalization` do not. Every name below is imported on
+first access, so `sphere_tf.data.fashion_mnist.load_fashion_mnist` works on a host without TensorFlow; where
+TensorFlow is not installed, a name that needs it raises one `ImportError` saying so and naming the array readers
+(`sphere_tf.dependencies`).
 """
 
 from sphere_tf import dependencies

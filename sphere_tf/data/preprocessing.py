@@ -34,7 +34,6 @@ Normalisations (`NORMALIZATIONS`, `fn(image, channel_mean) -> image`) are define
 `sphere_tf.data.normalization` (no TensorFlow there) and re-exported here.
 """
 
-
 from sphere_tf import dependencies
 from sphere_tf import registry
 from sphere_tf.data.normalization import DEFAULT_NORMALIZATION

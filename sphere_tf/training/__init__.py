@@ -52,6 +52,7 @@ _LAZY = {
     "resolve_fit_verbosity": "sphere_tf.training.progress",
     "bfc_cpu_allocator_active": "sphere_tf.training.runtime",
     "cpu_memory_info": "sphere_tf.training.runtime",
+    "request_bfc_cpu_allocator": "sphere_tf.training.runtime",
     "use_bfc_cpu_allocator": "sphere_tf.training.runtime",
 }
 

@@ -45,6 +45,16 @@ def bfc_cpu_allocator_active():
     return True
 
 
+def request_bfc_cpu_allocator():
+    """Asks for TensorFlow's BFC allocator for CPU tensors, creating nothing (the environment variable only).
+
+    For a program that must create something else with TensorFlow first without creating its CPU device, e.g. a
+    `MultiWorkerMirroredStrategy`, which configures collective ops at startup: call this before it, then
+    `use_bfc_cpu_allocator` to check that the setting took effect.
+    """
+    os.environ.setdefault(_ENV_VAR, "true")
+
+
 def use_bfc_cpu_allocator():
     """Selects TensorFlow's BFC allocator for CPU tensors in this process.
 

@@ -66,6 +66,28 @@ def test_too_late_raises_and_restores_the_environment():
     assert out["env"] is None and not out["active"] and out["info"] is None
 
 
+def test_request_before_the_strategy_makes_the_later_check_pass():
+    """The runner's order: ask (environment only), build the strategy (it creates the CPU device), then check.
+
+    Without oneDNN's pooling allocator (off here, as on AVX2 hosts) asking only after the strategy is too late
+    (the case above), which failed every run of `trainers.run` on such hosts.
+    """
+    out = _run(
+        """
+        import json
+        from sphere_tf.training import runtime
+        runtime.request_bfc_cpu_allocator()
+        import tensorflow as tf
+        strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+        with strategy.scope():
+            x = tf.Variable(tf.ones((256, 1024)))
+        print(json.dumps({"checked": runtime.use_bfc_cpu_allocator(), "current": runtime.cpu_memory_info()["current"]}))
+        """,
+        onednn=False,
+    )
+    assert out["checked"] is True and out["current"] >= 256 * 1024 * 4
+
+
 def test_default_process_has_no_allocator_statistics():
     out = _run(
         """
