@@ -15,13 +15,18 @@ setuptools.setup(
     packages=setuptools.find_packages(include=["sphere_tf", "sphere_tf.*", "trainers", "configs", "configs.*"]),
     # The core (layers, losses, regularizers, models, ops, optimizers, callbacks) needs Keras alone and runs on
     # its TensorFlow, JAX and PyTorch backends; install the backend of your choice (the extras below, or your
-    # own JAX/PyTorch GPU build). The data pipeline, export, face evaluation and the adversarial toolkit need
-    # TensorFlow: the `tensorflow` extra.
+    # own JAX/PyTorch GPU build). The runner reads its data with Grain, decodes image files with Pillow and
+    # writes TensorBoard scalars with tensorboardX on every backend (none of them needs TensorFlow). The TF
+    # Serving export, the tf.data pipeline (the TensorFlow backend's default), tensorflow-datasets folders, face
+    # evaluation and the cleverhans attacks need TensorFlow: the `tensorflow` extra.
     install_requires=[
         "keras>=3.12,<4",
         "absl-py",
         "ml_collections",
         "numpy",
+        "grain",
+        "tensorboardX",
+        "pillow",
     ],
     extras_require={
         "tensorflow": [
@@ -41,8 +46,10 @@ setuptools.setup(
         "gpu": ["tensorflow[and-cuda]==2.21.*"],
         "test": ["pytest", "pytest-xdist", "hypothesis", "matplotlib", "foolbox>=3.3,<4",
                  "tf2onnx>=1.17", "onnxruntime>=1.20", "jax[cpu]"],
-        # The JAX backend on CPU (GPU: install jax[cuda12] or jax[cuda13] instead).
+        # The JAX backend on CPU (GPU: install jax[cuda12] or jax[cuda13] instead); the runner needs no TensorFlow.
         "jax": ["jax[cpu]"],
+        # The PyTorch backend (the CPU or CUDA wheel your index serves); the runner needs no TensorFlow.
+        "torch": ["torch"],
         # Optional export formats (sphere_tf.export.export_onnx; TFLite needs TensorFlow only).
         "export": ["tf2onnx>=1.17", "onnxruntime>=1.20"],
         "examples": ["matplotlib"],

@@ -51,20 +51,23 @@ if [ -n "$UNEXPECTED" ]; then
   exit 1
 fi
 
-# The other Keras backends. JAX's CPU build joins the main venv (the `test` extra); PyTorch gets a venv of its own,
-# .venv-torch, without TensorFlow: it keeps the main venv lean (the torch wheel pulls ~5 GB of CUDA libraries; the
-# bare wheel does not import without them) and is where the tests check that the core imports and runs with no
-# TensorFlow installed. `scripts/test_backends.sh` runs the core suites on JAX and PyTorch.
+# The other Keras backends. JAX's CPU build joins the main venv (the `test` extra); .venv-torch holds PyTorch and
+# JAX without TensorFlow: it keeps the main venv lean (the torch wheel pulls ~5 GB of CUDA libraries; the bare wheel
+# does not import without them), it is where a JAX or PyTorch user runs the main job (README, "On JAX and
+# PyTorch"), and where the tests check that the core and the runner run with no TensorFlow installed.
+# `scripts/test_backends.sh` runs the backend suites on JAX and PyTorch there.
 TORCH_VENV_PACKAGES=(torch "jax[cpu]" pytest pytest-xdist hypothesis)
 if [ "${SPHERE_TF_SKIP_TORCH:-0}" != 1 ]; then
   if [ ! -x .venv-torch/bin/python ]; then
     "$PYTHON" -m venv .venv-torch
   fi
-  if ! .venv-torch/bin/python -c "import torch, keras, jax, sphere_tf, pytest, hypothesis" >/dev/null 2>&1 \
+  if ! .venv-torch/bin/python -c "import torch, keras, jax, grain, tensorboardX, PIL, sphere_tf, pytest, hypothesis" \
+       >/dev/null 2>&1 \
      || [ setup.py -nt .venv-torch/.installed ]; then
     .venv-torch/bin/python -m pip install -q --upgrade pip >/dev/null
     .venv-torch/bin/python -m pip install -q "${TORCH_VENV_PACKAGES[@]}"
-    # The package with its core dependencies only (Keras, NumPy, absl-py, ml_collections): no TensorFlow.
+    # The package with its core dependencies only (Keras, NumPy, absl-py, ml_collections, Grain, tensorboardX,
+    # Pillow): no TensorFlow.
     .venv-torch/bin/python -m pip install -q -e .
     if .venv-torch/bin/python -c "import tensorflow" >/dev/null 2>&1; then
       echo "setup: .venv-torch must not contain TensorFlow" >&2

@@ -12,19 +12,25 @@ fi
 # The suites of the backend-neutral core: maths, layers, losses, regularizers, energy, metrics, models,
 # optimizers, callbacks, the training paradigms, the degenerate-input property tests, the `.keras` files of an
 # earlier release (saved on TensorFlow) and the documentation's Python blocks (those needing TensorFlow are skipped,
-# and tests/test_docs.py checks how many ran). TensorFlow-only modules and tests in them are deselected by
-# tests/conftest.py.
+# and tests/test_docs.py checks how many ran); and the runner without TensorFlow: the Grain pipeline and its NumPy
+# augmentations, step checkpoints (recovery from a corrupt one), short runs and exact resume after kill -9.
+# TensorFlow-only modules and tests in them are deselected by tests/conftest.py.
+RUNNER_SUITES=(
+  tests/data/test_grain_pipeline.py tests/data/test_numpy_preprocessing.py tests/training/test_checkpoint_recovery.py
+  tests/runners/test_runner_without_tensorflow.py
+)
 CORE_SUITES=(
   tests/ops tests/layers tests/losses tests/regularizers tests/metrics tests/models tests/optimizers
   tests/callbacks tests/test_energy.py tests/test_initializers.py tests/test_registry.py
   tests/training/test_model.py tests/training/test_pretrain.py tests/backends/jax_plugin tests/test_saved_files.py
-  tests/test_docs.py
+  tests/test_docs.py "${RUNNER_SUITES[@]}"
 )
 # PyTorch: the same core suites but the JAX plug-in's own tests (tests/backends/jax_plugin).
 TORCH_SUITES=(
   tests/ops tests/layers tests/losses tests/regularizers tests/metrics tests/models tests/optimizers
   tests/callbacks tests/test_energy.py tests/test_initializers.py tests/test_registry.py
   tests/training/test_model.py tests/training/test_pretrain.py tests/test_saved_files.py tests/test_docs.py
+  "${RUNNER_SUITES[@]}"
 )
 status=0
 for backend in "${@:-jax torch}"; do

@@ -27,17 +27,18 @@ INSTALL_TENSORFLOW = "pip install tensorflow-cpu (or pip install -e '.[tensorflo
 TENSORFLOW_USES = {
     "sphere_tf.data": (
         "builds tf.data input pipelines",
-        "on every backend, sphere_tf.data.load_fashion_mnist, sphere_tf.data.mnist.load_idx_split and "
-        "sphere_tf.data.cifar.load_cifar10 read the archives into NumPy arrays for model.fit",
+        "on every backend, sphere_tf.data.get_datasets(..., pipeline='grain') (the default off TensorFlow) reads "
+        "the same data sets with Grain and NumPy augmentations",
     ),
     "sphere_tf.training.checkpoint": (
-        "writes tf.train step checkpoints",
-        "on every backend, keras.callbacks.BackupAndRestore resumes an interrupted fit and "
-        "keras.callbacks.ModelCheckpoint saves .keras files",
+        "writes tf.train step checkpoints and positions tf.data streams",
+        "on JAX and PyTorch, fit_resumable writes NumPy array checkpoints; pass it a callable step -> dataset "
+        "(sphere_tf.data.get_datasets(..., pipeline='grain', initial_step=step))",
     ),
     "sphere_tf.training.distribute": (
         "trains under tf.distribute strategies",
-        "on JAX, keras.distribution.DataParallel (and ModelParallel) distribute a plain model.fit",
+        "strategy='auto' or 'one_device' on JAX and PyTorch; on JAX, keras.distribution.DataParallel (and "
+        "ModelParallel) distribute a plain model.fit",
     ),
     "sphere_tf.training.runtime": (
         "configures TensorFlow's CPU allocator and threads",
@@ -47,9 +48,21 @@ TENSORFLOW_USES = {
         "extracts face embeddings with tf.function over tf.data",
         "on every backend, model.predict gives the embeddings; the scores are cosines of unit vectors",
     ),
-    "sphere_tf.adversarial": (
+    "sphere_tf.adversarial.attacks": (
         "crafts FGSM/BIM/PGD examples with cleverhans' TensorFlow attacks",
-        "on every backend, foolbox 3 attacks JAX and PyTorch models",
+        "on every backend, sphere_tf.adversarial.gradient_attacks crafts the same examples (fgsm, bim, pgd, "
+        "make_attack, make_fgsm_sweep, make_predict) in keras.ops",
+    ),
+    "sphere_tf.adversarial.evaluation": (
+        "crafts FGSM/BIM/PGD examples with cleverhans' TensorFlow attacks to evaluate white-box and black-box "
+        "accuracy",
+        "on every backend, sphere_tf.adversarial.gradient_attacks.make_attack and make_predict give the same "
+        "adversarial accuracies",
+    ),
+    "sphere_tf.adversarial.training": (
+        "crafts FGSM examples with cleverhans inside a TensorFlow train_step",
+        "on every backend, sphere_tf.adversarial.gradient_attacks.fgsm crafts the same examples for a custom "
+        "training loop",
     ),
 }
 

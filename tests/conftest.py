@@ -42,7 +42,7 @@ def pytest_configure(config):
         "export); deselected, not skipped, when KERAS_BACKEND is another backend",
     )
     config.addinivalue_line(
-        "markers", "backend_only(name): a test of one backend's plug-in; deselected on the other backends",
+        "markers", "backend_only(*names): a test of those backends only (a plug-in, a path of theirs); deselected on the others",
     )
     config.addinivalue_line(
         "markers",
@@ -77,7 +77,7 @@ def pytest_collection_modifyitems(config, items):
     """Deselect `tensorflow_only` and `structure_only` tests off TensorFlow, `backend_only` tests off their backend."""
     def runs_here(item):
         only = item.get_closest_marker("backend_only")
-        if only is not None and only.args[0] != BACKEND:
+        if only is not None and BACKEND not in only.args:
             return False
         if BACKEND == "tensorflow":
             return True

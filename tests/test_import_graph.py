@@ -56,11 +56,19 @@ LAZY_IMPORTS = {
     "sphere_tf.ops.autodiff": {"tensorflow", "jax", "torch"},
     "sphere_tf.ops.runtime_checks": {"tensorflow", "jax"},
     "sphere_tf.regularizers.random_state": {"jax"},
-    "sphere_tf.callbacks.energy": {"tensorflow"},  # tf.summary, only with log_dir
     "sphere_tf.training.precise_bn": {"tensorflow"},
+    # JAX's multi-process start, global arrays and collectives (keras.distribution has no timeout or gather).
+    "sphere_tf.training.multi_device": {"jax"},
+    # Keras's TensorFlow trainer (it imports TensorFlow): patched only for a model built under a tf.distribute scope.
+    "sphere_tf.training.distribute": {"keras"},
+    # Optional at import: Pillow decodes image files, tensorboardX writes event files, for the runs that need them.
+    "sphere_tf.data.numpy_preprocessing": {"PIL"},
+    "sphere_tf.callbacks.tensorboard": {"tensorboardX"},
     "sphere_tf.testing": {"tensorflow", "jax", "torch", "sphere_tf.backends.tensorflow.kernels.build"},
     # TensorFlow through the runner: a sweep aggregates without TensorFlow (bench/gpu) and trains with it.
     "sphere_tf.runners.sweep": {"sphere_tf.runners.classifier"},
+    # The TF Serving export (TensorFlow) only when the config asks for it: the run itself needs no TensorFlow.
+    "sphere_tf.runners.classifier": {"sphere_tf.export"},
 }
 
 # Names that moved up to the runner keep their old paths, resolved on first access by `sphere_tf.deprecation`

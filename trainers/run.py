@@ -10,10 +10,11 @@ a SavedModel), `adversarial` (DCNet's Tables 7 and 8), `face` (train on an ident
 task (a config of another task is refused in one line).
 
 `--backend` picks the Keras backend (tensorflow, jax, torch; default: `KERAS_BACKEND`,
-else Keras's own default, TensorFlow). The data pipeline (tf.data) and the TF
-Serving export need TensorFlow installed on every backend; on JAX and PyTorch the
-run trains on one process (`--strategy` auto or one_device) and the export
-reloads `checkpoints/model.keras` under TensorFlow in a child process.
+else Keras's own default, TensorFlow). Only the TensorFlow backend needs TensorFlow: the others read their data
+with Grain (`data.pipeline`) and write NumPy step checkpoints. The TF Serving export (`export=True`) needs
+TensorFlow installed whatever the backend (on JAX and PyTorch it reloads `checkpoints/model.keras` under
+TensorFlow in a child process); where it is not installed, run with `--config.export=False` and export later
+(`python -m trainers.export`).
 
 `--config.<section>.<key>=VALUE` sets any key of the runner's schema
 (docs/runner.md), whether the config file holds it or not (`--config.model.relu=False`,
@@ -68,6 +69,16 @@ _BACKEND = flags.DEFINE_enum(
     "backend", None, list(BACKENDS),
     "Keras backend of the run; default: the KERAS_BACKEND environment variable, else Keras's default (tensorflow).",
 )
+# Multi-process JAX (keras.distribution): every process runs this command with the same flags but its own id.
+_COORDINATOR_ADDRESS = flags.DEFINE_string(
+    "coordinator_address", None, "Multi-process training on JAX: process 0's host:port (every process the same); "
+    "default: KERAS_DISTRIBUTION_JOB_ADDRESSES.")
+_NUM_PROCESSES = flags.DEFINE_integer(
+    "num_processes", None, "Multi-process training on JAX: the number of processes; default: "
+    "KERAS_DISTRIBUTION_NUM_PROCESSES, else 1.")
+_PROCESS_ID = flags.DEFINE_integer(
+    "process_id", None, "Multi-process training on JAX: this process's id in [0, num_processes); default: "
+    "KERAS_DISTRIBUTION_PROCESS_ID.")
 _DRY_RUN = flags.DEFINE_bool(
     "dry_run", False, "Print the resolved config, the step count and an estimated training time on this machine "
     "(measured on a few steps of a synthetic batch), then exit: nothing is trained or written.")
@@ -98,12 +109,30 @@ def select_backend(name):
             raise ValueError(f"--backend={name}: Keras is already imported with backend "
                              f"{keras_module.backend.backend()!r}; the backend must be chosen before Keras loads.")
         os.environ["KERAS_BACKEND"] = name
-    backend = os.environ.get("KERAS_BACKEND") or "the default (tensorflow)"
-    if importlib.util.find_spec("tensorflow") is None:
-        raise ValueError(
-            f"The runner (trainers.run) reads its data with tf.data and exports for TF Serving, so it needs "
-            f"TensorFlow installed beside the Keras backend ({backend}): pip install tensorflow (or "
-            "pip install -e '.[tensorflow]'). The model trains on the chosen backend either way.")
+
+
+def _tensorflow_allocator_applies():
+    """Whether TensorFlow runs here (its backend, or tf.data beside another one): its CPU allocator then matters."""
+    return importlib.util.find_spec("tensorflow") is not None
+
+
+def start_processes():
+    """Joins the other processes of a multi-process JAX run (flags, else KERAS_DISTRIBUTION_*); one line for a
+    backend that cannot (PyTorch: no keras.distribution; TensorFlow: tf.distribute's multi_worker strategy)."""
+    from sphere_tf.training import multi_device  # noqa: PLC0415 (after the backend is chosen)
+
+    settings = multi_device.process_settings(_COORDINATOR_ADDRESS.value, _NUM_PROCESSES.value, _PROCESS_ID.value)
+    if not settings.multi_process:
+        return
+    import keras  # noqa: PLC0415
+
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        raise ValueError(f"--num_processes={settings.num_processes}: on the TensorFlow backend several processes "
+                         "train through tf.distribute: --strategy=multi_worker with TF_CONFIG (docs/runner.md); "
+                         "--num_processes is keras.distribution's, on JAX.")
+    multi_device.check_backend_request(backend, settings.num_processes)
+    multi_device.initialize(settings)
 
 
 def main(argv, overrides=(), expected_task=None):
@@ -114,9 +143,14 @@ def main(argv, overrides=(), expected_task=None):
         select_backend(_BACKEND.value)  # before anything below imports Keras
     except ValueError as error:
         _config_flags.exit_with(error)
-    from sphere_tf.training import runtime  # noqa: PLC0415
+    try:
+        start_processes()  # before anything computes with JAX
+    except ValueError as error:
+        _config_flags.exit_with(error)
+    bfc = _CPU_ALLOCATOR.value == "bfc" and _tensorflow_allocator_applies()
+    if bfc:
+        from sphere_tf.training import runtime  # noqa: PLC0415
 
-    if _CPU_ALLOCATOR.value == "bfc":
         # Before TensorFlow creates its CPU device (the strategy below does): the allocator is chosen then, and
         # where oneDNN does not pool CPU memory already (AVX2 hosts) asking afterwards is too late.
         runtime.request_bfc_cpu_allocator()
@@ -141,7 +175,7 @@ def main(argv, overrides=(), expected_task=None):
             # The strategy first (MultiWorkerMirroredStrategy configures collective ops at startup), then the
             # allocator, before any tensor exists.
             strategy = classifier.make_run_strategy(config)
-        if _CPU_ALLOCATOR.value == "bfc":
+        if bfc:
             runtime.use_bfc_cpu_allocator()  # checks that the request above took effect
         if _DRY_RUN.value:
             options = {}

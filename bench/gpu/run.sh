@@ -5,7 +5,11 @@
 #      at full precision: JAX's default TF32 would not meet float32 tolerances),
 #   2. the CNN-9 train-step and forward benchmarks on JAX, side by side with Conv2D (ratios, images/s,
 #      compile times), float32 and mixed bfloat16, batch 128 and 512; optimized HLO of the train steps,
-#   3. the same on PyTorch at batch 128, float32.
+#   3. the same on PyTorch at batch 128, float32;
+#   4. the README's main job through the runner itself on JAX (Grain input, array checkpoints, tensorboardX; no
+#      TensorFlow, no export): its results.json and wall time. The runner's wheels (grain and its array_record,
+#      etils, cloudpickle, portpicker, psutil, protobuf; tensorboardX, packaging; pillow; ml_collections, absl-py)
+#      go in WHEEL_DIR with Keras's; the Fashion-MNIST idx files in FASHION_MNIST_DIR (default: the Debian folder).
 # Usage: bash bench/gpu/run.sh OUT_DIR [WHEEL_DIR]     (SMALL=1: tiny shapes, for a CPU dry run)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -49,4 +53,20 @@ KERAS_BACKEND=jax python3 -m bench.bench_backends "${BENCH[@]}" --results_file="
 echo "== CNN-9 benchmarks (PyTorch)"
 KERAS_BACKEND=torch python3 -m bench.bench_backends "${TORCH_BENCH[@]}" --modes=train,forward \
   --results_file="$OUT/bench_torch.jsonl" 2>&1 | grep -v "^WARNING" | tail -20 || status=1
+echo "== the README's main job through the runner (JAX)"
+MAIN_JOB=(--config=configs/dcnet/fashion_mnist_tanh_cosine.py --config.export=False --workdir="$OUT/main_job")
+if [ "${SMALL:-0}" = 1 ]; then
+  # Tiny generated archives in the Fashion-MNIST layout and the config's two-step variant on a tiny model.
+  python3 -c "from sphere_tf.data import archive_writers as a; a.write_mnist('$OUT/fashion_mnist', n_train=64, n_test=16)"
+  MAIN_JOB=(--config=configs/dcnet/fashion_mnist_tanh_cosine.py:quick --config.export=False --workdir="$OUT/main_job"
+            --config.data.manual_dir="$OUT/fashion_mnist" --config.model.widths=[4] --config.model.convs_per_stage=1
+            --config.model.dense_units=8)
+elif [ -n "${FASHION_MNIST_DIR:-}" ]; then
+  MAIN_JOB+=(--config.data.manual_dir="$FASHION_MNIST_DIR")
+fi
+start=$(date +%s)
+KERAS_BACKEND=jax python3 -m trainers.train_classifier "${MAIN_JOB[@]}" --config.train.verbose=2 2>&1 \
+  | grep -v "^WARNING\|^I0000" | tail -15 || status=1
+echo "{\"main_job_wall_s\": $(( $(date +%s) - start ))}" > "$OUT/main_job_time.json"
+[ -f "$OUT/main_job/results.json" ] || status=1
 exit "$status"

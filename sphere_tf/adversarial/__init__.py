@@ -9,45 +9,57 @@ train with FGSM examples from the current weights; `white_box`, `black_box`,
 `accuracy_curve`, `deepfool_strength` (foolbox 3) evaluate; `run_experiment`
 and the runner's adversarial task (`sphere_tf.runners.adversarial.run_experiment`,
 `trainers/train_adversarial.py`) reproduces DCNet's Tables 7 and 8 from a config.
+
+Those names use cleverhans' TensorFlow attacks and need TensorFlow; they are imported on
+first access. `sphere_tf.adversarial.gradient_attacks` gives the same FGSM/BIM/PGD
+examples (and `make_attack`, `make_fgsm_sweep`, `make_predict`) in `keras.ops` on every
+Keras backend, and `pixels` needs no TensorFlow either, so the package imports without it.
 """
 
 from sphere_tf import dependencies
 from sphere_tf import deprecation
-
-dependencies.tensorflow(__name__)  # before the submodules: one line naming this package, not a submodule
-
-from sphere_tf.adversarial.attacks import ATTACKS
-from sphere_tf.adversarial.attacks import PAPER_EPSILON
-from sphere_tf.adversarial.attacks import PAPER_ITERATIONS
-from sphere_tf.adversarial.attacks import PAPER_STEP
-from sphere_tf.adversarial.attacks import bim
-from sphere_tf.adversarial.attacks import fgsm
-from sphere_tf.adversarial.attacks import inference_fn
-from sphere_tf.adversarial.attacks import make_attack
-from sphere_tf.adversarial.attacks import make_fgsm_sweep
-from sphere_tf.adversarial.attacks import make_predict
-from sphere_tf.adversarial.attacks import pgd
-from sphere_tf.adversarial.evaluation import MODELS
-from sphere_tf.adversarial.evaluation import PAPER_TABLE7
-from sphere_tf.adversarial.evaluation import PAPER_TABLE8
-from sphere_tf.adversarial.evaluation import TRAININGS
-from sphere_tf.adversarial.evaluation import accuracy_curve
-from sphere_tf.adversarial.evaluation import black_box
-from sphere_tf.adversarial.evaluation import deepfool_strength
-from sphere_tf.adversarial.evaluation import markdown_table
-from sphere_tf.adversarial.evaluation import plot_curves
-from sphere_tf.adversarial.evaluation import white_box
 from sphere_tf.adversarial.pixels import PIXEL_MAX
 from sphere_tf.adversarial.pixels import PixelSpace
 from sphere_tf.adversarial.pixels import input_space
 from sphere_tf.adversarial.pixels import pixel_space
 from sphere_tf.adversarial.pixels import space_for
-from sphere_tf.adversarial.training import DEFAULT_MIX
-from sphere_tf.adversarial.training import FGSMAdversarialModel
-from sphere_tf.adversarial.training import adversarial_wrap
+
+# The cleverhans-based names (TensorFlow), imported on first access: without TensorFlow the package still imports
+# (`pixels`, `gradient_attacks` work on every backend) and these raise one ImportError naming themselves.
+_LAZY = {
+    **{name: "sphere_tf.adversarial.attacks" for name in (
+        "ATTACKS", "PAPER_EPSILON", "PAPER_ITERATIONS", "PAPER_STEP", "bim", "fgsm", "inference_fn", "make_attack",
+        "make_fgsm_sweep", "make_predict", "pgd")},
+    **{name: "sphere_tf.adversarial.evaluation" for name in (
+        "MODELS", "PAPER_TABLE7", "PAPER_TABLE8", "TRAININGS", "accuracy_curve", "black_box", "deepfool_strength",
+        "markdown_table", "plot_curves", "white_box")},
+    **{name: "sphere_tf.adversarial.training" for name in (
+        "DEFAULT_MIX", "FGSMAdversarialModel", "adversarial_wrap")},
+}
+_SUBMODULES = ("attacks", "evaluation", "gradient_attacks", "pixels", "training")
 
 # The config-driven experiment moved above the library, to the runner's adversarial task.
 MOVED = {name: f"sphere_tf.runners.adversarial:{name}"
          for name in ("DEFAULTS", "PAPER_OPERATORS", "run_experiment", "validate")}
 MOVED["experiment"] = "sphere_tf.runners.adversarial"
-__getattr__ = deprecation.moved_names(__name__, MOVED)
+
+
+def _lazy(name):
+    if name in _LAZY:
+        return getattr(dependencies.import_for(f"{__name__}.{name}", _LAZY[name]), name)
+    if name in _SUBMODULES:
+        return dependencies.import_for(f"{__name__}.{name}", f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__getattr__ = deprecation.moved_names(__name__, MOVED, _lazy)
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_LAZY) + list(_SUBMODULES))
+
+
+if dependencies.installed("tensorflow"):
+    # Registers `FGSMAdversarialModel` (a saved `.keras` file names it) on `import sphere_tf.adversarial`, as
+    # before the package became lazy; TensorFlow is there, so nothing is refused.
+    from sphere_tf.adversarial import training  # noqa: E402, F401

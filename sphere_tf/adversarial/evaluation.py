@@ -14,10 +14,12 @@ model whose first layer is a `PixelNormalization`).
 """
 
 import numpy as np
+from keras import ops
 
 from sphere_tf import dependencies
 from sphere_tf import validation
 from sphere_tf.adversarial import attacks as attacks_lib
+from sphere_tf.adversarial import gradient_attacks
 from sphere_tf.adversarial import pixels as pixels_lib
 
 tf = dependencies.tensorflow(__name__)
@@ -163,8 +165,13 @@ def deepfool_strength(model, images, labels, space=None, steps=50, overshoot=0.0
 
     Only images the model classifies correctly are attacked. Sizes are on the
     0–255 pixel scale. foolbox 3.3 + eagerpy under NumPy 2: the labels must have
-    the dtype of the model's argmax (int64), else eagerpy's `np.find_common_type`
-    (removed in NumPy 2) raises; they are passed as int64 here.
+    the dtype of the model's argmax (int64; JAX's default int), else eagerpy's
+    `np.find_common_type` (removed in NumPy 2) raises (`gradient_attacks.foolbox_labels`).
+
+    On every Keras backend: the foolbox model is the backend's (`fb.TensorFlowModel`,
+    `fb.JAXModel`, `fb.PyTorchModel`: `gradient_attacks.foolbox_model`) and the
+    predictions are `gradient_attacks.make_predict`'s (this module itself still imports
+    TensorFlow, for the cleverhans attacks of the other evaluations).
 
     Args:
         model: Keras model (images -> logits).
@@ -192,26 +199,25 @@ def deepfool_strength(model, images, labels, space=None, steps=50, overshoot=0.0
     space = pixels_lib.space_for(model, space)
     steps = validation.positive_int(steps, "steps")
     overshoot = validation.non_negative_float(overshoot, "overshoot")
-    predict = attacks_lib.make_predict(model)
-    model_fn = attacks_lib.inference_fn(model)
+    predict = gradient_attacks.make_predict(model)
     lo_b, hi_b = min(space.lower), max(space.upper)
-    fmodel = foolbox.TensorFlowModel(model_fn, bounds=(lo_b, hi_b))
+    fmodel = gradient_attacks.foolbox_model(foolbox, model, (lo_b, hi_b))
     sizes, attacked = {"l2": [], "linf": []}, 0
     for lo, hi in _batches(len(labels), batch_size):
         x, y = images[lo:hi], labels[lo:hi]
-        keep = predict(x).numpy() == y
+        keep = ops.convert_to_numpy(predict(x)) == y
         if not np.any(keep):
             continue
         x, y = x[keep], y[keep]
         attack_l2 = foolbox.attacks.L2DeepFoolAttack(steps=steps, overshoot=overshoot)
         attack_linf = foolbox.attacks.LinfDeepFoolAttack(steps=steps, overshoot=overshoot)
-        xt, yt = tf.constant(x), tf.constant(y, tf.int64)
+        xt, yt = ops.convert_to_tensor(x), gradient_attacks.foolbox_labels(y)
         attacked += len(y)
         for attack, norm, order in ((attack_l2, "l2", 2), (attack_linf, "linf", np.inf)):
             _, clipped, success = attack(fmodel, xt, yt, epsilons=None)
-            clipped = np.clip(clipped.numpy(), np.asarray(space.lower), np.asarray(space.upper))
+            clipped = np.clip(ops.convert_to_numpy(clipped), np.asarray(space.lower), np.asarray(space.upper))
             delta = (clipped - x).reshape(len(y), -1) / space.scale
-            ok = success.numpy() & (predict(clipped).numpy() != y)
+            ok = ops.convert_to_numpy(success) & (ops.convert_to_numpy(predict(clipped)) != y)
             sizes[norm].extend(np.linalg.norm(delta[ok], ord=order, axis=1).tolist())
     return _deepfool_summary(sizes, attacked, len(labels))
 

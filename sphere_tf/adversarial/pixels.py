@@ -24,6 +24,10 @@ an older model without the layer was trained on pipeline-normalised inputs, whos
 normalisation must be named (`DEFAULT_NORMALIZATION` when not). `space_for(model,
 space)` is what the attacks and evaluations call: the space given, checked
 against the model, or `input_space(model)` when None.
+
+Nothing here needs TensorFlow (the normalisations are plain arithmetic, probed on a
+NumPy image), so the backend-neutral attacks (`gradient_attacks`) use it on every
+Keras backend.
 """
 
 import dataclasses
@@ -31,12 +35,9 @@ import dataclasses
 import keras
 import numpy as np
 
-from sphere_tf import dependencies
 from sphere_tf import validation
-from sphere_tf.data import preprocessing
+from sphere_tf.data import normalization as normalization_lib  # the normalisations, free of TensorFlow
 from sphere_tf.layers import pixel_normalization
-
-tf = dependencies.tensorflow(__name__)
 
 PIXEL_MAX = 255.0
 _PROBE = (0.0, 100.0, PIXEL_MAX)
@@ -68,10 +69,11 @@ class PixelSpace:
         return validation.non_negative_float(pixels, name) * self.scale
 
     def clip_bounds(self):
-        """`(clip_min, clip_max)` for cleverhans: floats when every channel shares them, else `(C,)` tensors."""
+        """`(clip_min, clip_max)` for cleverhans: floats when every channel shares them, else `(C,)` float32
+        tensors of the Keras backend (`tf.Tensor` on TensorFlow)."""
         if len(set(self.lower)) == 1 and len(set(self.upper)) == 1:
             return self.lower[0], self.upper[0]
-        return tf.constant(self.lower, tf.float32), tf.constant(self.upper, tf.float32)
+        return keras.ops.convert_to_tensor(self.lower, "float32"), keras.ops.convert_to_tensor(self.upper, "float32")
 
     def to_pixels(self, inputs):
         """Model inputs (..., C) back to the 0–255 scale (NumPy)."""
@@ -101,14 +103,14 @@ def pixel_space(normalization, channels, channel_mean=None):
     """
     channels = validation.positive_int(channels, "channels")
     name = normalization if isinstance(normalization, str) else getattr(normalization, "__name__", "normalization")
-    fn = preprocessing.get_normalization(normalization)
+    fn = normalization_lib.get_normalization(normalization)
     if channel_mean is not None:
         channel_mean = tuple(float(m) for m in np.ravel(channel_mean))
         if len(channel_mean) != channels:
             raise validation.invalid_argument("channel_mean", f"{channels} values (one per channel)", channel_mean)
-    probe = tf.constant([[[v] * channels for v in _PROBE]], tf.float32)  # (1, 3, C)
+    probe = np.array([[[v] * channels for v in _PROBE]], np.float32)  # (1, 3, C)
     try:
-        out = np.asarray(fn(probe, channel_mean), np.float64)[0]
+        out = np.asarray(keras.ops.convert_to_numpy(fn(probe, channel_mean)), np.float64)[0]
     except Exception as error:  # noqa: BLE001 (any failure of a user's normalisation is reported the same way)
         raise ValueError(f"Normalisation {name!r} could not be evaluated on a probe image "
                          f"(channel_mean={channel_mean!r}): {error}") from error
@@ -161,7 +163,7 @@ def input_space(model, normalization=None, channel_mean=None):
     channels = _channels(model)
     in_model = pixel_normalization.model_normalization(model)
     if in_model is None:
-        name = preprocessing.DEFAULT_NORMALIZATION if normalization is None else normalization
+        name = normalization_lib.DEFAULT_NORMALIZATION if normalization is None else normalization
         return pixel_space(name, channels, channel_mean)
     name, layer_mean = in_model
     if normalization is not None and normalization != name:

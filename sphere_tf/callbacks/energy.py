@@ -17,6 +17,7 @@ from keras import ops
 
 from sphere_tf import energy as energy_lib
 from sphere_tf import validation
+from sphere_tf.callbacks import tensorboard
 from sphere_tf.layers import kernels
 
 
@@ -42,7 +43,12 @@ class HypersphericalEnergy(keras.callbacks.Callback):
     Adds `<prefix><layer name>` for each tracked layer and `<prefix>total` (sum
     over layers, as in the thesis's plots) to the epoch logs, so they appear in
     `model.fit(...).history` (and in any TensorBoard callback placed *after*
-    this one). With `log_dir`, it also writes them as scalars itself.
+    this one, as `epoch_<prefix><layer>`). With `log_dir`, it also writes them
+    itself, on every Keras backend, as TensorBoard scalars tagged
+    `<prefix><layer>` and `<prefix>total` in an event file of `log_dir`
+    (through tensorboardX, `sphere_tf.callbacks.scalar_writer`), at the epoch
+    index (`update_freq='epoch'`) or the global batch counted from 1
+    (`update_freq='batch'`).
 
     Args:
         power: float >= 0, s (default 1, the thesis's tracking metric).
@@ -53,8 +59,13 @@ class HypersphericalEnergy(keras.callbacks.Callback):
         frequency: int >= 1, write to TensorBoard every `frequency` epochs (or
             batches). The History gets a value at the end of every epoch.
         update_freq: 'epoch' or 'batch' (TensorBoard granularity).
-        log_dir: optional str, TensorBoard directory for the scalars.
+        log_dir: optional str or os.PathLike, TensorBoard folder for the
+            scalars (needs tensorboardX: `pip install tensorboardX`).
         prefix: str prepended to the log keys.
+
+    Raises:
+        ValueError: an argument is invalid (naming it).
+        ImportError: `log_dir` is given and tensorboardX is not installed.
     """
 
     def __init__(self, power=1, half_space=True, distance="euclidean", layer_names=None, frequency=1,
@@ -69,14 +80,9 @@ class HypersphericalEnergy(keras.callbacks.Callback):
         self.layer_names = None if layer_names is None else list(layer_names)
         self.frequency = frequency
         self.update_freq = update_freq
-        if log_dir is not None and keras.backend.backend() != "tensorflow":
-            raise ValueError(
-                f"HypersphericalEnergy(log_dir={log_dir!r}) writes TensorBoard scalars with tf.summary, which "
-                f"needs the TensorFlow backend; the current Keras backend is {keras.backend.backend()!r}. Pass "
-                "log_dir=None: the energies are in the epoch logs, which a keras.callbacks.TensorBoard placed "
-                "after this callback writes (that callback needs TensorFlow installed)."
-            )
-        self.log_dir = log_dir
+        self.log_dir = tensorboard.check_log_dir(log_dir, allow_none=True)
+        if self.log_dir is not None:
+            tensorboard.require_tensorboardx(f"HypersphericalEnergy(log_dir={self.log_dir!r})")
         self.prefix = prefix
         self._writer = None
         self._batches = 0
@@ -104,14 +110,11 @@ class HypersphericalEnergy(keras.callbacks.Callback):
         if logs is not None:
             logs.update(measured)
         if write and self.log_dir is not None:
-            # tf.summary: Keras has no summary writer API; log_dir is refused on other backends.
-            import tensorflow as tf  # noqa: PLC0415
-
+            # Keras has no summary writer of its own; tensorboardX writes on every backend.
             if self._writer is None:
-                self._writer = tf.summary.create_file_writer(self.log_dir)
-            with self._writer.as_default():
-                for key, value in measured.items():
-                    tf.summary.scalar(key, value, step=step)
+                self._writer = tensorboard.scalar_writer(self.log_dir)
+            for key, value in measured.items():
+                self._writer.scalar(key, value, step)
             self._writer.flush()
 
     def on_train_begin(self, logs=None):

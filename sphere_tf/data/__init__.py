@@ -1,10 +1,10 @@
 """Data sets from local files (published archives or a tensorflow-datasets folder); nothing downloads unless asked.
 
-The pipelines are `tf.data` (they feed every Keras backend), so most of this package needs TensorFlow; the array
-readers (`fashion_mnist`, `mnist`, `cifar`, `errors`) and `normalization` do not. Every name below is imported on
-first access, so `sphere_tf.data.fashion_mnist.load_fashion_mnist` works on a host without TensorFlow; where
-TensorFlow is not installed, a name that needs it raises one `ImportError` saying so and naming the array readers
-(`sphere_tf.dependencies`).
+`get_datasets` feeds every Keras backend through one of two pipelines: Grain (`grain_pipeline`, NumPy
+augmentations in `numpy_preprocessing`; the default off TensorFlow, no TensorFlow needed) or tf.data
+(`tf_pipeline`, TensorFlow augmentations in `preprocessing`; the TensorFlow backend's default). Every name below is
+imported on first access; where TensorFlow is not installed, a name that needs it (`preprocessing`, `tf_pipeline`,
+`tfds_source`, `pipeline`) raises one `ImportError` saying so (`sphere_tf.dependencies`).
 """
 
 from sphere_tf import dependencies
@@ -22,8 +22,9 @@ _LAZY = {
     "add_label_noise": "sphere_tf.data.label_noise",
     "fashion_mnist_datasets": "sphere_tf.data.pipeline",
 }
-_SUBMODULES = ("archive_writers", "cifar", "datasets", "errors", "faces", "fashion_mnist", "imagenet", "label_noise", "mnist",
-               "normalization", "pipeline", "preprocessing", "tfds_source")
+_SUBMODULES = ("archive_writers", "cifar", "datasets", "errors", "faces", "fashion_mnist", "grain_pipeline", "imagenet",
+               "label_noise", "mnist", "normalization", "numpy_preprocessing", "pipeline", "preprocessing", "splits",
+               "tf_pipeline", "tfds_source")
 
 
 def __getattr__(name):

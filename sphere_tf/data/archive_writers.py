@@ -17,7 +17,11 @@ import numpy as np
 from sphere_tf import dependencies
 from sphere_tf import registry
 
-tf = dependencies.tensorflow(__name__)
+
+
+def _tf():
+    """TensorFlow, for the JPEG encoder of the ImageNet tars only (the other writers are NumPy)."""
+    return dependencies.tensorflow(__name__)
 
 
 def add_bytes(tar, name, data):
@@ -95,7 +99,7 @@ def write_mnist(folder, n_train=7, n_test=3, seed=0):
 
 def jpeg(image):
     """JPEG bytes of a uint8 HWC image (quality 100, no chroma subsampling)."""
-    return tf.io.encode_jpeg(image, quality=100, chroma_downsampling=False).numpy()
+    return _tf().io.encode_jpeg(image, quality=100, chroma_downsampling=False).numpy()
 
 
 def write_imagenet(folder, wnids=("n02000002", "n01000001", "n03000003"), per_class=2, n_val=4, seed=0,

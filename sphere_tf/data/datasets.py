@@ -28,8 +28,10 @@ subsets; the test labels are never changed.
 """
 
 import collections
+import functools
 import os
 
+import keras
 import numpy as np
 
 from sphere_tf import dependencies
@@ -42,11 +44,12 @@ from sphere_tf.data import imagenet
 from sphere_tf.data import label_noise as label_noise_lib
 from sphere_tf.data import normalization as normalization_lib
 from sphere_tf.data import mnist
-from sphere_tf.data import preprocessing
+from sphere_tf.data import numpy_preprocessing
+from sphere_tf.data import splits
 from sphere_tf.data import tfds_source
 from sphere_tf.data.errors import DataNotFoundError
-
-tf = dependencies.tensorflow(__name__)
+from sphere_tf.data.splits import Examples
+from sphere_tf.data.splits import Stream
 
 DatasetSpec = collections.namedtuple(
     "DatasetSpec",
@@ -68,37 +71,13 @@ int labels), an `Examples` or a `Stream`. `num_coarse_classes` is the class coun
 (None: no coarse labels); `title` names the data set in messages (None: its registry name)."""
 
 
-class Examples(collections.namedtuple("Examples", ["arrays", "decode"], defaults=(None,))):
-    """One split read by index: per-example NumPy `arrays` (labels last) and `decode`.
-
-    `decode(*columns)` maps the scalar tensors of one example's other arrays (file offsets, a path, ...) to
-    its image tensor (uint8 `(H, W, C)`); None: `arrays` is `(images, labels)`. The shared pipeline takes
-    subsets of the arrays, so nothing is decoded before it is needed.
-    """
-
-    __slots__ = ()
-
-
-class Stream(collections.namedtuple("Stream", ["open", "size", "decode"])):
-    """One split that can only be read in order (tensorflow-datasets shards).
-
-    `open(shuffle_seed)` is a `tf.data.Dataset` of `(raw, label)` (`shuffle_seed` None: stored order, else the
-    files in a seeded order); `size` the number of examples (an int, or a function giving it, so that a
-    reader does no I/O before the arguments are checked); `decode(raw)` the image tensor. Limits take the first
-    examples, a 10,000-example buffer shuffles the training stream, and `class_limits` and `label_noise`
-    are not available.
-    """
-
-    __slots__ = ()
-
-
 # Per-channel RGB mean of the ILSVRC-2012 training images as used by the Caffe/VGG models
 # (`keras.applications.imagenet_utils.preprocess_input`, mode 'caffe', lists it in BGR order).
 IMAGENET_CHANNEL_MEAN = (123.68, 116.779, 103.939)
 SOURCES = ("manual", "tfds")
+# 'tf_data': tf.data (needs TensorFlow; the TensorFlow backend's default), 'grain': Grain (every backend).
+PIPELINES = ("tf_data", "grain")
 DATASETS = {}
-_PERMUTATION_TAG = -1
-_STREAM_SHUFFLE_BUFFER = 10_000
 
 
 def register_dataset(name, spec):
@@ -171,19 +150,22 @@ def _fashion_mnist_dir():
     return os.environ.get("SPHERE_TF_FASHION_MNIST_DIR") or fashion_mnist.DEBIAN_DIR
 
 
-def _tar_decoder(path):
-    """`decode(offset, length)` of the JPEG stored at that byte range of the tar file `path`."""
-
-    def decode(offset, length):
-        data = tf.numpy_function(lambda o, n: imagenet.read_bytes(path, o, n),
-                                 [tf.cast(offset, tf.int64), tf.cast(length, tf.int64)], tf.string, stateful=False)
-        return tf.io.decode_jpeg(tf.reshape(data, []), channels=3)
-
-    return decode
+def _tf_pipeline(name="sphere_tf.data.get_datasets(pipeline='tf_data')"):
+    """The tf.data pipeline module (imported on first use: it needs TensorFlow)."""
+    return dependencies.import_for(name, "sphere_tf.data.tf_pipeline")
 
 
-def _decode_jpeg(encoded):
-    return tf.io.decode_jpeg(encoded, channels=3)
+def _tar_jpeg(path, offset, length):
+    return _tf_pipeline().decode_tar_jpeg(path, offset, length)
+
+
+def _tar_jpeg_numpy(path, offset, length):
+    return numpy_preprocessing.decode_image(imagenet.read_bytes(path, offset, length),
+                                            what=f"{path} (bytes {int(offset)}..{int(offset) + int(length)})")
+
+
+def _jpeg(encoded):
+    return _tf_pipeline().decode_jpeg(encoded)
 
 
 def read_imagenet(*, spec, source, manual_dir, data_dir, val_labels_file, **_):
@@ -193,7 +175,7 @@ def read_imagenet(*, spec, source, manual_dir, data_dir, val_labels_file, **_):
         def stream(split, size):
             return Stream(lambda shuffle_seed: tfds_source.load_encoded(spec.tfds_name, split, data_dir,
                                                                         shuffle_seed=shuffle_seed),
-                          size, _decode_jpeg)
+                          size, _jpeg)
 
         return (stream("train", lambda: tfds_source.split_size(spec.tfds_name, "train", data_dir)),
                 stream("validation", lambda: tfds_source.split_size(spec.tfds_name, "validation", data_dir)))
@@ -201,9 +183,11 @@ def read_imagenet(*, spec, source, manual_dir, data_dir, val_labels_file, **_):
     train_index = imagenet.index_train_tar(manual_dir)
     val_index = imagenet.index_val_tar(manual_dir, val_labels_file, train_index["wnids"])
     keys = ("offsets", "lengths", "labels")
-    train = Examples(tuple(train_index[k] for k in keys),
-                     _tar_decoder(os.path.join(manual_dir, imagenet.TRAIN_ARCHIVE)))
-    test = Examples(tuple(val_index[k] for k in keys), _tar_decoder(os.path.join(manual_dir, imagenet.VAL_ARCHIVE)))
+    train_tar, val_tar = (os.path.join(manual_dir, name) for name in (imagenet.TRAIN_ARCHIVE, imagenet.VAL_ARCHIVE))
+    train = Examples(tuple(train_index[k] for k in keys), functools.partial(_tar_jpeg, train_tar),
+                     functools.partial(_tar_jpeg_numpy, train_tar))
+    test = Examples(tuple(val_index[k] for k in keys), functools.partial(_tar_jpeg, val_tar),
+                    functools.partial(_tar_jpeg_numpy, val_tar))
     return train, test, len(train_index["wnids"])
 
 
@@ -214,7 +198,8 @@ def read_face_folder(*, spec, source, manual_dir, **_):
     folder = faces.index_identity_folder(_manual_dir(manual_dir, spec))
     shape = faces.image_shape(folder.paths[0])
     examples = Examples((np.asarray(folder.paths, dtype=str), folder.labels),
-                        lambda path: faces.decode_image(path, shape))
+                        lambda path: faces.decode_image(path, shape),
+                        lambda path: faces.decode_image_numpy(path, shape))
     return examples, examples, folder.num_classes
 
 
@@ -238,22 +223,6 @@ register_dataset("imagenet2012", DatasetSpec(
 register_dataset("face_folder", DatasetSpec(
     faces.SPHEREFACE_CROP + (3,), 10575, None, ("<identity>/<image> folders",), reader=read_face_folder,
     title="face folder"))
-
-
-class _Examples:
-    """n examples addressable by index: `load(i)` -> (uint8 HWC image tensor, int32 label)."""
-
-    def __init__(self, size, load):
-        self.size, self.load = size, load
-
-
-def _indexed(examples):
-    """`_Examples` of an `Examples` split (its arrays as constants, `decode` applied per example)."""
-    *columns, labels = examples.arrays
-    tensors = [tf.constant(column) for column in columns]
-    labels_t = tf.constant(labels, tf.int32)
-    decode = examples.decode or (lambda image: image)
-    return _Examples(len(labels), lambda i: (decode(*[tf.gather(t, i) for t in tensors]), tf.gather(labels_t, i)))
 
 
 def _as_split(split, name, spec, what):
@@ -321,14 +290,6 @@ def _with_noisy_labels(arrays, noisy):
     return tuple(arrays[:-1]) + (noisy(np.asarray(arrays[-1])),)
 
 
-def epoch_order(seed, epoch, size):
-    """The order (int32 permutation of `range(size)`) in which epoch `epoch` visits the training examples."""
-    permutation_seed = tf.random.experimental.stateless_fold_in(
-        tf.stack([tf.cast(seed, tf.int64), tf.cast(epoch, tf.int64)]), _PERMUTATION_TAG
-    )
-    return tf.argsort(tf.random.stateless_uniform([size], seed=permutation_seed))
-
-
 def _channel_mean(images):
     return tuple(float(m) for m in images.reshape(-1, images.shape[-1]).mean(axis=0, dtype=np.float64))
 
@@ -355,8 +316,11 @@ def get_datasets(
     label_noise=0.0,
     label_noise_type="symmetric",
     normalize=True,
+    pipeline=None,
+    process_index=0,
+    process_count=1,
 ):
-    """Batched train and test `tf.data.Dataset`s of (float32 image, int32 label) for data set `name`.
+    """Batched train and test datasets of (float32 image, int32 label) for data set `name`, for `model.fit`.
 
     Args:
         name: str, a registered data set (`DATASETS`: the built-in ones and those added by
@@ -423,40 +387,51 @@ def get_datasets(
     num_classes = spec.num_coarse_classes if label_mode == "coarse" else spec.num_classes
     class_limits = check_class_limits(class_limits, num_classes)
     label_noise, label_noise_type = label_noise_lib.check_label_noise(label_noise, label_noise_type)
+    pipeline = resolve_pipeline(pipeline)
+    process_count = validation.positive_int(process_count, "process_count")
+    process_index = validation.integer(process_index, "process_index", minimum=0)
+    if process_index >= process_count:
+        raise validation.invalid_argument("process_index", f"less than process_count={process_count}", process_index)
+    if process_count > 1 and pipeline != "grain":
+        raise validation.invalid_argument(
+            "process_count", "1 with pipeline='tf_data' (tf.distribute shards the global batch itself)", process_count)
+    augmentations = augmentation_names(pipeline)
     if not callable(augmentation):
-        validation.one_of(augmentation, "augmentation", tuple(preprocessing.AUGMENTATIONS))
+        validation.one_of(augmentation, "augmentation", tuple(augmentations))
     eval_augmentation = spec.eval_augmentation if eval_augmentation is None else eval_augmentation
     if not callable(eval_augmentation):
-        validation.one_of(eval_augmentation, "eval_augmentation", tuple(preprocessing.AUGMENTATIONS))
+        validation.one_of(eval_augmentation, "eval_augmentation", tuple(augmentations))
     if spec.input_shape is None:
         for arg, value in (("augmentation", augmentation), ("eval_augmentation", eval_augmentation)):
-            if isinstance(value, str) and value not in preprocessing.FIXED_SIZE_AUGMENTATIONS:
+            if isinstance(value, str) and value not in numpy_preprocessing.FIXED_SIZE_AUGMENTATIONS:
                 raise validation.invalid_argument(
-                    arg, f"one of {sorted(preprocessing.FIXED_SIZE_AUGMENTATIONS)} ({title} images differ in size)",
-                    value,
+                    arg, f"one of {sorted(numpy_preprocessing.FIXED_SIZE_AUGMENTATIONS)} ({title} images differ in "
+                    "size)", value,
                 )
     if not callable(normalization):
-        validation.one_of(normalization, "normalization", tuple(preprocessing.NORMALIZATIONS))
+        validation.one_of(normalization, "normalization", tuple(normalization_lib.NORMALIZATIONS))
     if channel_mean is not None:
         try:
             channel_mean = tuple(validation.real(m, "channel_mean") for m in channel_mean)
         except (TypeError, ValueError):
             raise validation.invalid_argument("channel_mean", "a sequence of finite floats or None", channel_mean)
-    augment = preprocessing.get_augmentation(augmentation)
-    augment_eval = preprocessing.get_augmentation(eval_augmentation)
     validation.one_of(normalize, "normalize", (True, False))
     # normalize=False: the model's PixelNormalization applies `normalization` (with `mean`, reported in `info`).
-    normalize_fn = preprocessing.get_normalization(normalization if normalize else "none")
+    normalize_fn = normalization_lib.get_normalization(normalization if normalize else "none")
+    if pipeline == "grain" and source == "tfds":
+        raise validation.invalid_argument(
+            "source", "'manual' with pipeline='grain' (tensorflow-datasets folders are read with TensorFlow; use "
+            "pipeline='tf_data' with TensorFlow installed)", source)
 
     # The reader: the one part that differs between data sets.
-    splits = spec.reader(spec=spec, source=source, manual_dir=manual_dir, data_dir=data_dir, label_mode=label_mode,
-                         val_labels_file=val_labels_file)
-    if not isinstance(splits, (tuple, list)) or len(splits) not in (2, 3):
-        raise TypeError(f"the reader of data set {name!r} returned {type(splits).__name__}; expected "
+    read = spec.reader(spec=spec, source=source, manual_dir=manual_dir, data_dir=data_dir, label_mode=label_mode,
+                       val_labels_file=val_labels_file)
+    if not isinstance(read, (tuple, list)) or len(read) not in (2, 3):
+        raise TypeError(f"the reader of data set {name!r} returned {type(read).__name__}; expected "
                         "(train, test) or (train, test, num_classes).")
-    train, test = (_as_split(split, name, spec, what) for split, what in zip(splits[:2], ("training", "test")))
-    if len(splits) == 3 and splits[2] is not None:
-        num_classes = validation.positive_int(splits[2], "num_classes")
+    train, test = (_as_split(split, name, spec, what) for split, what in zip(read[:2], ("training", "test")))
+    if len(read) == 3 and read[2] is not None:
+        num_classes = validation.positive_int(read[2], "num_classes")
     streamed = isinstance(train, Stream)
     if streamed != isinstance(test, Stream):
         raise TypeError(f"the reader of data set {name!r} returned one Stream split; both splits must be streams "
@@ -476,107 +451,42 @@ def get_datasets(
         if normalization == "mean_subtraction" and mean is None:
             raise validation.invalid_argument("channel_mean", f"the channel means for {name} with "
                                               "normalization='mean_subtraction'", channel_mean)
-    if streamed:
-        return _stream_datasets(train, test, batch_size, augment, augment_eval, normalize_fn, seed, train_limit,
-                                test_limit, initial_step, drop_remainder, mean, num_classes, normalization)
-    rng = np.random.default_rng(seed)
-    train_arrays = _class_subset(train.arrays, class_limits, rng)
-    train_arrays = _subset(train_arrays, train_limit, rng)
-    train_arrays = _with_noisy_labels(train_arrays, lambda labels: label_noise_lib.add_label_noise(
-        labels, label_noise, num_classes, seed, label_noise_type))
-    train = _indexed(Examples(train_arrays, train.decode))
-    test = _indexed(Examples(tuple(a[: test_limit or None] for a in test.arrays), test.decode))
-    steps_per_epoch = _steps_per_epoch(train.size, batch_size, drop_remainder)
-
-    def example(examples, i, epoch, transform):
-        image, label = examples.load(i)
-        image = transform(tf.cast(image, tf.float32), preprocessing.element_seed(seed, epoch, i))
-        return normalize_fn(image, mean), label
-
-    start_epoch, start_batch = divmod(initial_step, steps_per_epoch)
-
-    def one_epoch(epoch):
-        order = epoch_order(seed, epoch, train.size)
-        skip = tf.where(epoch == start_epoch, tf.constant(start_batch * batch_size, tf.int64), 0)
-        return (
-            tf.data.Dataset.from_tensor_slices(order)
-            .skip(skip)
-            .map(lambda i: example(train, i, epoch, augment), num_parallel_calls=tf.data.AUTOTUNE)
-            .batch(batch_size, drop_remainder=drop_remainder)
-        )
-
-    train_ds = (
-        tf.data.Dataset.range(start_epoch, np.iinfo(np.int64).max).flat_map(one_epoch).prefetch(tf.data.AUTOTUNE)
-    )
-    test_ds = (
-        tf.data.Dataset.range(test.size)
-        .map(lambda i: example(test, i, tf.constant(0, tf.int64), augment_eval), num_parallel_calls=tf.data.AUTOTUNE)
-        .batch(batch_size)
-        .prefetch(tf.data.AUTOTUNE)
-    )
-    return train_ds, test_ds, _info(train_ds, num_classes, train.size, test.size, steps_per_epoch, mean, normalization)
+    inputs = dict(batch_size=batch_size, seed=seed, initial_step=initial_step, drop_remainder=drop_remainder,
+                  augmentation=augmentation, eval_augmentation=eval_augmentation, normalize=normalize_fn, mean=mean,
+                  num_classes=num_classes, normalization=normalization, train_limit=train_limit,
+                  test_limit=test_limit, process_index=process_index, process_count=process_count)
+    if not streamed:
+        rng = np.random.default_rng(seed)
+        train_arrays = _class_subset(train.arrays, class_limits, rng)
+        train_arrays = _subset(train_arrays, train_limit, rng)
+        train_arrays = _with_noisy_labels(train_arrays, lambda labels: label_noise_lib.add_label_noise(
+            labels, label_noise, num_classes, seed, label_noise_type))
+        train = train._replace(arrays=train_arrays)
+        test = test._replace(arrays=tuple(a[: test_limit or None] for a in test.arrays))
+    inputs = splits.PipelineInputs(train=train, test=test, **inputs)
+    if pipeline == "grain":
+        return dependencies.import_for("sphere_tf.data.get_datasets(pipeline='grain')",
+                                       "sphere_tf.data.grain_pipeline").datasets(inputs)
+    return _tf_pipeline().datasets(inputs)
 
 
-def _steps_per_epoch(train_size, batch_size, drop_remainder):
-    steps = train_size // batch_size if drop_remainder else -(-train_size // batch_size)
-    if steps == 0:
-        raise validation.invalid_argument(
-            "batch_size", f"at most the training set size ({train_size}) with drop_remainder", batch_size
-        )
-    return steps
+def augmentation_names(pipeline=None):
+    """The augmentation names `pipeline` knows (the built-in ones and those registered for it)."""
+    pipeline = resolve_pipeline(pipeline)
+    table = numpy_preprocessing.NUMPY_AUGMENTATIONS if pipeline == "grain" else _tf_pipeline().AUGMENTATIONS
+    return tuple(sorted(table))
 
 
-def _info(train_ds, num_classes, train_size, test_size, steps_per_epoch, mean, normalization):
-    return {
-        "input_shape": tuple(train_ds.element_spec[0].shape[1:].as_list()),
-        "num_classes": num_classes,
-        "train_size": train_size,
-        "test_size": test_size,
-        "steps_per_epoch": steps_per_epoch,
-        "channel_mean": mean,
-        "normalization": normalization if isinstance(normalization, str) else None,
-    }
+def resolve_pipeline(pipeline):
+    """'tf_data' or 'grain': `pipeline` checked, None resolved for the running Keras backend (tf.data on
+    TensorFlow, Grain elsewhere)."""
+    if pipeline is None:
+        return "tf_data" if keras.backend.backend() == "tensorflow" else "grain"
+    return validation.one_of(pipeline, "pipeline", PIPELINES)
 
 
-def _stream_datasets(
-    train, test, batch_size, augment, augment_eval, normalize, seed, train_limit, test_limit, initial_step,
-    drop_remainder, mean, num_classes, normalization,
-):
-    """The datasets of two `Stream` splits (ImageNet from tensorflow-datasets): shard files and a 10k buffer
-    shuffled under `seed`.
-
-    Streams give no random access, so the training stream is keyed by position: element k of the stream
-    (across epochs) is augmented with `element_seed(seed, 0, k)`, and `initial_step` skips
-    `initial_step * batch_size` undecoded elements.
-    """
-    sizes = [split.size() if callable(split.size) else split.size for split in (train, test)]
-    train_size = min(sizes[0], train_limit or sizes[0])
-    test_size = min(sizes[1], test_limit or sizes[1])
-    steps_per_epoch = _steps_per_epoch(train_size, batch_size, drop_remainder)
-
-    def decode(split, k, raw, label, transform):
-        image = tf.cast(split.decode(raw), tf.float32)
-        return normalize(transform(image, preprocessing.element_seed(seed, 0, k)), mean), tf.cast(label, tf.int32)
-
-    train_ds = (
-        # A limited run keeps one fixed subset (the first examples in stored order); a full one reads the shard
-        # files in a seeded order that changes every pass.
-        train.open(None if train_limit else seed)
-        .take(train_size)
-        .repeat()
-        .shuffle(_STREAM_SHUFFLE_BUFFER, seed=seed, reshuffle_each_iteration=True)
-        .enumerate()
-        .skip(initial_step * batch_size)
-        .map(lambda k, ex: decode(train, k, ex[0], ex[1], augment), num_parallel_calls=tf.data.AUTOTUNE)
-        .batch(batch_size, drop_remainder=drop_remainder)
-        .prefetch(tf.data.AUTOTUNE)
-    )
-    test_ds = (
-        test.open(None)
-        .take(test_size)
-        .enumerate()
-        .map(lambda k, ex: decode(test, k, ex[0], ex[1], augment_eval), num_parallel_calls=tf.data.AUTOTUNE)
-        .batch(batch_size)
-        .prefetch(tf.data.AUTOTUNE)
-    )
-    return train_ds, test_ds, _info(train_ds, num_classes, train_size, test_size, steps_per_epoch, mean, normalization)
+def __getattr__(name):
+    # `epoch_order` (the tf.data pipeline's permutation) moved with the pipeline; it needs TensorFlow.
+    if name == "epoch_order":
+        return _tf_pipeline("sphere_tf.data.datasets.epoch_order").epoch_order
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

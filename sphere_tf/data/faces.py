@@ -45,10 +45,15 @@ import numpy as np
 
 from sphere_tf import dependencies
 from sphere_tf import validation
+from sphere_tf.data import numpy_preprocessing
 from sphere_tf.data.errors import CorruptDataError
 from sphere_tf.data.errors import DataNotFoundError
 
-tf = dependencies.tensorflow(__name__)
+
+
+def _tf():
+    """TensorFlow, for the readers that still decode with it (`image_shape`, `decode_image`, the writer)."""
+    return dependencies.tensorflow(__name__)
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 LFW_IMAGE_PATTERN = "{name}/{name}_{index:04d}.jpg"
@@ -122,6 +127,7 @@ def image_shape(path):
     """
     if not os.path.isfile(path):
         raise DataNotFoundError(f"image {path!r} does not exist.")
+    tf = _tf()
     data = tf.io.read_file(path)
     try:
         shape = tf.io.extract_jpeg_shape(data) if path.lower().endswith((".jpg", ".jpeg")) else None
@@ -146,6 +152,7 @@ def decode_image(path, shape):
         uint8 tensor of `shape`.
     """
     height, width, channels = (int(d) for d in shape)
+    tf = _tf()
     image = tf.io.decode_image(tf.io.read_file(path), channels=channels, expand_animations=False)
     ok = tf.reduce_all(tf.equal(tf.shape(image)[:2], [height, width]))
     message = tf.strings.join(["image ", path, f" is not {height}x{width}x{channels}: height, width "])
@@ -153,6 +160,25 @@ def decode_image(path, shape):
     with tf.control_dependencies([check]):
         image = tf.identity(image)
     return tf.ensure_shape(image, (height, width, channels))
+
+
+def decode_image_numpy(path, shape):
+    """`decode_image` for the Grain pipeline: the image file `path` as a uint8 NumPy array of `shape`.
+
+    Raises:
+        CorruptDataError: not a readable image, or not of `shape`; the message names the file.
+    """
+    height, width, channels = (int(d) for d in shape)
+    path = str(path)
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        image = numpy_preprocessing.decode_image(data, channels=channels, what=path)
+    except ValueError as error:
+        raise CorruptDataError(str(error)) from None
+    if image.shape[:2] != (height, width):
+        raise CorruptDataError(f"image {path} is not {height}x{width}x{channels}: height, width {image.shape[:2]}")
+    return image
 
 
 @dataclasses.dataclass(frozen=True)
@@ -489,6 +515,7 @@ def write_identity_images(root, images, labels, identities, *, pattern=LFW_IMAGE
             relative = os.path.splitext(relative)[0] + extension
         target = os.path.join(root, relative)
         os.makedirs(os.path.dirname(target), exist_ok=True)
+        tf = _tf()
         encoded = tf.io.encode_png(image) if target.lower().endswith(".png") else tf.io.encode_jpeg(image, quality=95)
         tf.io.write_file(target, encoded)
     return counts

@@ -4,9 +4,11 @@ Keras 3 has no backend-neutral gradient op (its train steps use `tf.GradientTape
 `jax.value_and_grad` or `torch.autograd` directly). A few sphere_tf computations
 need one inside a loss or an initialiser: the unrolled projection step of AP- and
 Adv-CoMHE (thesis [T-6.7]/[T-6.8], ``P' = P ∓ η ∂J/∂P``) and the energy descent of
-`sphere_tf.initializers`. This module is the one place that dispatches on
-`keras.backend.backend()`; each branch imports its framework lazily, so importing
-sphere_tf needs none of them.
+`sphere_tf.initializers`; the adversarial attacks of
+`sphere_tf.adversarial.gradient_attacks` take `input_gradient`, the gradient of a
+batch of per-example losses with respect to the batch, held constant. This module is
+the one place that dispatches on `keras.backend.backend()`; each branch imports its
+framework lazily, so importing sphere_tf needs none of them.
 
 The gradient is itself differentiable: an outer gradient (the train step's, or a
 second `value_and_grad`) sees its dependence on whatever `fn` closes over, which is
@@ -70,18 +72,73 @@ def value_and_grad(fn, x):
     )
 
 
-def compiled(fn):
+def input_gradient(fn, x):
+    """`∂(Σ fn(x))/∂x` as a constant: the gradient of a batch of per-example losses with respect to the batch.
+
+    What an attack steps along (FGSM's `sign(∇ₓJ)`): no gradient flows back through the result, and no graph of
+    the model's weights is kept. On TensorFlow the tape differentiates the vector `fn(x)` itself, as
+    cleverhans' `compute_gradient` does (the same numbers as the gradient of its sum).
+
+    Args:
+        fn: callable mapping a tensor of `x`'s shape to per-example losses (any shape; a scalar too), in `keras.ops`.
+        x: float tensor (or array) at which to differentiate.
+
+    Returns:
+        A tensor of `x`'s shape (zeros where `fn` does not depend on `x`).
+
+    Raises:
+        ValueError: for a Keras backend other than tensorflow, jax or torch.
+    """
+    if isinstance(x, keras.Variable):
+        x = x.value
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        x = tf.convert_to_tensor(x)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            value = fn(x)
+        grad = tape.gradient(value, x, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        return tf.stop_gradient(grad)
+    if backend == "jax":
+        import jax
+        import jax.numpy as jnp
+
+        return jax.lax.stop_gradient(jax.grad(lambda t: jnp.sum(fn(t)))(jnp.asarray(x)))
+    if backend == "torch":
+        import torch
+
+        x = keras.ops.convert_to_tensor(x).detach().requires_grad_(True)
+        with torch.enable_grad():  # Keras evaluates under no_grad; the input gradient still needs a graph
+            value = fn(x)
+            (grad,) = torch.autograd.grad(value.sum(), x, allow_unused=True)
+        return torch.zeros_like(x).detach() if grad is None else grad.detach()
+    raise ValueError(
+        f"sphere_tf.ops.autodiff.input_gradient supports the tensorflow, jax and torch Keras backends. "
+        f"Received: KERAS_BACKEND={backend!r}"
+    )
+
+
+def compiled(fn, signature=None):
     """`fn` compiled once by the backend's tracer, for a loop of small steps outside a train step.
 
     `tf.function` on TensorFlow, `jax.jit` on JAX; PyTorch runs `fn` as is (eager
     dispatch is cheap there, and `torch.compile` would cost more than it saves for
     the few thousand steps of an initialiser). `fn` must be a pure function of
     tensors.
+
+    `signature`, optional, is a sequence of `(shape, dtype)` per positional argument (None for a dimension of
+    any size): TensorFlow then traces once for every batch size (`input_signature`). JAX compiles once per
+    shape whatever it says; PyTorch ignores it.
     """
     backend = keras.backend.backend()
     if backend == "tensorflow":
         import tensorflow as tf
 
+        if signature is not None:
+            specs = [tf.TensorSpec(shape, dtype) for shape, dtype in signature]
+            return tf.function(fn, autograph=False, input_signature=specs)
         return tf.function(fn, autograph=False)
     if backend == "jax":
         import jax

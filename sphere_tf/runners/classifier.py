@@ -22,7 +22,7 @@ from keras import distribution as kd
 
 from sphere_tf import callbacks as callbacks_lib
 from sphere_tf import data as data_lib
-from sphere_tf import export as export_lib
+from sphere_tf import dependencies
 from sphere_tf import json_files
 from sphere_tf import layers
 from sphere_tf import losses as losses_lib
@@ -30,7 +30,8 @@ from sphere_tf import models as models_lib
 from sphere_tf import validation
 from sphere_tf.data import datasets as datasets_lib
 from sphere_tf.data import label_noise as label_noise_lib
-from sphere_tf.data import preprocessing
+from sphere_tf.data import normalization as normalization_lib
+from sphere_tf.data import numpy_preprocessing
 from sphere_tf.metrics import classification
 from sphere_tf.models import blocks
 from sphere_tf.training import checkpoint as checkpoint_lib
@@ -160,10 +161,23 @@ def validate(config):
         raise validation.invalid_argument(
             "data.manual_dir", "'' with data.source='tfds' (the prepared data are in data.data_dir)",
             data["manual_dir"])
-    validation.one_of(data["augmentation"], "data.augmentation", tuple(sorted(preprocessing.AUGMENTATIONS)))
+    validation.one_of(data["pipeline"], "data.pipeline", ("auto",) + datasets_lib.PIPELINES)
+    pipeline = datasets_lib.resolve_pipeline(None if data["pipeline"] == "auto" else data["pipeline"])
+    if pipeline == "tf_data" and not dependencies.installed("tensorflow"):
+        raise validation.invalid_argument(
+            "data.pipeline", f"'grain' or 'auto' (tf.data needs TensorFlow, which is not installed here; Keras "
+            f"backend {keras.backend.backend()!r})", data["pipeline"])
+    source = ("tfds" if data["data_dir"] else "manual") if data["source"] == "auto" else data["source"]
+    if pipeline == "grain" and source == "tfds":
+        raise validation.invalid_argument(
+            "data.source", f"'manual' on the Grain pipeline (Keras backend {keras.backend.backend()!r}: "
+            "tensorflow-datasets folders are read with tf.data; set data.pipeline='tf_data' with TensorFlow "
+            "installed, or read the published archives from data.manual_dir)", data["source"])
+    augmentations = datasets_lib.augmentation_names(pipeline)
+    validation.one_of(data["augmentation"], "data.augmentation", augmentations)
     if data["eval_augmentation"]:
-        validation.one_of(data["eval_augmentation"], "data.eval_augmentation", tuple(sorted(preprocessing.AUGMENTATIONS)))
-    validation.one_of(data["normalization"], "data.normalization", tuple(sorted(preprocessing.NORMALIZATIONS)))
+        validation.one_of(data["eval_augmentation"], "data.eval_augmentation", augmentations)
+    validation.one_of(data["normalization"], "data.normalization", tuple(sorted(normalization_lib.NORMALIZATIONS)))
     validation.one_of(data["label_mode"], "data.label_mode", ("fine", "coarse"))
     validation.integer(data["train_limit"], "data.train_limit", minimum=0)
     validation.integer(data["test_limit"], "data.test_limit", minimum=0)
@@ -231,6 +245,12 @@ def validate(config):
     validation.one_of(config["mixed_precision"], "mixed_precision", MIXED_PRECISION)
     validation.one_of(config["strategy"], "strategy", distribute.STRATEGIES)
     validation.one_of(config["export_class_matrix"], "export_class_matrix", (True, False))
+    validation.one_of(config["export"], "export", (True, False))
+    if config["export"] and not dependencies.installed("tensorflow"):
+        raise validation.invalid_argument(
+            "export", f"False here: the TF Serving export writes a SavedModel with TensorFlow, which is not installed "
+            f"(Keras backend {keras.backend.backend()!r}); export the run's checkpoints/model.keras later where "
+            "TensorFlow is (python -m trainers.export, docs/export.md)", config["export"])
     if _is_partial_fc(config["model"]):
         _check_partial_fc_run(config)
     return config
@@ -350,6 +370,7 @@ def data_kwargs(data_cfg):
     """
     kwargs = {k: (None if k in _EMPTY_IS_NONE and v == "" else v) for k, v in data_cfg.items() if k != "name"}
     kwargs["normalize"] = False
+    kwargs["pipeline"] = None if kwargs.get("pipeline", "auto") == "auto" else kwargs["pipeline"]
     if kwargs["source"] == "auto":
         kwargs["source"] = "tfds" if kwargs["data_dir"] else "manual"
     return kwargs
@@ -361,6 +382,8 @@ def _export(model, model_path, export_base, config, info):
     weights: saved at the last epoch's end, or after precise BN) is exported under TensorFlow in a child process."""
     del info  # the normalisation and its channel mean are the model's (`PixelNormalization`)
     kwargs = {"model_name": config["model"]["name"] or "model", "class_matrix": config["export_class_matrix"]}
+    from sphere_tf import export as export_lib  # noqa: PLC0415 (TensorFlow; `validate` checked it is installed)
+
     if keras.backend.backend() == "tensorflow":
         return export_lib.export_model(model, export_base, **kwargs).path
     return export_lib.export_model_file(model_path, export_base, **kwargs).path
@@ -438,7 +461,7 @@ def dry_run(config, probe_steps=3, data=None):
     classes = data.get("num_classes", spec.num_coarse_classes if data_cfg["label_mode"] == "coarse"
                        else spec.num_classes)
     input_shape = tuple(data.get("input_shape") or spec.input_shape
-                        or (preprocessing.IMAGENET_CROP, preprocessing.IMAGENET_CROP, 3))
+                        or (numpy_preprocessing.IMAGENET_CROP, numpy_preprocessing.IMAGENET_CROP, 3))
     # The channel mean does not change the step's cost: the data set's published one, else mid-grey.
     info = {"input_shape": input_shape, "num_classes": classes,
             "channel_mean": spec.channel_mean or (127.5,) * input_shape[-1]}
@@ -552,6 +575,22 @@ def train_and_evaluate(config, workdir, strategy=None):
     state_dir = os.path.join(workdir, "checkpoints", "train")
     checkpoint_lib.check_workdir_config(workdir, config, defaults=DEFAULTS)
     plan = _partial_fc_plan(config, strategy, _recorded_num_shards(state_dir))
+    # keras.distribution (JAX): the Partial FC head's class-sharded layout (it splits the batch too), else the
+    # strategy's DataParallel over every device of every process, else none.
+    distribution = (plan.distribution if plan is not None and plan.distribution is not None
+                    else getattr(strategy, "distribution", None))
+    devices = plan.devices if distribution is not None and plan is not None and plan.distribution is not None \
+        else getattr(strategy, "num_replicas_in_sync", 1)
+    process_count = getattr(strategy, "process_count", 1)
+    if distribution is not None:
+        if train_cfg["batch_size"] % devices:
+            raise ConfigError(str(validation.invalid_argument(
+                "train.batch_size", f"a multiple of the {devices} devices every global batch is split over "
+                "(keras.distribution)", train_cfg["batch_size"])))
+        if process_count > 1 and plan is not None and plan.distribution is not None:
+            raise ConfigError(str(validation.invalid_argument(
+                f"model.head.{SHARD_CLASSES_KEY}", f"False with {process_count} processes (the class-sharded head "
+                "runs in one process over its devices)", config["model"]["head"].get(SHARD_CLASSES_KEY))))
     results_path = os.path.join(workdir, "results.json")
     keras.utils.set_random_seed(config["seed"])
 
@@ -560,14 +599,15 @@ def train_and_evaluate(config, workdir, strategy=None):
 
     def load(initial_step):
         return data_lib.get_datasets(data_cfg["name"], batch_size=train_cfg["batch_size"], seed=config["seed"],
-                                     initial_step=initial_step, **kwargs)
+                                     initial_step=initial_step, process_index=getattr(strategy, "process_index", 0),
+                                     process_count=process_count, **kwargs)
 
     # The data before anything is written: missing archives leave no workdir behind.
     train_ds, test_ds, info = load(0)
-    if plan is not None and plan.distribution is not None and info["test_size"] % plan.devices:
+    if distribution is not None and info["test_size"] % devices:
         raise ConfigError(str(validation.invalid_argument(
-            "data.test_limit", f"a test set size divisible by the {plan.devices} devices of model.head."
-            f"{SHARD_CLASSES_KEY} (every evaluation batch is split over them; the test set has "
+            "data.test_limit", f"a test set size divisible by the {devices} devices of keras.distribution "
+            f"(every evaluation batch is split over them; the test set has "
             f"{info['test_size']} images)", data_cfg["test_limit"])))
     # Where this process writes logs and files: `workdir` on the chief, `workdir/workertemp_<task>` elsewhere.
     local_dir = distribute.checkpoint_directory(workdir, strategy)
@@ -593,10 +633,13 @@ def train_and_evaluate(config, workdir, strategy=None):
               f"{plan.num_shards} class block(s)"
               + (f", classes sharded over {plan.devices} devices (keras.distribution)" if plan.distribution else "")
               + (f", {plan.devices} replicas" if plan.distribution is None and plan.devices > 1 else "") + ".")
+    if distribution is not None and (plan is None or plan.distribution is None):
+        print(f"keras.distribution.DataParallel: each global batch of {train_cfg['batch_size']} split over "
+              f"{devices} devices" + (f" of {process_count} processes" if process_count > 1 else "") + ".")
     try:
-        if plan is not None and plan.distribution is not None:
-            # JAX: model, optimizer, checkpoints and every fit / evaluate step under the class-sharded layout.
-            keras.distribution.set_distribution(plan.distribution)
+        if distribution is not None:
+            # JAX: model, optimizer, checkpoints and every fit / evaluate step under the distribution's layout.
+            keras.distribution.set_distribution(distribution)
         with strategy.scope():
             model, attached = config_errors(recipe.build_model)(config, info, None if plan is None else plan.num_shards)
             if plan is None:
@@ -628,7 +671,8 @@ def train_and_evaluate(config, workdir, strategy=None):
         best_path = os.path.join(local_dir, "checkpoints", "best.weights.h5")
         if evaluation_cfg["eval_every_steps"]:
             # Keras's own validation pass, every `validation_freq` epochs; logged before anything reads the logs.
-            periodic = {"validation_data": pack(test_ds), "validation_freq": validation_freq}
+            periodic = {"validation_data": pack(test_ds), "validation_freq": validation_freq,
+                        "validation_steps": info["test_steps"]}
             run_callbacks.append(callbacks_lib.TestErrorLog(accuracy_name, steps_per_epoch))
             if evaluation_cfg["select_best"]:
                 run_callbacks.append(callbacks_lib.BestCheckpoint(best_path, monitor=f"val_{accuracy_name}"))
@@ -636,7 +680,7 @@ def train_and_evaluate(config, workdir, strategy=None):
         os.makedirs(os.path.join(local_dir, "checkpoints"), exist_ok=True)
         run_callbacks += [
             keras.callbacks.ModelCheckpoint(os.path.join(local_dir, "checkpoints", "model.keras")),
-            keras.callbacks.TensorBoard(os.path.join(local_dir, "tensorboard")),
+            callbacks_lib.tensorboard_callback(os.path.join(local_dir, "tensorboard")),
         ]
         resume_step = checkpoint_lib.latest_step(state_dir)
         if resume_step:  # said before training, not after
@@ -655,8 +699,9 @@ def train_and_evaluate(config, workdir, strategy=None):
             print(f"Selected the weights of step {best['step']} (test accuracy {best['test_accuracy']:.2f}%).")
         bn_statistics = recipe.recompute_batch_statistics(model, evaluation_cfg, stream(0), total_steps,
                                                           info["steps_per_epoch"])
-        if (bn_statistics.startswith("precise") or selection != "final") and chief:
-            # The saved model is the evaluated and exported one.
+        if (bn_statistics.startswith("precise") or selection != "final") and (chief or process_count > 1):
+            # The saved model is the evaluated and exported one. Multi-process JAX: every process saves (reading
+            # the replicated variables is a collective there), each into its own folder (`local_dir`).
             model.save(os.path.join(local_dir, "checkpoints", "model.keras"))
         if plan is not None:
             # Evaluation calls the head without sampling: plain logits over every class and their full
@@ -665,7 +710,7 @@ def train_and_evaluate(config, workdir, strategy=None):
                 model.compile(optimizer=model.optimizer, loss=None,
                               metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
         with distribute.distributed_fit(model):  # evaluate needs the multi-worker workarounds of fit
-            test_loss, test_accuracy = model.evaluate(pack(test_ds), verbose=0)
+            test_loss, test_accuracy = model.evaluate(pack(test_ds), steps=info["test_steps"], verbose=0)
             test_rates = error_rates.evaluate_error_rates(model, pack(test_ds), info["num_classes"],
                                                           config["evaluation"]["minority_classes"])
         print(f"Test accuracy: {100 * test_accuracy:.2f}% (loss {test_loss:.4f}, {info['test_size']} images)")
@@ -677,7 +722,7 @@ def train_and_evaluate(config, workdir, strategy=None):
             print(f"SavedModel exported to {export_dir}")
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
-        if plan is not None and plan.distribution is not None:
+        if distribution is not None:
             keras.distribution.set_distribution(previous_distribution)
     results = {
         "test_accuracy": 100.0 * float(test_accuracy),
@@ -695,6 +740,8 @@ def train_and_evaluate(config, workdir, strategy=None):
         "selection": selection,
         "export_dir": export_dir,
         "backend": keras.backend.backend(),
+        "devices": devices,
+        "processes": process_count,
     }
     if plan is not None:
         results["partial_fc"] = {"sample_rate": config["model"]["head"].get("sample_rate", 1.0),

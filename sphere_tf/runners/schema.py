@@ -24,7 +24,7 @@ DEFAULTS = {
         "name": "fashion_mnist", "source": "auto", "manual_dir": "", "data_dir": "", "augmentation": "none",
         "eval_augmentation": "", "normalization": pixel_normalization.DEFAULT_NORMALIZATION, "train_limit": 0, "test_limit": 0,
         "label_mode": "fine", "val_labels_file": "", "class_limits": [], "label_noise": 0.0,
-        "label_noise_type": "symmetric",
+        "label_noise_type": "symmetric", "pipeline": "auto",
     },
     "model": {"name": "small_cnn"},
     "loss": {"name": "crossentropy", "label_smoothing": 0.0, "hinge_norm": "l1", "data_dependent_mhe": 0.0},

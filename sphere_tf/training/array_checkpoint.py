@@ -20,6 +20,7 @@ The module does not import TensorFlow.
 
 import json
 import os
+import zipfile
 
 import keras
 import numpy as np
@@ -40,12 +41,23 @@ def read_index(directory):
     path = os.path.join(directory, INDEX_FILE)
     if not os.path.isfile(path):
         return None
-    with open(path) as f:
-        index = json.load(f)
+    try:
+        with open(path) as f:
+            index = json.load(f)
+    except ValueError as error:
+        raise CorruptCheckpointError(f"checkpoint index {path} is not valid JSON ({error}); it is replaced "
+                                     "atomically, so something else wrote it: restore it or use a new workdir.") from None
     if index.get("format") != FORMAT:
         raise ValueError(f"{path} is not a sphere_tf array checkpoint index (format {index.get('format')!r}, "
                          f"expected {FORMAT!r}).")
     return index
+
+
+def checkpoints(directory):
+    """`[(step, archive path)]` the index of `directory` names, newest first ([] without an index)."""
+    index = read_index(directory) if os.path.isdir(directory) else None
+    entries = index["checkpoints"] if index else []
+    return [(int(entry["step"]), os.path.join(directory, entry["file"])) for entry in reversed(entries)]
 
 
 def latest(directory):
@@ -57,10 +69,22 @@ def latest(directory):
     return int(entry["step"]), os.path.join(directory, entry["file"])
 
 
+class CorruptCheckpointError(ValueError):
+    """A checkpoint file that cannot be read (truncated, overwritten, not an archive); the message names it."""
+
+
 def read(path):
-    """dict name -> NumPy array, the values an archive holds."""
-    with np.load(path, allow_pickle=False) as archive:
-        return {name: archive[name] for name in archive.files}
+    """dict name -> NumPy array, the values an archive holds.
+
+    Raises:
+        CorruptCheckpointError: the file is missing or not a complete archive (named in the message).
+    """
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            return {name: archive[name] for name in archive.files}
+    except (OSError, EOFError, ValueError, zipfile.BadZipFile) as error:
+        raise CorruptCheckpointError(f"checkpoint file {path} cannot be read ({type(error).__name__}: "
+                                     f"{str(error)[:200]})") from None
 
 
 def _write_archive(path, values):

@@ -63,7 +63,20 @@ from sphere_tf import validation
 from sphere_tf.training import array_checkpoint
 from sphere_tf.training import distribute
 
-tf = dependencies.tensorflow(__name__)
+# The file `tf.train.CheckpointManager` keeps in a directory it wrote (the array format's is `checkpoint.json`).
+TF_INDEX_FILE = "checkpoint"
+
+
+def _tf():
+    """TensorFlow, for the tf.train checkpoints of the TensorFlow backend and tf.data streams (only those)."""
+    return dependencies.tensorflow(__name__)
+
+
+def _tf_latest(directory):
+    """The newest tf.train checkpoint prefix in `directory` (None when it holds none; no TensorFlow needed then)."""
+    if not os.path.isfile(os.path.join(directory, TF_INDEX_FILE)):
+        return None
+    return _tf().train.latest_checkpoint(directory)
 
 DEFAULT_EVERY_STEPS = 100
 DEFAULT_MAX_TO_KEEP = 2
@@ -163,6 +176,7 @@ class StepCheckpoint(keras.callbacks.Callback):
                 self.directory, self.max_to_keep)
             self._history = self._read_history()
             return
+        tf = _tf()
         self._step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         checkpoint = tf.train.Checkpoint(
             model_variables=list(model.variables),  # Keras 3 variables are trackable on TensorFlow
@@ -195,7 +209,7 @@ class StepCheckpoint(keras.callbacks.Callback):
         self._require_model()
         if self._chief or self._arrays:
             return self._manager.latest_checkpoint
-        return tf.train.latest_checkpoint(self.directory) if os.path.isdir(self.directory) else None
+        return _tf_latest(self.directory)
 
     @property
     def _arrays(self):
@@ -209,34 +223,73 @@ class StepCheckpoint(keras.callbacks.Callback):
     def restore(self):
         """Loads the latest checkpoint (if any) into the model, optimizer, step and extras.
 
+        A checkpoint file that cannot be read (truncated, overwritten) is reported by name with a warning and
+        the previous complete one is restored instead; where none can be read the error names them all (a run
+        never starts afresh over a folder of checkpoints).
+
         Returns:
             int, the restored global step (0 when the directory holds no checkpoint).
 
         Raises:
             ValueError: the checkpoint does not hold exactly the model's and
                 optimizer's variables (another architecture or optimizer wrote it).
+            array_checkpoint.CorruptCheckpointError (a ValueError): no checkpoint of the directory can be read.
         """
         self._require_model()
         _check_format(self.directory, keras.backend.backend())
-        latest = self.latest_checkpoint
-        if latest is None:
+        candidates = self._checkpoints()
+        if not candidates:
             self._step.assign(0)
             self._saved_step = None
             return 0
-        try:
-            if self._arrays:
-                self._manager.restore(latest)
-            else:
-                self._manager.checkpoint.restore(latest).assert_consumed()
-        except (AssertionError, ValueError) as error:
-            raise ValueError(
-                f"The checkpoint {latest} does not match this model and optimizer "
-                f"({len(self.model.variables)} model variables, {len(self.model.optimizer.variables)} optimizer "
-                f"variables): {error}"
-            ) from error
+        unreadable = []
+        for path in candidates:  # newest first: a corrupt file gives way to the previous complete checkpoint
+            try:
+                self._restore_from(path)
+            except array_checkpoint.CorruptCheckpointError as error:
+                unreadable.append(str(error))
+                logging.warning("%s; trying the previous checkpoint.", error)
+                print(f"Warning: {error}; trying the previous checkpoint.")
+                continue
+            break
+        else:
+            raise array_checkpoint.CorruptCheckpointError(
+                f"no checkpoint in {self.directory} can be read ({'; '.join(unreadable)}). Not starting afresh: "
+                "move the folder away to train from step 0.")
         self._saved_step = self.step
         self._carried = self._read_partial(self._saved_step)
         return self.step
+
+    def _checkpoints(self):
+        """The complete checkpoints of `directory` (the chief's), newest first."""
+        if self._arrays:
+            return [path for _, path in array_checkpoint.checkpoints(self.directory)]
+        if not os.path.isfile(os.path.join(self.directory, TF_INDEX_FILE)):
+            return []
+        state = _tf().train.get_checkpoint_state(self.directory)
+        return list(reversed(state.all_model_checkpoint_paths)) if state else []
+
+    def _restore_from(self, path):
+        """Restores the checkpoint `path`; `CorruptCheckpointError` if it cannot be read, `ValueError` if it
+        does not match the model."""
+        try:
+            if self._arrays:
+                self._manager.restore(path)
+            else:
+                tf = _tf()
+                try:
+                    self._manager.checkpoint.restore(path).assert_consumed()
+                except (tf.errors.DataLossError, tf.errors.NotFoundError, tf.errors.OutOfRangeError) as error:
+                    raise array_checkpoint.CorruptCheckpointError(
+                        f"checkpoint {path} cannot be read ({type(error).__name__}: {error.message[:200]})") from None
+        except array_checkpoint.CorruptCheckpointError:
+            raise
+        except (AssertionError, ValueError) as error:
+            raise ValueError(
+                f"The checkpoint {path} does not match this model and optimizer "
+                f"({len(self.model.variables)} model variables, {len(self.model.optimizer.variables)} optimizer "
+                f"variables): {error}"
+            ) from error
 
     def keep_epochs(self, count, steps_per_epoch=None):
         """Drops history entries past the first `count` epochs (ones a restored checkpoint predates).
@@ -254,11 +307,14 @@ class StepCheckpoint(keras.callbacks.Callback):
                          for key, values in self._history.items()}
 
     def save(self):
-        """Writes a checkpoint at the current step now; returns its prefix."""
+        """Writes a checkpoint at the current step now; returns its prefix (None on a JAX process that is not
+        the chief: it writes nothing)."""
         self._require_model()
         if self._arrays:
             self.model  # noqa: B018  (on JAX, reading the property copies the training state into the variables)
-            prefix = self._manager.save(self.step)
+            # Multi-process JAX: the variables are replicated, so the chief's copy is the whole state; the other
+            # processes write nothing.
+            prefix = self._manager.save(self.step) if self._chief else None
         else:
             prefix = self._manager.save(checkpoint_number=self._step)
         self._saved_step = self.step
@@ -266,7 +322,7 @@ class StepCheckpoint(keras.callbacks.Callback):
             batches, means = self._epoch_means(self._batch_logs)
             json_files.write_json(os.path.join(self.directory, PARTIAL_FILE),
                                   {"step": self._saved_step, "epoch": self._epoch, "batches": batches, "means": means})
-        if not self._chief:
+        if not self._chief and prefix is not None:
             distribute.remove_worker_directory(self.directory, self._strategy)
             return os.path.join(self.directory, os.path.basename(prefix))
         return prefix
@@ -370,7 +426,7 @@ def _named(group, variables):
 def _check_format(directory, backend):
     """Refuses a checkpoint directory written in the other format (TensorFlow's or the array one)."""
     arrays = array_checkpoint.latest(directory)
-    tensorflow = tf.train.latest_checkpoint(directory) if os.path.isdir(directory) else None
+    tensorflow = _tf_latest(directory)
     if backend == "tensorflow" and arrays is not None and tensorflow is None:
         index = array_checkpoint.read_index(directory)
         raise ValueError(
@@ -402,7 +458,7 @@ def positioned_stream(dataset, step):
     Returns:
         `tf.data.Dataset`.
     """
-    if not isinstance(dataset, tf.data.Dataset):
+    if not isinstance(dataset, _tf().data.Dataset):
         raise validation.invalid_argument("dataset", "a tf.data.Dataset", dataset)
     step = validation.integer(step, "step", minimum=0)
     stream = dataset.repeat()
@@ -459,15 +515,15 @@ def fit_resumable(model, train_data, epochs, directory, steps_per_epoch=None, ev
         (restored) and `step` (final global step).
     """
     epochs = validation.positive_int(epochs, "epochs")
-    if isinstance(train_data, tf.data.Dataset):
+    if callable(train_data):
+        if steps_per_epoch is None:
+            raise ValueError("`steps_per_epoch` is required when `train_data` is a callable.")
+        make_stream = train_data
+    elif isinstance(train_data, _tf().data.Dataset):
         if steps_per_epoch is None:
             steps_per_epoch = steps_per_pass(train_data)
         dataset = train_data
         make_stream = lambda step: positioned_stream(dataset, step)  # noqa: E731
-    elif callable(train_data):
-        if steps_per_epoch is None:
-            raise ValueError("`steps_per_epoch` is required when `train_data` is a callable.")
-        make_stream = train_data
     else:
         raise validation.invalid_argument("train_data", "a tf.data.Dataset or a callable step -> Dataset", train_data)
     steps_per_epoch = validation.positive_int(steps_per_epoch, "steps_per_epoch")
@@ -569,7 +625,7 @@ def latest_step(directory):
     arrays = array_checkpoint.latest(directory)
     if arrays is not None:
         return arrays[0]
-    latest = tf.train.latest_checkpoint(directory) if os.path.isdir(directory) else None
+    latest = _tf_latest(directory)
     return 0 if latest is None else _checkpoint_step(latest)
 
 

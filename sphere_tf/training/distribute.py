@@ -41,14 +41,20 @@ naming the backend.
 import contextlib
 import json
 import os
+import shutil
 
 import keras
+import numpy as np
 
 from sphere_tf import dependencies
 from sphere_tf import validation
+from sphere_tf.training import multi_device
 
-tf = dependencies.tensorflow(__name__)
-from keras.src.backend.tensorflow import trainer as keras_tf_trainer  # noqa: E402 (imports TensorFlow); no public hook
+
+
+def _tf():
+    """TensorFlow: every strategy here but `LocalStrategy` is a tf.distribute one (TensorFlow backend only)."""
+    return dependencies.tensorflow(__name__)
 
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker", "tpu")
 # What a run on a backend other than TensorFlow can use (`LocalStrategy`).
@@ -73,6 +79,7 @@ def configure_logical_cpus(count):
         RuntimeError: TensorFlow's devices are already initialised with another
             configuration.
     """
+    tf = _tf()
     count = validation.positive_int(count, "count")
     cpu = tf.config.list_physical_devices("CPU")[0]
     try:
@@ -138,48 +145,74 @@ def parse_tf_config(value=None):
 
 
 class LocalStrategy:
-    """The "strategy" of a run on one process without `tf.distribute` (the JAX and PyTorch backends).
+    """The "strategy" of a run without `tf.distribute` (the JAX and PyTorch backends).
 
-    It has what the runner asks of a strategy: `scope()` (nothing to enter:
-    Keras places variables on the backend's default device), one replica, and
-    no cluster (so this process is the chief and writes every file).
+    It has what the runner asks of a strategy: `scope()` (nothing to enter: Keras places variables on the
+    backend's default device, or as the run's `keras.distribution` says), the replica count, and which
+    process writes the run's files. On JAX `distribution` is a `keras.distribution.DataParallel` over every
+    device of every process where there is more than one (`sphere_tf.training.multi_device`), else None; the
+    process index and count are JAX's (several processes after `multi_device.initialize`), and process 0 is
+    the chief.
 
     Args:
         backend: str, the Keras backend the run trains on (for messages).
+        distribution: a `keras.distribution.Distribution` the run trains under, or None (one device).
     """
 
-    num_replicas_in_sync = 1
     cluster_resolver = None
 
-    def __init__(self, backend=None):
+    def __init__(self, backend=None, distribution=None):
         self.backend = backend or keras.backend.backend()
+        self.distribution = distribution
+        self.process_index = multi_device.process_index()
+        self.process_count = multi_device.process_count()
+
+    @property
+    def num_replicas_in_sync(self):
+        """The devices a global batch is split over (1 without a distribution)."""
+        if self.distribution is None:
+            return 1
+        return int(np.prod(self.distribution.device_mesh.shape))
 
     def scope(self):
         return contextlib.nullcontext()
 
     def __repr__(self):
-        return f"LocalStrategy(backend={self.backend!r})"
+        return (f"LocalStrategy(backend={self.backend!r}, replicas={self.num_replicas_in_sync}, "
+                f"process={self.process_index} of {self.process_count})")
 
 
 def _local_strategy(name):
     backend = keras.backend.backend()
     if name not in LOCAL_STRATEGIES:
+        alternative = ("strategy='auto' trains on every device through keras.distribution.DataParallel"
+                       if backend == "jax" else "strategy='auto' or 'one_device' trains on one device")
         raise ValueError(
             f"strategy={name!r} is a tf.distribute strategy and needs the TensorFlow backend; this run's Keras "
-            f"backend is {backend!r}. Use strategy='auto' or 'one_device' (one process) on {backend!r}, or run with "
-            "KERAS_BACKEND=tensorflow (trainers: --backend=tensorflow) to replicate."
+            f"backend is {backend!r}. On {backend!r}, {alternative}; or run with KERAS_BACKEND=tensorflow "
+            "(trainers: --backend=tensorflow) to use it."
         )
-    return LocalStrategy(backend)
+    if backend != "jax":
+        return LocalStrategy(backend)
+    devices = keras.distribution.list_devices()
+    if name == "one_device":
+        if multi_device.process_count() > 1:
+            raise ValueError(f"strategy='one_device' with {multi_device.process_count()} processes: every process "
+                             "trains together on all devices; use strategy='auto'.")
+        return LocalStrategy(backend)
+    return LocalStrategy(backend, multi_device.data_parallel(devices) if len(devices) > 1 else None)
 
 
 def model_strategy(model):
     """The strategy `model` was built under: its `distribute_strategy` on TensorFlow, else a `LocalStrategy`."""
     if keras.backend.backend() != "tensorflow":
-        return LocalStrategy()
+        return LocalStrategy(distribution=keras.distribution.distribution() if keras.backend.backend() == "jax"
+                             else None)
     return model.distribute_strategy
 
 
 def _local_devices():
+    tf = _tf()
     gpus = tf.config.list_logical_devices("GPU")
     return [d.name for d in gpus] if gpus else [d.name for d in tf.config.list_logical_devices("CPU")]
 
@@ -204,6 +237,7 @@ def make_strategy(name="auto", tpu=None):
     validation.one_of(name, "name", STRATEGIES)
     if keras.backend.backend() != "tensorflow":
         return _local_strategy(name)
+    tf = _tf()
     if name == "auto":
         gpus = tf.config.list_logical_devices("GPU")
         if len(gpus) > 1:
@@ -235,11 +269,13 @@ def _current(strategy):
     """`strategy`, or the one in scope (TensorFlow) / a `LocalStrategy` (other backends) when None."""
     if strategy is not None:
         return strategy
-    return tf.distribute.get_strategy() if keras.backend.backend() == "tensorflow" else LocalStrategy()
+    return _tf().distribute.get_strategy() if keras.backend.backend() == "tensorflow" else LocalStrategy()
 
 
 def _task(strategy):
     """(task_type, task_id) of this process under `strategy` (None, None without a cluster)."""
+    if isinstance(strategy, LocalStrategy):
+        return ("process", strategy.process_index) if strategy.process_count > 1 else (None, None)
     resolver = getattr(strategy, "cluster_resolver", None)
     if resolver is None or not getattr(strategy.extended, "_in_multi_worker_mode", lambda: False)():
         return None, None
@@ -251,9 +287,12 @@ def is_chief(strategy=None):
 
     The chief is the ``chief`` task, or worker 0 of a cluster without one.
     """
-    task_type, task_id = _task(_current(strategy))
+    strategy = _current(strategy)
+    task_type, task_id = _task(strategy)
     if task_type is None:
         return True
+    if task_type == "process":  # multi-process JAX: process 0
+        return task_id == 0
     if task_type == "chief":
         return True
     cluster = strategy.cluster_resolver.cluster_spec().as_dict()
@@ -276,8 +315,12 @@ def checkpoint_directory(directory, strategy=None):
 def remove_worker_directory(directory, strategy=None):
     """Deletes this worker's temporary checkpoint folder (no-op on the chief)."""
     path = checkpoint_directory(directory, strategy)
-    if path != directory and tf.io.gfile.exists(path):
-        tf.io.gfile.rmtree(path)
+    if path == directory:
+        return
+    if isinstance(_current(strategy), LocalStrategy):
+        shutil.rmtree(path, ignore_errors=True)
+    elif _tf().io.gfile.exists(path):
+        _tf().io.gfile.rmtree(path)
 
 
 def in_multi_worker_mode(strategy=None):
@@ -290,8 +333,13 @@ def barrier(strategy=None):
 
     A worker process that exits while another still runs makes TensorFlow's
     coordination service report it as crashed; the runner ends every
-    multi-worker run here, after the chief has written its files.
+    multi-worker run here, after the chief has written its files. A multi-process JAX run waits at
+    `multi_device.barrier`.
     """
+    if isinstance(strategy, LocalStrategy):
+        multi_device.barrier("sphere_tf.training.distribute.barrier")
+        return strategy.process_count
+    tf = _tf()
     strategy = strategy or tf.distribute.get_strategy()
     ones = strategy.run(lambda: tf.constant(1.0))
     return int(strategy.reduce("SUM", ones, axis=None).numpy())
@@ -328,6 +376,7 @@ def distributed_fit(model):
     if getattr(model, "_distribute_strategy", None) is None:  # also every backend but TensorFlow
         yield model
         return
+    tf = _tf()
     strategy = model.distribute_strategy
 
     def build(iterator=None, data_batch=None):
@@ -335,6 +384,8 @@ def distributed_fit(model):
             data_batch = iterator.data_adapter.get_tf_dataset().element_spec  # shapes and dtypes; reads nothing
         with strategy.scope():
             model._symbolic_build(data_batch=data_batch)
+
+    from keras.src.backend.tensorflow import trainer as keras_tf_trainer  # noqa: PLC0415 (imports TensorFlow)
 
     original_reduce = keras_tf_trainer.reduce_per_replica
 

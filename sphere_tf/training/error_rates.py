@@ -17,6 +17,7 @@ import numpy as np
 from absl import logging
 
 from sphere_tf.metrics import classification
+from sphere_tf.training import multi_device
 
 # `test_top5_error` is recorded when the data set has more classes than this.
 TOP_K = 5
@@ -29,7 +30,13 @@ def collect_predictions(model, batches):
         `(labels, scores)`: NumPy int32 `(N,)` and float32 `(N, C)`.
     """
     strategy = getattr(model, "distribute_strategy", None)  # TensorFlow: the run's tf.distribute strategy
-    if strategy is not None and strategy.num_replicas_in_sync > 1:
+    distributed = keras.backend.backend() == "jax" and keras.distribution.distribution() is not None
+    if distributed:
+        # keras.distribution (JAX): each process holds its rows of a batch; the predictions of the global batch
+        # are gathered, so every process scores the whole test set in order.
+        def forward(inputs):
+            return multi_device.gather(model(multi_device.global_batch(inputs), training=False))
+    elif strategy is not None and strategy.num_replicas_in_sync > 1:
         # `predict_on_batch` would split each batch over the replicas; one plain forward pass per batch
         # sees every example once, in order, on every worker.
         def forward(inputs):
@@ -40,7 +47,10 @@ def collect_predictions(model, batches):
     for inputs, batch_labels in batches:
         inputs = keras.tree.map_structure(np.asarray, inputs)  # tf.data tensors -> NumPy for any backend
         scores.append(np.asarray(keras.ops.convert_to_numpy(forward(inputs)), np.float32))
-        labels.append(np.asarray(keras.ops.convert_to_numpy(batch_labels)).reshape(-1).astype(np.int32))
+        batch_labels = np.asarray(keras.ops.convert_to_numpy(batch_labels))
+        if distributed:
+            batch_labels = multi_device.gather(multi_device.global_batch(batch_labels))
+        labels.append(batch_labels.reshape(-1).astype(np.int32))
     if not labels:
         return np.zeros((0,), np.int32), np.zeros((0, 0), np.float32)
     return np.concatenate(labels), np.concatenate(scores)

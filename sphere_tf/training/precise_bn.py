@@ -27,6 +27,7 @@ import keras
 import numpy as np
 
 from sphere_tf import validation
+from sphere_tf.training import multi_device
 
 # A moving average with momentum m is "young" after fewer than YOUNG_TIMESCALES / (1 − m) updates: its
 # initial value still weighs m^t > e^-5 ≈ 0.7%, and it averages weights older than its recent ones.
@@ -70,6 +71,10 @@ def _forward(model):
     def forward(inputs):
         model(inputs, training=True)
 
+    if keras.backend.backend() == "jax" and keras.distribution.distribution() is not None:
+        # Under keras.distribution (DataParallel, several processes) each process holds its rows of a batch:
+        # the statistics are the global batch's, as in the training step.
+        return lambda inputs: forward(multi_device.global_batch(inputs))
     if keras.backend.backend() == "tensorflow":
         import tensorflow as tf  # noqa: PLC0415 (only this backend)
 

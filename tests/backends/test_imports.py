@@ -59,11 +59,11 @@ def test_layers_import_nothing_heavy_on_tensorflow():
 
 # What a user without TensorFlow imports first, and the name its one-line error must carry.
 TENSORFLOW_NAMES = {
-    "from sphere_tf.data import get_datasets": "sphere_tf.data.get_datasets builds tf.data input pipelines",
-    "from sphere_tf.training import fit_resumable": "sphere_tf.training.fit_resumable writes tf.train step",
-    "from sphere_tf.training import make_strategy": "sphere_tf.training.make_strategy trains under tf.distribute",
+    "from sphere_tf.data import preprocessing": "sphere_tf.data.preprocessing builds tf.data input pipelines",
+    "from sphere_tf.data import get_datasets; get_datasets('cifar10', batch_size=8, pipeline='tf_data')":
+        "sphere_tf.data.get_datasets(pipeline='tf_data') builds tf.data input pipelines",
     "import sphere_tf.evaluation": "sphere_tf.evaluation extracts face embeddings",
-    "import sphere_tf.adversarial": "sphere_tf.adversarial crafts FGSM/BIM/PGD examples",
+    "from sphere_tf.adversarial import make_attack": "sphere_tf.adversarial.make_attack crafts FGSM/BIM/PGD examples",
     "import sphere_tf.data.pipeline": "sphere_tf.data.pipeline builds tf.data input pipelines",
 }
 ONE_LINE_PROBE = """
@@ -87,13 +87,18 @@ def _last_lines(backend, codes, env=None):
 
 @pytest.mark.tensorflow_only  # drives the venv without TensorFlow from the main suite
 def test_what_needs_tensorflow_says_so_in_one_line_naming_the_install_and_the_alternative():
-    codes = [*TENSORFLOW_NAMES, "from sphere_tf.data import load_fashion_mnist, cifar, mnist"]
+    # What runs without TensorFlow: the array readers, the data sets through Grain, step checkpoints, the runner.
+    neutral = ["from sphere_tf.data import load_fashion_mnist, cifar, mnist, get_datasets",
+               "from sphere_tf.training import fit_resumable, make_strategy",
+               "from sphere_tf.runners import classifier",
+               "from sphere_tf.adversarial import gradient_attacks, pixels"]
+    codes = [*TENSORFLOW_NAMES, *neutral]
     lines = _last_lines("torch", codes)
-    for (code, name), line in zip(TENSORFLOW_NAMES.items(), lines):
+    for (code, name), line in zip(TENSORFLOW_NAMES.items(), lines[:len(TENSORFLOW_NAMES)]):
         assert line.startswith("TensorFlowMissingError: " + name), (code, line)
         assert "Keras backend 'torch'" in line and "pip install tensorflow-cpu" in line, line
         assert "; or, " in line and "<newline>" not in line, line  # the backend-neutral alternative, one line
-    assert lines[-1] == "imported"  # the array readers need no TensorFlow
+    assert lines[len(TENSORFLOW_NAMES):] == ["imported"] * len(neutral)
 
 
 @pytest.mark.tensorflow_only

@@ -1,6 +1,7 @@
 """`bench/gpu/run.sh` runs on CPU with small shapes where TensorFlow is not installed (its GPU host has none).
 
-The GPU check (parity subset, then the CNN-9 benchmarks on JAX and PyTorch) is run by hand on a GPU host; here
+The GPU check (parity subset, the CNN-9 benchmarks on JAX and PyTorch, the README's main job through the runner
+on JAX) is run by hand on a GPU host; here
 it runs with `SMALL=1` in `.venv-torch` (JAX, PyTorch, no TensorFlow), so the script and `bench.bench_backends`
 cannot rot between GPU runs.
 """
@@ -28,3 +29,7 @@ def test_gpu_script_runs_small_on_cpu_without_tensorflow(tmp_path):
         assert {r["case"] for r in rows} >= {"conv2d", "sphere_cosine", "sphere_linear", "tanh_cosine"}
         assert all(r["backend"] == backend and r["median_step_s"] > 0 for r in rows)
         assert all(r["ratio_to_conv2d"] == 1.0 for r in rows if r["case"] == "conv2d")
+    # The README's main job through the runner on JAX, without TensorFlow.
+    results = json.loads((tmp_path / "main_job" / "results.json").read_text())
+    assert results["backend"] == "jax" and results["steps"] == 2 and results["export_dir"] is None
+    assert json.loads((tmp_path / "main_job_time.json").read_text())["main_job_wall_s"] >= 0

@@ -1,9 +1,8 @@
 """Tests for sphere_tf.callbacks.HypersphericalEnergy."""
 
-import glob
 import itertools
 import math
-import os
+import pathlib
 
 import keras
 import numpy as np
@@ -13,6 +12,9 @@ from keras import ops
 from sphere_tf import callbacks
 from sphere_tf import layers as sphere_layers
 from sphere_tf import regularizers
+from tests.callbacks._events import event_files
+from tests.callbacks._events import f32
+from tests.callbacks._events import series
 
 
 def np_energy(kernel, power=1, half_space=True, eps=1e-4):
@@ -73,31 +75,49 @@ def _assert_layer_selection(log_dir):
     np.testing.assert_allclose(history.history["e_total"], [expected], rtol=2e-5)
     with pytest.raises(ValueError, match="no kernel layer"):
         _fit(_model(), [callbacks.HypersphericalEnergy(layer_names=["nope"])], epochs=1)
+    return history.history
 
 
 def test_layer_selection_options():
     _assert_layer_selection(log_dir=None)
 
 
-@pytest.mark.tensorflow_only
 def test_layer_selection_options_and_tensorboard(tmp_path):
-    log_dir = str(tmp_path / "tb")
-    _assert_layer_selection(log_dir)
-    assert glob.glob(os.path.join(log_dir, "events.out.tfevents.*"))
+    """`update_freq='batch'`: the scalars `<prefix><layer>`, `<prefix>total` at the global batches 1, 2 of the
+    epoch, in one event file of `log_dir` (no train/ or validation/ folders), on every backend. The second batch's
+    weights are the epoch's last, so its values are the History's (in float32)."""
+    log_dir = tmp_path / "tb"
+    history = _assert_layer_selection(str(log_dir))
+    assert len(event_files(log_dir)) == 1
+    written = series(log_dir)
+    assert sorted(written) == ["e_d1", "e_total"]
+    for key in ("e_d1", "e_total"):
+        assert [step for step, _ in written[key]] == [1, 2]
+        assert written[key][-1][1] == f32(history[key])[0]
+        assert np.isfinite(written[key][0][1])
 
 
-def test_tensorboard_needs_the_tensorflow_backend(tmp_path):
-    if keras.backend.backend() == "tensorflow":
-        callbacks.HypersphericalEnergy(log_dir=str(tmp_path))
-        return
-    with pytest.raises(ValueError, match=f"needs the TensorFlow backend.*{keras.backend.backend()!r}"):
-        callbacks.HypersphericalEnergy(log_dir=str(tmp_path))
+def test_epoch_scalars_every_frequency_epochs(tmp_path):
+    """`update_freq='epoch'`, `frequency=2`: scalars at the epoch indices 1 and 3 (every second epoch) with the
+    History's values; the History has all four epochs."""
+    history = _fit(_model(), [callbacks.HypersphericalEnergy(frequency=2, log_dir=pathlib.Path(tmp_path))],
+                   epochs=4).history
+    written = series(tmp_path)
+    assert sorted(written) == ["energy/c1", "energy/d1", "energy/s1", "energy/total"]
+    for key, points in written.items():
+        assert len(history[key]) == 4
+        assert points == [(1, f32(history[key])[1]), (3, f32(history[key])[3])], key
+
+
+def test_log_dir_on_every_backend(tmp_path):
+    cb = callbacks.HypersphericalEnergy(log_dir=pathlib.Path(tmp_path) / "tb")
+    assert cb.get_config()["log_dir"] == str(tmp_path / "tb")
 
 
 @pytest.mark.parametrize(
     "kwargs,match",
     [({"power": -1}, "`power`"), ({"frequency": 0}, "`frequency`"), ({"update_freq": "step"}, "`update_freq`"),
-     ({"distance": "x"}, "`distance`")],
+     ({"distance": "x"}, "`distance`"), ({"log_dir": ""}, "`log_dir`"), ({"log_dir": 3}, "`log_dir`")],
 )
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):

@@ -24,7 +24,8 @@ def test_info_and_test_set_in_file_order(cifar_dir):
     folder, data = cifar_dir
     train, test, info = datasets.get_datasets("cifar10", manual_dir=folder, batch_size=4)
     assert info == {"input_shape": (32, 32, 3), "num_classes": 10, "train_size": 15, "test_size": 5,
-                    "steps_per_epoch": 3, "channel_mean": None, "normalization": "centered_128"}
+                    "steps_per_epoch": 3, "channel_mean": None, "normalization": "centered_128",
+                    "test_steps": 2, "process_count": 1}
     x = np.concatenate([b[0] for b in _batches(test, 10)])
     y = np.concatenate([b[1] for b in _batches(test, 10)])
     np.testing.assert_allclose(x, (data["x_test"].astype(np.float32) - 127.5) / 128)

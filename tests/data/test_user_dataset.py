@@ -38,7 +38,8 @@ def test_the_user_reader_goes_through_the_shared_pipeline(user_dataset):
                                      augmentation="flip")
     mean = x_train.reshape(-1, 3).astype(np.float64).mean(axis=0)
     assert info == {"input_shape": (6, 5, 3), "num_classes": 3, "train_size": 12, "test_size": 4,
-                    "steps_per_epoch": 3, "channel_mean": tuple(mean), "normalization": "mean_subtraction"}
+                    "steps_per_epoch": 3, "channel_mean": tuple(mean), "normalization": "mean_subtraction",
+                    "test_steps": 1, "process_count": 1}
     x, y = next(iter(test))
     np.testing.assert_allclose(x.numpy(), x_test[:4] - mean.astype(np.float32), rtol=1e-6)
     np.testing.assert_array_equal(y.numpy(), y_test[:4])
