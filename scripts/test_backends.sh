@@ -13,17 +13,21 @@ fi
 # optimizers, callbacks, the training paradigms, the degenerate-input property tests, the `.keras` files of an
 # earlier release (saved on TensorFlow) and the documentation's Python blocks (those needing TensorFlow are skipped,
 # and tests/test_docs.py checks how many ran); and the runner without TensorFlow: the Grain pipeline and its NumPy
-# augmentations, step checkpoints (recovery from a corrupt one), short runs and exact resume after kill -9.
+# augmentations, step checkpoints (recovery from a corrupt one), short runs and exact resume after kill -9; the
+# FGSM/BIM/PGD attacks in keras.ops.
 # TensorFlow-only modules and tests in them are deselected by tests/conftest.py.
 RUNNER_SUITES=(
   tests/data/test_grain_pipeline.py tests/data/test_numpy_preprocessing.py tests/training/test_checkpoint_recovery.py
-  tests/runners/test_runner_without_tensorflow.py
+  tests/training/test_precise_bn.py
+  tests/runners/test_runner_without_tensorflow.py tests/adversarial/test_gradient_attacks.py
 )
 CORE_SUITES=(
   tests/ops tests/layers tests/losses tests/regularizers tests/metrics tests/models tests/optimizers
   tests/callbacks tests/test_energy.py tests/test_initializers.py tests/test_registry.py
   tests/training/test_model.py tests/training/test_pretrain.py tests/backends/jax_plugin tests/test_saved_files.py
   tests/test_docs.py "${RUNNER_SUITES[@]}"
+  # JAX past one device (keras.distribution): 2 and 4 CPU devices, two processes, a kill -9 and the resume.
+  tests/training/test_multi_device.py tests/runners/test_runner_multi_device.py
 )
 # PyTorch: the same core suites but the JAX plug-in's own tests (tests/backends/jax_plugin).
 TORCH_SUITES=(

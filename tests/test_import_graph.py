@@ -56,7 +56,7 @@ LAZY_IMPORTS = {
     "sphere_tf.ops.autodiff": {"tensorflow", "jax", "torch"},
     "sphere_tf.ops.runtime_checks": {"tensorflow", "jax"},
     "sphere_tf.regularizers.random_state": {"jax"},
-    "sphere_tf.training.precise_bn": {"tensorflow"},
+    "sphere_tf.training.precise_bn": {"tensorflow", "jax"},
     # JAX's multi-process start, global arrays and collectives (keras.distribution has no timeout or gather).
     "sphere_tf.training.multi_device": {"jax"},
     # Keras's TensorFlow trainer (it imports TensorFlow): patched only for a model built under a tf.distribute scope.

@@ -6,9 +6,10 @@ spec says what the data set is. The built-in ones below are registered exactly a
 'cifar10', 'cifar100', 'mnist', 'fashion_mnist', 'imagenet2012', 'face_folder' (an identity-per-folder tree
 of aligned face crops in `manual_dir`, `sphere_tf.data.faces`; its test split is the first `test_limit`
 images of the same tree: the runner's test accuracy is a closed-set check there, faces are evaluated by
-verification). `get_datasets` checks the arguments, calls the reader once, then applies the shared pipeline
-(class limits, subset, label noise, normalisation, augmentation, batching) whatever the reader. The built-in
-readers take two sources, both offline:
+verification). `get_datasets` checks the arguments, calls the reader once, applies the class limits, subset and
+label noise to the reader's arrays, then hands them to one of two pipelines that batch, permute, augment and
+normalise: `grain_pipeline` (Grain and NumPy, every backend, no TensorFlow) or `tf_pipeline` (tf.data, the
+TensorFlow backend's default); `pipeline=` picks one. The built-in readers take two sources, both offline:
 
 - `source='manual'`: the archives as published, in `manual_dir` (file names in
   `DatasetSpec.manual_files`; Fashion-MNIST defaults to the Debian package's
@@ -18,8 +19,9 @@ readers take two sources, both offline:
 
 The training set is an endless stream of batches of exactly `batch_size` (the
 global batch): epoch e visits the examples in a permutation drawn from
-`(seed, e)`, and example i of epoch e is augmented with
-`preprocessing.element_seed(seed, e, i)`. `initial_step=s` starts the stream
+`(seed, e)`, and example i of epoch e is augmented with a random stream keyed
+by `(seed, e, i)` (`grain_pipeline.element_rng`, `preprocessing.element_seed`
+on tf.data). `initial_step=s` starts the stream
 at step s (the epoch and the batch within it), so a resumed run sees the same
 batches as an uninterrupted one. The test set is one pass, in file order, with
 the evaluation transform and the same normalisation. `label_noise=p` redraws

@@ -155,3 +155,24 @@ def test_without_tensorflow_the_export_says_what_to_install(tmp_path):
     assert proc.returncode == 1
     assert ("ImportError: sphere_tf.export writes TensorFlow SavedModels and needs TensorFlow, which is not "
             "installed (Keras backend 'torch')") in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.skipif(not os.path.exists(TORCH_PYTHON), reason="needs the PyTorch venv without TensorFlow")
+def test_a_run_trained_without_tensorflow_exports_for_serving_in_one_command(archives, tmp_path):
+    """The documented route (docs/runner.md, Backends): train on PyTorch where TensorFlow is not installed, then
+    `python -m trainers.export` where it is; the SavedModel serves what the .keras file computes."""
+    workdir, base = str(tmp_path / "run"), str(tmp_path / "models")
+    proc = trainer(f"--workdir={workdir}", "--backend=torch", "--config.export=False",
+                   f"--config.data.manual_dir={archives}", *TINY_MODEL, python=TORCH_PYTHON, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = subprocess.run([sys.executable, "-m", "trainers.export", f"--workdir={workdir}", f"--export_base={base}"],
+                          cwd=REPO, env=env("tensorflow"), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # compile=False: the file records PyTorch's Adam class (keras.src.backend.torch.optimizers), which Keras can
+    # only rebuild where torch is installed; the export reads the weights the same way.
+    model = keras.models.load_model(os.path.join(workdir, "checkpoints", "model.keras"), compile=False)
+    pixels = serving.sample_pixels(3, (28, 28, 1), seed=2)
+    served = tf.saved_model.load(os.path.join(base, "small_cnn", "1")).signatures["serving_default"](
+        images=tf.constant(pixels))
+    expected = model(pixels.astype("float32"), training=False)
+    np.testing.assert_allclose(served["logits"].numpy(), keras.ops.convert_to_numpy(expected), rtol=1e-5, atol=1e-5)

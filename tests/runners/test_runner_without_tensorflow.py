@@ -116,3 +116,17 @@ def test_without_tensorflow_a_tensorflow_only_request_fails_before_data_is_read(
         last = proc.stderr.strip().splitlines()[-1]
         assert last.startswith(start) and f"{BACKEND!r}" in last, last
         assert not os.path.exists(workdir)
+
+
+@pytest.mark.backend_only("torch")
+def test_several_processes_on_pytorch_fail_before_data_is_read(tmp_path):
+    workdir = str(tmp_path / "run")
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainers.train_classifier", f"--config={CONFIG}:quick", f"--workdir={workdir}",
+         "--config.export=False", "--config.data.manual_dir=/nonexistent", "--num_processes=2", "--process_id=0",
+         "--coordinator_address=localhost:12345"],
+        cwd=REPO, env=env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("Error: 2 devices requested on the PyTorch backend") and "KERAS_BACKEND=jax" in last, last
+    assert not os.path.exists(workdir)

@@ -1,4 +1,6 @@
-"""Tests for sphere_tf.training.multi_device: JAX `keras.distribution.DataParallel` on 1, 2, 4 devices and 2 processes.
+"""Tests for sphere_tf.training.multi_device: JAX `keras.distribution.DataParallel` on 1, 2, 4 devices, the start of
+several processes, and the settings. Two processes training together, a kill -9 of one and the resume are tested
+through the runner, with its checkpoints (tests/runners/test_runner_multi_device.py).
 
 The device count is fixed when JAX starts, and multi-process JAX joins at start, so every training run is a fresh
 child process (`_multi_device_child.py` next to this file) with its own `XLA_FLAGS` and `KERAS_DISTRIBUTION_*`
@@ -19,7 +21,6 @@ equal to NumPy arrays at the same device count (and, measured once, the 2-proces
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -166,28 +167,6 @@ def test_data_parallel_on_1_2_4_devices(tmp_path):
 
 # ------------------------------------------------------------------ two processes
 @JAX
-def test_two_processes_each_feeding_half_of_every_batch_equal_one_device(tmp_path):
-    """2 processes of 1 CPU device (Gloo), process p feeding rows [4p, 4p + 4) of every global batch of 8, as NumPy
-    arrays and as a Grain dataset; process 0 also trains the one-device reference (no distribution, whole global
-    batches, on its own device)."""
-    folder = str(tmp_path)
-    runs = [dict(name="numpy", steps=STEPS), dict(name="grain", input="grain", steps=STEPS),
-            dict(name="one_device", steps=STEPS, distributed=False, only_process=0)]
-    p0, p1 = _results(folder, "mp", _group(folder, "mp", dict(out=os.path.join(folder, "mp_p{p}.npz"), runs=runs,
-                                                               timeout_s=120, heartbeat_s=60), 2))
-    for result in (p0, p1):
-        assert int(result["processes"]) == 2 and int(result["devices"]) == 2 and int(result["per_process"]) == 4
-        assert int(result["numpy_kernel_devices"]) == 2 and bool(result["numpy_kernel_replicated"])
-        assert int(result["numpy_iterations"]) == STEPS and int(result["grain_iterations"]) == STEPS
-    assert int(p0["one_device_kernel_devices"]) == 1 and int(p0["one_device_iterations"]) == STEPS
-    # Both processes hold the same (replicated) weights: the one-device run's, to float32 tolerance.
-    _assert_bitwise(_weights(p1), _weights(p0), "process 1 vs process 0")
-    _assert_close(_weights(p0), _weights(p0, "one_device"), "2 processes vs 1 device")
-    np.testing.assert_allclose(p0["numpy_loss"], p0["one_device_loss"], rtol=RTOL)
-    _assert_bitwise(_weights(p0, "grain"), _weights(p0), "2 processes, grain vs numpy")
-
-
-@JAX
 def test_a_missing_process_fails_within_the_timeout_with_a_clear_message(tmp_path):
     """2 processes expected, only process 0 started: it exits after `timeout_s`, saying what to check."""
     spec = dict(out=str(tmp_path / "x_p{p}.npz"), runs=[dict(name="numpy", steps=1)], timeout_s=3)
@@ -201,47 +180,6 @@ def test_a_missing_process_fails_within_the_timeout_with_a_clear_message(tmp_pat
 
 
 @JAX
-def test_a_killed_process_stops_the_other_and_both_resume_from_saved_weights(tmp_path):
-    """kill -9 of process 1 mid-training (after global batch 2 of 0..3): process 0 fails at its next collective
-    and exits within a bounded time; both restarted from the weights saved after 2 batches (`save_weights`:
-    model and optimizer state) end bitwise equal to an uninterrupted 2-process run."""
-    folder = str(tmp_path)
-    marker = os.path.join(folder, "hanging")
-    saved = os.path.join(folder, "step2_p{p}.weights.h5")
-    run = dict(name="numpy", steps=STEPS, save_at=2, save=saved, hang_at=2, marker=marker)
-    first = _group(folder, "killed", dict(out=os.path.join(folder, "killed_p{p}.npz"), runs=[run], timeout_s=30,
-                                          heartbeat_s=5), 2)
-    deadline = time.time() + TIMEOUT
-    while not os.path.exists(marker):
-        assert time.time() < deadline and first[0].process.poll() is None and first[1].process.poll() is None, (
-            first[0].output()[-3000:] + first[1].output()[-3000:])
-        time.sleep(0.2)
-    time.sleep(0.5)
-    os.kill(first[1].process.pid, signal.SIGKILL)
-    killed_at = time.time()
-    code = first[0].wait(timeout=120)  # bounded: it must not wait forever for the dead process
-    stopped_after = time.time() - killed_at
-    text = first[0].output()
-    assert first[1].wait() == -signal.SIGKILL
-    # The next collective fails at once ("Gloo all-reduce failed ... Connection closed by peer", a
-    # JaxRuntimeError out of the step); JAX's coordination service then aborts the process (SIGABRT) at its
-    # shutdown barrier once process 1 missed its heartbeats.
-    assert code != 0, text[-3000:]
-    assert any(sign in text for sign in ("Gloo", "heartbeat", "JAX distributed service detected fatal errors")), (
-        text[-3000:])
-    print(f"process 0 stopped {stopped_after:.1f} s after process 1 was killed; exit status {code}")
-    for p in range(2):
-        assert os.path.exists(saved.format(p=p)) and not os.path.exists(os.path.join(folder, f"killed_p{p}.npz"))
-
-    runs = [dict(name="resumed", start=2, steps=STEPS, load=saved), dict(name="uninterrupted", steps=STEPS)]
-    results = _results(folder, "resumed", _group(folder, "resumed", dict(
-        out=os.path.join(folder, "resumed_p{p}.npz"), runs=runs, timeout_s=120, heartbeat_s=60), 2))
-    for result in results:
-        assert int(result["resumed_iterations"]) == STEPS and int(result["uninterrupted_iterations"]) == STEPS
-        _assert_bitwise(_weights(result, "resumed"), _weights(result, "uninterrupted"), "resumed vs uninterrupted")
-
-
-# ------------------------------------------------------------------ in process: settings, batches, errors
 def test_process_settings_from_arguments_and_environment():
     assert multi_device.process_settings(environ={}) == multi_device.ProcessSettings(None, 1, 0)
     settings = multi_device.process_settings("10.0.0.1:1234", 2, 1, environ={})
@@ -326,7 +264,7 @@ def test_initialize_after_a_jax_computation_says_it_must_come_first():
         multi_device.initialize(settings, timeout_s=5)
 
 
-@pytest.mark.skipif(keras.backend.backend() == "jax", reason="the JAX backend's data_parallel runs in the children")
+@pytest.mark.backend_only("tensorflow", "torch")  # on JAX, data_parallel runs in the children above
 def test_data_parallel_needs_the_jax_backend():
     with pytest.raises(ValueError, match="KERAS_BACKEND=jax"):
         multi_device.data_parallel()
