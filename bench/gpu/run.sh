@@ -57,6 +57,7 @@ echo "== the README's main job through the runner (JAX)"
 MAIN_JOB=(--config=configs/dcnet/fashion_mnist_tanh_cosine.py --config.export=False --workdir="$OUT/main_job")
 if [ "${SMALL:-0}" = 1 ]; then
   # Tiny generated archives in the Fashion-MNIST layout and the config's two-step variant on a tiny model.
+  mkdir -p "$OUT/fashion_mnist"
   python3 -c "from sphere_tf.data import archive_writers as a; a.write_mnist('$OUT/fashion_mnist', n_train=64, n_test=16)"
   MAIN_JOB=(--config=configs/dcnet/fashion_mnist_tanh_cosine.py:quick --config.export=False --workdir="$OUT/main_job"
             --config.data.manual_dir="$OUT/fashion_mnist" --config.model.widths=[4] --config.model.convs_per_stage=1
@@ -65,7 +66,7 @@ elif [ -n "${FASHION_MNIST_DIR:-}" ]; then
   MAIN_JOB+=(--config.data.manual_dir="$FASHION_MNIST_DIR")
 fi
 start=$(date +%s)
-KERAS_BACKEND=jax python3 -m trainers.train_classifier "${MAIN_JOB[@]}" --config.train.verbose=2 2>&1 \
+KERAS_BACKEND=jax python3 -m trainers.train_classifier "${MAIN_JOB[@]}" 2>&1 \
   | grep -v "^WARNING\|^I0000" | tail -15 || status=1
 echo "{\"main_job_wall_s\": $(( $(date +%s) - start ))}" > "$OUT/main_job_time.json"
 [ -f "$OUT/main_job/results.json" ] || status=1

@@ -180,8 +180,8 @@ def _source_file(path):
 def _test_arrays(test_ds):
     images, labels = [], []
     for x, y in test_ds:
-        images.append(x.numpy())
-        labels.append(y.numpy())
+        images.append(np.asarray(x))  # tf.data tensors or Grain's NumPy batches
+        labels.append(np.asarray(y))
     return np.concatenate(images), np.concatenate(labels).astype(np.int32)
 
 

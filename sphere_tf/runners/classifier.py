@@ -596,6 +596,7 @@ def train_and_evaluate(config, workdir, strategy=None):
 
     data_cfg = config["data"]
     kwargs = data_kwargs(data_cfg)
+    pipeline = datasets_lib.resolve_pipeline(kwargs["pipeline"])
 
     def load(initial_step):
         return data_lib.get_datasets(data_cfg["name"], batch_size=train_cfg["batch_size"], seed=config["seed"],
@@ -660,7 +661,11 @@ def train_and_evaluate(config, workdir, strategy=None):
         packed = models_lib.needs_labels(model)
 
         def pack(dataset):
-            return dataset.map(lambda x, y: (models_lib.pack_inputs(x, y), y)) if packed else dataset
+            if not packed:
+                return dataset
+            if pipeline == "grain":  # Grain maps one element, the (images, labels) pair
+                return dataset.map(lambda batch: (models_lib.pack_inputs(*batch), batch[1]))
+            return dataset.map(lambda x, y: (models_lib.pack_inputs(x, y), y))
 
         def stream(step):
             return pack(train_ds if step == 0 else load(step)[0])

@@ -279,9 +279,11 @@ class StepCheckpoint(keras.callbacks.Callback):
                 tf = _tf()
                 try:
                     self._manager.checkpoint.restore(path).assert_consumed()
-                except (tf.errors.DataLossError, tf.errors.NotFoundError, tf.errors.OutOfRangeError) as error:
+                # A truncated or overwritten file: TensorFlow's reader raises an OpError (DataLossError, ...) or,
+                # for a data file shorter than its index says, IndexError ("Read less bytes than requested").
+                except (tf.errors.OpError, IndexError) as error:
                     raise array_checkpoint.CorruptCheckpointError(
-                        f"checkpoint {path} cannot be read ({type(error).__name__}: {error.message[:200]})") from None
+                        f"checkpoint {path} cannot be read ({type(error).__name__}: {str(error)[:200]})") from None
         except array_checkpoint.CorruptCheckpointError:
             raise
         except (AssertionError, ValueError) as error:

@@ -37,7 +37,7 @@ def test_command_line_typo_is_one_line_with_did_you_mean(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         "Error: Unknown config key 'data.augmentaton'; expected one of ['augmentation', 'class_limits', "
         "'data_dir', 'eval_augmentation', 'label_mode', 'label_noise', 'label_noise_type', 'manual_dir', 'name', "
-        "'normalization', 'source', "
+        "'normalization', 'pipeline', 'source', "
         "'test_limit', 'train_limit', 'val_labels_file']. Did you mean 'augmentation'?"]
     assert not os.path.exists(workdir)
     # A misspelt value gets the valid choices and the closest one.
