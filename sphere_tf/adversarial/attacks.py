@@ -36,8 +36,8 @@ import numpy as np
 
 from sphere_tf import dependencies
 from sphere_tf import validation
+from sphere_tf.adversarial import gradient_attacks
 from sphere_tf.adversarial import pixels as pixels_lib
-from sphere_tf.models import blocks
 from sphere_tf.training import progress
 
 tf = dependencies.tensorflow(__name__)
@@ -45,24 +45,12 @@ from cleverhans.tf2.attacks.basic_iterative_method import basic_iterative_method
 from cleverhans.tf2.attacks.fast_gradient_method import fast_gradient_method  # noqa: E402 (imports TensorFlow)
 from cleverhans.tf2.attacks.projected_gradient_descent import projected_gradient_descent  # noqa: E402 (imports TensorFlow)
 
-# "none" leaves the images alone (clean accuracy).
-ATTACKS = ("none", "fgsm", "bim", "pgd")
-# DCNet §6.2: "ε = 8, τ = 2, N = 20" on the 0–255 scale.
-PAPER_EPSILON = 8.0
-PAPER_STEP = 2.0
-PAPER_ITERATIONS = 20
-
-
-def inference_fn(model):
-    """`x -> logits` of `model` in inference mode (the `model_fn` cleverhans differentiates).
-
-    Raises:
-        ValueError: `model` needs labels as an input (a `MarginHead` model), which an attack cannot feed.
-    """
-    if blocks.needs_labels(model):
-        raise validation.invalid_argument(
-            "model", "a model mapping images to logits (a MarginHead model takes labels as an input)", model.name)
-    return lambda x: model(x, training=False)
+# The attack names, DCNet's budget (§6.2) and the model function are the backend-neutral module's.
+ATTACKS = gradient_attacks.ATTACKS
+PAPER_EPSILON = gradient_attacks.PAPER_EPSILON
+PAPER_STEP = gradient_attacks.PAPER_STEP
+PAPER_ITERATIONS = gradient_attacks.PAPER_ITERATIONS
+inference_fn = gradient_attacks.inference_fn
 
 
 def _labels(labels):
