@@ -14,12 +14,18 @@ fi
 # earlier release (saved on TensorFlow) and the documentation's Python blocks (those needing TensorFlow are skipped,
 # and tests/test_docs.py checks how many ran); and the runner without TensorFlow: the Grain pipeline and its NumPy
 # augmentations, step checkpoints (recovery from a corrupt one), short runs and exact resume after kill -9; the
-# FGSM/BIM/PGD attacks in keras.ops.
+# FGSM/BIM/PGD attacks in keras.ops, FGSM adversarial training, the white/black-box evaluation and the adversarial
+# task; face verification (LFW/YTF protocols, flip embeddings) and the face task.
 # TensorFlow-only modules and tests in them are deselected by tests/conftest.py.
 RUNNER_SUITES=(
   tests/data/test_grain_pipeline.py tests/data/test_numpy_preprocessing.py tests/training/test_checkpoint_recovery.py
   tests/training/test_precise_bn.py
   tests/runners/test_runner_without_tensorflow.py tests/adversarial/test_gradient_attacks.py
+  tests/evaluation tests/runners/test_face_without_tensorflow.py
+  tests/adversarial/test_adv_train_step.py tests/adversarial/test_adv_training.py tests/adversarial/test_adv_evaluation.py
+  tests/runners/test_adversarial_without_tensorflow.py
+  # Every module outside sphere_tf/backends and export imports here, where TensorFlow is not installed.
+  tests/test_import_graph.py
 )
 CORE_SUITES=(
   tests/ops tests/layers tests/losses tests/regularizers tests/metrics tests/models tests/optimizers

@@ -44,25 +44,10 @@ TENSORFLOW_USES = {
         "configures TensorFlow's CPU allocator and threads",
         "there is nothing to configure off TensorFlow",
     ),
-    "sphere_tf.evaluation": (
-        "extracts face embeddings with tf.function over tf.data",
-        "on every backend, model.predict gives the embeddings; the scores are cosines of unit vectors",
-    ),
     "sphere_tf.adversarial.attacks": (
         "crafts FGSM/BIM/PGD examples with cleverhans' TensorFlow attacks",
         "on every backend, sphere_tf.adversarial.gradient_attacks crafts the same examples (fgsm, bim, pgd, "
         "make_attack, make_fgsm_sweep, make_predict) in keras.ops",
-    ),
-    "sphere_tf.adversarial.evaluation": (
-        "crafts FGSM/BIM/PGD examples with cleverhans' TensorFlow attacks to evaluate white-box and black-box "
-        "accuracy",
-        "on every backend, sphere_tf.adversarial.gradient_attacks.make_attack and make_predict give the same "
-        "adversarial accuracies",
-    ),
-    "sphere_tf.adversarial.training": (
-        "crafts FGSM examples with cleverhans inside a TensorFlow train_step",
-        "on every backend, sphere_tf.adversarial.gradient_attacks.fgsm crafts the same examples for a custom "
-        "training loop",
     ),
 }
 
@@ -141,6 +126,49 @@ def tensorflow(module):
     if not installed("tensorflow"):
         raise TensorFlowMissingError(tensorflow_message(module))
     return importlib.import_module("tensorflow")
+
+
+class LazyTensorFlow:
+    """TensorFlow as `module` (its `__name__`) uses it, imported on the first attribute read, not at import.
+
+    `tf = dependencies.lazy_tensorflow(__name__)` at the top of a module that builds TensorFlow graphs (tf.data
+    pipelines, TensorFlow's allocator settings) keeps the module importable where TensorFlow is not installed:
+    its TensorFlow-free names work, and the first `tf.<name>` read raises the module's one-line
+    `TensorFlowMissingError` (what it uses TensorFlow for, what to install, the backend-neutral alternative).
+    """
+
+    __slots__ = ("_module", "_tensorflow")
+
+    def __init__(self, module):
+        _uses(module)  # every caller has its entry, TensorFlow installed or not
+        object.__setattr__(self, "_module", module)
+        object.__setattr__(self, "_tensorflow", None)
+
+    def __getattr__(self, name):  # only names that are not slots: TensorFlow's own
+        tensorflow_module = self._tensorflow
+        if tensorflow_module is None:
+            tensorflow_module = tensorflow(self._module)
+            object.__setattr__(self, "_tensorflow", tensorflow_module)
+        return getattr(tensorflow_module, name)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"TensorFlow as {self._module} uses it is read-only")
+
+    def __repr__(self):
+        state = "imported" if self._tensorflow is not None else "not imported yet"
+        return f"<TensorFlow for {self._module} ({state})>"
+
+
+def lazy_tensorflow(module):
+    """A `LazyTensorFlow` for `module` (its `__name__`): TensorFlow imported on first use."""
+    return LazyTensorFlow(module)
+
+
+def require_tensorflow(name, module):
+    """Raises `module`'s `TensorFlowMissingError`, reported as `name`'s, where TensorFlow is not installed."""
+    _uses(module)
+    if not installed("tensorflow"):
+        raise TensorFlowMissingError(tensorflow_message(module, name))
 
 
 def import_for(name, module):

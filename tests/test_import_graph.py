@@ -48,7 +48,10 @@ TIERS = (
 LAZY_IMPORTS = {
     # Optional third-party libraries (extras or separate installs).
     "sphere_tf.adversarial.evaluation": {"foolbox", "matplotlib"},  # DeepFool strength; the accuracy plot
-    "sphere_tf.evaluation.verification": {"matplotlib"},  # the ROC plot
+    "sphere_tf.adversarial.attacks": {"cleverhans"},  # the TensorFlow reference attacks, imported when called
+    "sphere_tf.evaluation.verification": {"matplotlib", "tensorflow", "jax", "torch"},  # the ROC; its compiler
+    "sphere_tf.evaluation.face": {"tensorflow"},  # the TensorFlow backend's JPEG decoder (its training pipeline's)
+    "sphere_tf.data.faces": {"PIL"},  # image_shape reads the header with Pillow
     "sphere_tf.data.tfds_source": {"tensorflow_datasets"},  # the tensorflow-datasets route (a slow import)
     "sphere_tf.export.formats": {"onnx", "onnxruntime", "tf2onnx"},  # ONNX export (`pip install -e .[export]`)
     "sphere_tf.export.serving": {"tensorflow_serving"},  # warmup and models.config protos (README "Serving")
@@ -216,26 +219,82 @@ def test_strings_name_no_higher_tier_but_the_deprecated_aliases():
     assert upward == []
 
 
-def test_modules_that_import_tensorflow_ask_dependencies_first():
-    """Outside the backend plug-ins and `export` (TensorFlow by nature, with its own check), a module that needs
-    TensorFlow at import says so through `dependencies.tensorflow`, and the table has its entry."""
-    direct, asking = [], []
-    for module, path in MODULES.items():
-        if module.startswith(("sphere_tf.backends.", "sphere_tf.export")):
-            continue
-        with open(path, encoding="utf-8") as f:
-            tree = ast.parse(f.read(), path)
-        for node in tree.body:  # module level only; imports inside functions load on call
-            if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "tensorflow" for a in node.names):
-                direct.append(f"{module}:{node.lineno}")
-            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "tensorflow":
-                direct.append(f"{module}:{node.lineno}")
-            if "dependencies.tensorflow(__name__)" in ast.unparse(node):
-                asking.append(module)
-    assert direct == []
-    assert len(asking) >= 14
-    for module in asking:
+BACKEND_LIBRARIES = ("tensorflow", "jax", "torch")
+# Where a Keras backend's own library may be imported at module level: the plug-ins and the TF Serving export.
+BACKEND_HOMES = ("sphere_tf.backends.", "sphere_tf.export")
+
+
+def _outside_backend_homes():
+    return sorted(m for m in MODULES if not m.startswith(BACKEND_HOMES) and m != "sphere_tf.backends")
+
+
+def _run_at_import(statements):
+    """The statements among `statements` that run when the module is imported: function bodies do not (their
+    decorators and defaults do), class bodies do."""
+    for node in statements:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield from (ast.Expr(d) for d in node.decorator_list + node.args.defaults
+                        + [d for d in node.args.kw_defaults if d is not None])
+        elif isinstance(node, ast.ClassDef):
+            yield from (ast.Expr(d) for d in node.decorator_list + node.bases)
+            yield from _run_at_import(node.body)
+        else:
+            yield node
+
+
+def test_no_module_outside_the_backends_imports_a_backend_library_at_module_level():
+    """TensorFlow, JAX and PyTorch are imported at module level only under `sphere_tf/backends/<name>/` and by
+    `export` (TensorFlow by nature). Elsewhere a module uses them inside the functions that need them, or through
+    `dependencies.lazy_tensorflow` (TensorFlow on first use), so it imports on every backend."""
+    found = []
+    for module in _outside_backend_homes():
+        with open(MODULES[module], encoding="utf-8") as f:
+            tree = ast.parse(f.read(), MODULES[module])
+        for node in _run_at_import(tree.body):
+            if isinstance(node, ast.Import) and any(a.name.split(".")[0] in BACKEND_LIBRARIES for a in node.names):
+                found.append(f"{module}:{node.lineno}")
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in BACKEND_LIBRARIES:
+                found.append(f"{module}:{node.lineno}")
+            if "dependencies.tensorflow(" in ast.unparse(node):  # the eager import, at module level
+                found.append(f"{module}:{node.lineno}")
+    assert found == []
+
+
+def test_lazy_tensorflow_users_have_their_message():
+    users = [module for module in _outside_backend_homes() if module != "sphere_tf.dependencies"
+             if "= dependencies.lazy_tensorflow(__name__)" in open(MODULES[module], encoding="utf-8").read()]
+    assert users  # the tf.data pipelines at least
+    for module in users:
         dependencies.tensorflow_message(module)  # raises KeyError without an entry
+
+
+# Imports every module outside the backend homes with the named libraries made unimportable.
+_IMPORT_ALL_WITHOUT = """
+import importlib, json, sys
+for blocked in sys.argv[2].split(","):
+    sys.modules[blocked] = None  # `import blocked` now raises ImportError
+failed = {}
+for module in json.loads(sys.argv[1]):
+    try:
+        importlib.import_module(module)
+    except Exception as error:  # noqa: BLE001 (every failure is reported)
+        failed[module] = f"{type(error).__name__}: {error}"[:300]
+print(json.dumps(failed))
+"""
+
+
+@pytest.mark.parametrize("backend, blocked", [("jax", "tensorflow,torch"), ("torch", "tensorflow,jax")])
+def test_every_module_outside_the_backends_imports_without_the_other_backends(backend, blocked):
+    """The check above, run: with only `backend`'s library importable, every module outside the backend homes
+    (and the test helpers of `sphere_tf.testing`, which import their backends inside functions) imports."""
+    if not dependencies.installed(backend):
+        pytest.skip(f"{backend} is not installed here")
+    env = {**os.environ, "KERAS_BACKEND": backend, "TF_CPP_MIN_LOG_LEVEL": "3",
+           "PYTHONPATH": os.pathsep.join(p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)}
+    proc = subprocess.run([sys.executable, "-c", _IMPORT_ALL_WITHOUT, json.dumps(_outside_backend_homes()), blocked],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {}
 
 
 def test_deprecated_aliases_resolve_with_a_warning():
@@ -351,7 +410,8 @@ def test_import_sphere_tf_and_layers_leaves_the_lazy_parts_unloaded():
     assert never == []
 
 
-@pytest.mark.parametrize("module", ["sphere_tf.export", "sphere_tf.data", "sphere_tf.models"])
+@pytest.mark.parametrize("module", [pytest.param("sphere_tf.export", marks=pytest.mark.tensorflow_only),
+                                    "sphere_tf.data", "sphere_tf.models"])
 def test_lazy_subpackages_load_as_attributes(module):
     import sphere_tf
 

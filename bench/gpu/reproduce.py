@@ -1,17 +1,17 @@
-r"""The full-data reproductions of docs/reproductions.md on a host without TensorFlow (the JAX GPU hosts).
+r"""The full-data reproductions of docs/reproductions.md through the runner, on a host without TensorFlow.
 
 Each claim is a config under `configs/repro/` whose `full` argument gives the converged recipe (all 60,000
-Fashion-MNIST training images, or the claim's 10% subset, trained for tens of passes). The runner
-(`trainers/train_classifier.py`) feeds its models through `tf.data`, which these hosts lack, so this script
-builds every run through the runner's own recipe (`sphere_tf.runners.recipe`: the same model, regularizers,
-optimizer, schedule, loss and callbacks as `classifier.train_and_evaluate`) and feeds in-memory NumPy arrays to
-Keras's `fit`, evaluating the whole 10k test set after every pass. What differs from the runner: the training
-subset and the data order are drawn with NumPy from the seed (not the runner's `tf.data` streams), the last
-partial batch of a pass is kept, and there are no checkpoints or TensorBoard files.
+Fashion-MNIST training images, or the claim's 10% subset, trained for tens of passes). Every (config, variant,
+seed) is one run of the runner itself (`sphere_tf.runners.classifier.train_and_evaluate`, what
+`trainers/train_classifier.py` runs: Grain input off TensorFlow, step checkpoints, TensorBoard scalars,
+precise batch statistics, `results.json`) in `--out/runs/<claim>/<variant>/seed_<n>`, with two additions for
+the record (`full_data.run_one`): the test set evaluated after every pass, and the training accuracy of the first
+steps. No SavedModel is exported (`export=False`: TensorFlow Serving export needs TensorFlow).
 
 The orchestrator runs every (config, variant, seed) as its own process, `--workers` at a time on the one GPU
 (the small networks leave a GPU mostly idle, so several processes share it well), seed by seed so that a
-run cut short by `--time_budget` still has every claim at its first seeds. Output in `--out`:
+run cut short by `--time_budget` still has every claim at its first seeds; a run cut short resumes from its
+last checkpoint when the script is started again with the same `--out`. Output in `--out`:
 `runs.jsonl` (one line per finished run: final and best-pass test accuracy, per-pass test curve, the
 interval training accuracy of the first steps, the tracked energy, the 2-D feature statistics) and
 `summary.json` (mean ± sample std over the seeds, per config and variant).
@@ -106,7 +106,9 @@ def main(argv):
     del argv
     if _RUN.value:
         config_path, variant, seed = _RUN.value.split("|")
-        record = full_data.run_one(config_path, variant, seed, _MODE.value, _DATA_DIR.value)
+        workdir = os.path.join(_OUT.value, "runs", full_data.claim_name(config_path),
+                               sweep.variant_dirname(variant), f"seed_{seed}")
+        record = full_data.run_one(config_path, variant, seed, _MODE.value, _DATA_DIR.value, workdir)
         print("RECORD " + json.dumps(record), flush=True)
         return 0
     return orchestrate()

@@ -9,7 +9,8 @@
 #   4. the README's main job through the runner itself on JAX (Grain input, array checkpoints, tensorboardX; no
 #      TensorFlow, no export): its results.json and wall time. The runner's wheels (grain and its array_record,
 #      etils, cloudpickle, portpicker, psutil, protobuf; tensorboardX, packaging; pillow; ml_collections, absl-py)
-#      go in WHEEL_DIR with Keras's; the Fashion-MNIST idx files in FASHION_MNIST_DIR (default: the Debian folder).
+#      go in WHEEL_DIR with Keras's; the Fashion-MNIST idx files in FASHION_MNIST_DIR (default: the Debian folder);
+#   5. with REPRO_BUDGET=<seconds>, the full-data reproductions through the runner (bench/gpu/reproduce.py).
 # Usage: bash bench/gpu/run.sh OUT_DIR [WHEEL_DIR]     (SMALL=1: tiny shapes, for a CPU dry run)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -70,4 +71,19 @@ KERAS_BACKEND=jax python3 -m trainers.train_classifier "${MAIN_JOB[@]}" 2>&1 \
   | grep -v "^WARNING\|^I0000" | tail -15 || status=1
 echo "{\"main_job_wall_s\": $(( $(date +%s) - start ))}" > "$OUT/main_job_time.json"
 [ -f "$OUT/main_job/results.json" ] || status=1
+
+# 5. The full-data reproductions through the runner (docs/reproductions.md), when REPRO_BUDGET (seconds) is set:
+#    every claim's variants seed by seed, 8 runs at a time, no new run after the budget (SMALL: one quick run).
+if [ -n "${REPRO_BUDGET:-}" ]; then
+  echo "== full-data reproductions through the runner (JAX)"
+  if [ "${SMALL:-0}" = 1 ]; then
+    REPRO=(--mode=quick --seeds=0 --workers=1 --data_dir="$OUT/fashion_mnist"
+           "--jobs=configs/repro/fashion_mnist_margin_2d.py|loss=lsoftmax_m2,recipe=paper")
+  else
+    REPRO=(--workers=8 --time_budget="$REPRO_BUDGET" ${FASHION_MNIST_DIR:+--data_dir="$FASHION_MNIST_DIR"})
+  fi
+  KERAS_BACKEND=jax python3 -m bench.gpu.reproduce --out="$OUT/reproductions" "${REPRO[@]}" 2>&1 \
+    | grep -v "^WARNING\|^I0000" | tail -60 || status=1
+  [ -f "$OUT/reproductions/summary.json" ] || status=1
+fi
 exit "$status"

@@ -3,17 +3,21 @@
 `pixel_space` maps attack budgets on the 0–255 scale into a model's input space
 (`input_space(model)` reads it from the model: raw pixels for one whose first layer
 is a `PixelNormalization`; every function taking a `space` reads it so when None);
-`fgsm`, `bim`, `pgd` (cleverhans 4) and `make_attack` (one compiled function per
-model and attack) craft examples; `FGSMAdversarialModel` / `adversarial_wrap`
+`fgsm`, `bim`, `pgd` and `make_attack` (one compiled function per model and attack;
+`gradient_attacks`, `keras.ops` on every backend) craft examples; `FGSMAdversarialModel` / `adversarial_wrap`
 train with FGSM examples from the current weights; `white_box`, `black_box`,
 `accuracy_curve`, `deepfool_strength` (foolbox 3) evaluate; `run_experiment`
 and the runner's adversarial task (`sphere_tf.runners.adversarial.run_experiment`,
 `trainers/train_adversarial.py`) reproduces DCNet's Tables 7 and 8 from a config.
 
-Those names use cleverhans' TensorFlow attacks and need TensorFlow; they are imported on
-first access. `sphere_tf.adversarial.gradient_attacks` gives the same FGSM/BIM/PGD
-examples (and `make_attack`, `make_fgsm_sweep`, `make_predict`) in `keras.ops` on every
-Keras backend, and `pixels` needs no TensorFlow either, so the package imports without it.
+Every name here runs on every Keras backend: the package-level `fgsm`, `bim`, `pgd`, `make_attack`,
+`make_fgsm_sweep` and `make_predict` are `sphere_tf.adversarial.gradient_attacks`' (`keras.ops`), and the training
+and evaluation names (`FGSMAdversarialModel`, `white_box`, `black_box`, ...) and the runner's task craft their
+examples with them. `sphere_tf.adversarial.attacks` keeps cleverhans 4's TensorFlow attacks as the reference they
+are held to (the same adversarial images on TensorFlow, to the last bit, but PGD's random start, which cleverhans
+draws from TensorFlow's global generator); it imports without TensorFlow and needs it when called. Every name is
+imported on first access; `pixels` and `training` (which registers `FGSMAdversarialModel` for `.keras` files) on
+`import sphere_tf.adversarial`.
 """
 
 from sphere_tf import dependencies
@@ -24,10 +28,9 @@ from sphere_tf.adversarial.pixels import input_space
 from sphere_tf.adversarial.pixels import pixel_space
 from sphere_tf.adversarial.pixels import space_for
 
-# The cleverhans-based names (TensorFlow), imported on first access: without TensorFlow the package still imports
-# (`pixels`, `gradient_attacks` work on every backend) and these raise one ImportError naming themselves.
+# Imported on first access; every one works on every backend.
 _LAZY = {
-    **{name: "sphere_tf.adversarial.attacks" for name in (
+    **{name: "sphere_tf.adversarial.gradient_attacks" for name in (
         "ATTACKS", "PAPER_EPSILON", "PAPER_ITERATIONS", "PAPER_STEP", "bim", "fgsm", "inference_fn", "make_attack",
         "make_fgsm_sweep", "make_predict", "pgd")},
     **{name: "sphere_tf.adversarial.evaluation" for name in (
@@ -59,7 +62,6 @@ def __dir__():
     return sorted(list(globals()) + list(_LAZY) + list(_SUBMODULES))
 
 
-if dependencies.installed("tensorflow"):
-    # Registers `FGSMAdversarialModel` (a saved `.keras` file names it) on `import sphere_tf.adversarial`, as
-    # before the package became lazy; TensorFlow is there, so nothing is refused.
-    from sphere_tf.adversarial import training  # noqa: E402, F401
+# Registers `FGSMAdversarialModel` (a saved `.keras` file names it) on `import sphere_tf.adversarial`, on every
+# backend.
+from sphere_tf.adversarial import training  # noqa: E402, F401

@@ -29,6 +29,11 @@ batch or iteration. TensorFlow's retracing detector counts traces per Python cod
 object, across the `tf.function`s made from one closure, so an experiment that
 attacks 8 models reads as "8 retracings" of `make_attack.<locals>.run` although
 each function is traced once; `per_model_tracing()` drops that one warning.
+
+This module is the TensorFlow reference: the application (`evaluation`, `training`, the runner's adversarial
+task) crafts its examples with `gradient_attacks`, the same operations in `keras.ops` on every Keras backend,
+which the tests hold to these functions' numbers (bitwise on TensorFlow). TensorFlow and cleverhans are imported
+by the functions that use them (`_tf`, `_cleverhans`), so the module, its names and budgets import without them.
 """
 
 
@@ -40,10 +45,24 @@ from sphere_tf.adversarial import gradient_attacks
 from sphere_tf.adversarial import pixels as pixels_lib
 from sphere_tf.training import progress
 
-tf = dependencies.tensorflow(__name__)
-from cleverhans.tf2.attacks.basic_iterative_method import basic_iterative_method  # noqa: E402 (imports TensorFlow)
-from cleverhans.tf2.attacks.fast_gradient_method import fast_gradient_method  # noqa: E402 (imports TensorFlow)
-from cleverhans.tf2.attacks.projected_gradient_descent import projected_gradient_descent  # noqa: E402 (imports TensorFlow)
+
+
+def _tf():
+    """TensorFlow, imported on first use: the module imports without it (the attack names and budgets are
+    `gradient_attacks`'), and a call without it raises one error naming this module."""
+    return dependencies.tensorflow(__name__)
+
+
+def _cleverhans():
+    """cleverhans 4's TensorFlow attacks `(fast_gradient_method, basic_iterative_method,
+    projected_gradient_descent)`, imported on first use (importing cleverhans imports TensorFlow)."""
+    _tf()
+    from cleverhans.tf2.attacks.basic_iterative_method import basic_iterative_method  # noqa: PLC0415
+    from cleverhans.tf2.attacks.fast_gradient_method import fast_gradient_method  # noqa: PLC0415
+    from cleverhans.tf2.attacks.projected_gradient_descent import projected_gradient_descent  # noqa: PLC0415
+
+    return fast_gradient_method, basic_iterative_method, projected_gradient_descent
+
 
 # The attack names, DCNet's budget (§6.2) and the model function are the backend-neutral module's.
 ATTACKS = gradient_attacks.ATTACKS
@@ -54,6 +73,7 @@ inference_fn = gradient_attacks.inference_fn
 
 
 def _labels(labels):
+    tf = _tf()
     return tf.cast(labels, tf.int64)
 
 
@@ -70,6 +90,7 @@ def fgsm(model_fn, images, labels, space, epsilon=PAPER_EPSILON):
     Returns:
         float32 tensor like `images`.
     """
+    fast_gradient_method, _, _ = _cleverhans()
     clip_min, clip_max = space.clip_bounds()
     return fast_gradient_method(model_fn, images, space.epsilon(epsilon), np.inf, clip_min=clip_min,
                                 clip_max=clip_max, y=_labels(labels), sanity_checks=False)
@@ -101,6 +122,7 @@ def bim(model_fn, images, labels, space, epsilon=PAPER_EPSILON, step=PAPER_STEP,
         ValueError: a bad ε, τ or N (named).
     """
     epsilon, step, iterations = _check_iterative(epsilon, step, iterations)
+    tf, (_, basic_iterative_method, _) = _tf(), _cleverhans()
     clip_min, clip_max = space.clip_bounds()
     return basic_iterative_method(model_fn, tf.cast(images, tf.float32), space.epsilon(epsilon), space.epsilon(step),
                                   iterations, np.inf, clip_min=clip_min, clip_max=clip_max, y=_labels(labels),
@@ -110,6 +132,7 @@ def bim(model_fn, images, labels, space, epsilon=PAPER_EPSILON, step=PAPER_STEP,
 def pgd(model_fn, images, labels, space, epsilon=PAPER_EPSILON, step=PAPER_STEP, iterations=PAPER_ITERATIONS):
     """BIM from a uniform random start in the ε-ball (Madry et al.); arguments as `bim`."""
     epsilon, step, iterations = _check_iterative(epsilon, step, iterations)
+    tf, (_, _, projected_gradient_descent) = _tf(), _cleverhans()
     clip_min, clip_max = space.clip_bounds()
     eps = space.epsilon(epsilon)
     return projected_gradient_descent(model_fn, tf.cast(images, tf.float32), eps, space.epsilon(step), iterations,
@@ -143,6 +166,7 @@ def make_attack(model, attack, space=None, epsilon=PAPER_EPSILON, step=PAPER_STE
     space = pixels_lib.space_for(model, space)
     if attack != "fgsm":
         _check_iterative(epsilon, step, iterations)
+    tf = _tf()  # after the arguments' checks: a bad argument is named on every backend
     shape = tuple(model.inputs[0].shape[1:])
     signature = [tf.TensorSpec((None,) + shape, tf.float32), tf.TensorSpec((None,), tf.int32)]
 
@@ -180,6 +204,7 @@ def make_fgsm_sweep(model, space=None):
         compiled callable `(images, labels, epsilon) -> adversarial images`, `epsilon` a float32 scalar
         on the 0–255 scale.
     """
+    tf, (fast_gradient_method, _, _) = _tf(), _cleverhans()
     model_fn = inference_fn(model)
     space = pixels_lib.space_for(model, space)
     shape = tuple(model.inputs[0].shape[1:])
@@ -197,6 +222,7 @@ def make_fgsm_sweep(model, space=None):
 
 def make_predict(model):
     """`images -> int32 predicted classes` of `model` in inference mode, compiled once (forward only)."""
+    tf = _tf()
     model_fn = inference_fn(model)
     shape = tuple(model.inputs[0].shape[1:])
 

@@ -6,23 +6,25 @@ DCNet (Liu et al., Decoupled Networks, CVPR 2018) §6.2:
 * black-box (Table 8): "the adversarial examples are computed from a CNN
   baseline with the same architecture as the target models", then applied to
   every target. Only the source's gradients are taken; targets run forward only
-  (`attacks.make_predict`), so a target's gradient is never computed.
+  (`gradient_attacks.make_predict`), so a target's gradient is never computed.
 
 Accuracies are percentages of the evaluated images classified correctly. A `space`
 of None is read from the (source) model (`pixels.input_space`: raw pixels for a
 model whose first layer is a `PixelNormalization`).
+
+On every Keras backend: the examples are `gradient_attacks`' (FGSM, BIM, PGD in `keras.ops`, compiled once per
+model and attack), whose FGSM and BIM examples on TensorFlow are cleverhans' (`attacks`) to the last bit, so the
+accuracies are too. PGD's random start is drawn by `keras.random` (a seeded `SeedGenerator` per attack) rather than
+TensorFlow's global generator: the same distribution, another stream. No framework is imported here.
 """
 
 import numpy as np
 from keras import ops
 
-from sphere_tf import dependencies
 from sphere_tf import validation
-from sphere_tf.adversarial import attacks as attacks_lib
 from sphere_tf.adversarial import gradient_attacks
 from sphere_tf.adversarial import pixels as pixels_lib
-
-tf = dependencies.tensorflow(__name__)
+from sphere_tf.training import progress
 
 # Table 7/8 layout: rows (training, attack), columns (model).
 MODELS = ("baseline", "sphereconv", "ballconv", "tanhconv")
@@ -31,6 +33,11 @@ TRAININGS = ("natural", "fgsm")
 TABLE_ATTACKS = ("none", "fgsm", "bim")
 _TRAINING_TITLES = {"natural": "natural", "fgsm": "FGSM-adv"}
 _ATTACK_TITLES = {"none": "None", "fgsm": "FGSM", "bim": "BIM", "pgd": "PGD"}
+
+# The functions made once per model on TensorFlow (the attacks' and predictions' compiled body, Keras's fit and
+# evaluate steps of a new model): one trace each, which TensorFlow's retracing detector, counting per Python code
+# object, reports as retracing across models.
+PER_MODEL_FUNCTIONS = ("CompiledFunction.__init__.<locals>.compiled_body", "TensorFlowTrainer._make_function")
 
 # The paper's numbers (DCNet Tables 7 and 8, CIFAR-10, CNN-9, accuracy %).
 PAPER_TABLE7 = {
@@ -45,6 +52,18 @@ PAPER_TABLE8 = {
     "fgsm": {"none": (83.70, 87.41, 87.47, 87.54), "fgsm": (77.57, 76.29, 78.67, 80.38),
              "bim": (78.55, 77.79, 80.59, 82.47)},
 }
+
+
+def per_model_tracing():
+    """Within it, TensorFlow's "N out of the last M calls to <f> triggered tf.function retracing" warning is
+    dropped for the `PER_MODEL_FUNCTIONS` (each traced once per model). Every other warning, and that one for any
+    other function, passes; on JAX and PyTorch there is no such warning. Usable as a decorator."""
+    return progress.quiet_retracing(PER_MODEL_FUNCTIONS)
+
+
+def _correct(predict, images, labels):
+    """How many of `images` `predict` classifies as `labels` (a backend tensor read by `keras.ops`)."""
+    return int(np.sum(ops.convert_to_numpy(predict(images)) == labels))
 
 
 def _check_data(images, labels):
@@ -68,24 +87,25 @@ def white_box(model, images, labels, space=None, attacks=TABLE_ATTACKS, batch_si
         model: Keras model (images -> logits).
         images: (N, H, W, C) model inputs; labels: (N,) ints.
         space: `PixelSpace` of the inputs, or None: read from the model (`pixels.input_space`).
-        attacks: names in `attacks.ATTACKS`.
+        attacks: names in `gradient_attacks.ATTACKS`.
         batch_size: int > 0.
-        **budget: `epsilon`, `step`, `iterations` for `attacks.make_attack` (pixels).
+        **budget: `epsilon`, `step`, `iterations` (pixels) and `seed` (PGD's starts) for
+            `gradient_attacks.make_attack`.
 
     Returns:
         dict attack -> accuracy %.
     """
     images, labels = _check_data(images, labels)
     space = pixels_lib.space_for(model, space)
-    predict = attacks_lib.make_predict(model)
+    predict = gradient_attacks.make_predict(model)
     results = {}
     for name in attacks:
-        # 'none' classifies the clean images directly (no identity function to trace).
-        attack = attacks_lib.make_attack(model, name, space, **budget) if name != "none" else None
+        # 'none' classifies the clean images directly (no identity function to compile).
+        attack = gradient_attacks.make_attack(model, name, space, **budget) if name != "none" else None
         correct = 0
         for lo, hi in _batches(len(labels), batch_size):
             adv = attack(images[lo:hi], labels[lo:hi]) if attack is not None else images[lo:hi]
-            correct += int(np.sum(predict(adv).numpy() == labels[lo:hi]))
+            correct += _correct(predict, adv, labels[lo:hi])
         results[name] = 100.0 * correct / len(labels)
     return results
 
@@ -112,15 +132,15 @@ def black_box(source, targets, images, labels, space=None, attacks=TABLE_ATTACKS
     space = pixels_lib.space_for(source, space)
     for target in targets.values():
         pixels_lib.space_for(target, space)
-    predicts = {name: attacks_lib.make_predict(model) for name, model in targets.items()}
+    predicts = {name: gradient_attacks.make_predict(model) for name, model in targets.items()}
     results = {name: {} for name in targets}
     for attack_name in attacks:
-        attack = attacks_lib.make_attack(source, attack_name, space, **budget)
+        attack = gradient_attacks.make_attack(source, attack_name, space, **budget)
         correct = dict.fromkeys(targets, 0)
         for lo, hi in _batches(len(labels), batch_size):
             adv = attack(images[lo:hi], labels[lo:hi])
             for name, predict in predicts.items():
-                correct[name] += int(np.sum(predict(adv).numpy() == labels[lo:hi]))
+                correct[name] += _correct(predict, adv, labels[lo:hi])
         for name in targets:
             results[name][attack_name] = 100.0 * correct[name] / len(labels)
     return results
@@ -129,7 +149,7 @@ def black_box(source, targets, images, labels, space=None, attacks=TABLE_ATTACKS
 def accuracy_curve(model, images, labels, space, epsilons, attack="fgsm", batch_size=256, **budget):
     """White-box accuracy (%) at each ε (pixels) of `attack` (for BIM/PGD τ = min(step, ε)).
 
-    FGSM curves use one compiled function for every ε (`attacks.make_fgsm_sweep`). `space` as `white_box`
+    FGSM curves use one compiled function for every ε (`gradient_attacks.make_fgsm_sweep`). `space` as `white_box`
     (None: read from the model).
 
     Returns:
@@ -138,15 +158,15 @@ def accuracy_curve(model, images, labels, space, epsilons, attack="fgsm", batch_
     space = pixels_lib.space_for(model, space)
     if attack == "fgsm":
         images, labels = _check_data(images, labels)
-        sweep = attacks_lib.make_fgsm_sweep(model, space)
-        predict = attacks_lib.make_predict(model)
+        sweep = gradient_attacks.make_fgsm_sweep(model, space)
+        predict = gradient_attacks.make_predict(model)
         curve = []
         for epsilon in epsilons:
             epsilon = validation.non_negative_float(epsilon, "epsilons[...]")
             correct = 0
             for lo, hi in _batches(len(labels), batch_size):
                 adv = sweep(images[lo:hi], labels[lo:hi], np.float32(epsilon))
-                correct += int(np.sum(predict(adv).numpy() == labels[lo:hi]))
+                correct += _correct(predict, adv, labels[lo:hi])
             curve.append(100.0 * correct / len(labels))
         return curve
     curve = []
@@ -154,7 +174,7 @@ def accuracy_curve(model, images, labels, space, epsilons, attack="fgsm", batch_
         epsilon = validation.non_negative_float(epsilon, "epsilons[...]")
         extra = {k: v for k, v in budget.items() if k != "epsilon"}
         if attack in ("bim", "pgd"):
-            extra["step"] = min(extra.get("step", attacks_lib.PAPER_STEP), epsilon)
+            extra["step"] = min(extra.get("step", gradient_attacks.PAPER_STEP), epsilon)
         curve.append(white_box(model, images, labels, space, attacks=(attack,), batch_size=batch_size,
                                epsilon=epsilon, **extra)[attack])
     return curve
@@ -170,8 +190,7 @@ def deepfool_strength(model, images, labels, space=None, steps=50, overshoot=0.0
 
     On every Keras backend: the foolbox model is the backend's (`fb.TensorFlowModel`,
     `fb.JAXModel`, `fb.PyTorchModel`: `gradient_attacks.foolbox_model`) and the
-    predictions are `gradient_attacks.make_predict`'s (this module itself still imports
-    TensorFlow, for the cleverhans attacks of the other evaluations).
+    predictions are `gradient_attacks.make_predict`'s.
 
     Args:
         model: Keras model (images -> logits).
@@ -324,5 +343,6 @@ def plot_curves(curves, epsilons, path, title="White-box FGSM accuracy vs ε"):
     return path
 
 
-__all__ = ["MODELS", "MODEL_TITLES", "PAPER_TABLE7", "PAPER_TABLE8", "TABLE_ATTACKS", "TRAININGS", "accuracy_curve",
-           "black_box", "deepfool_strength", "markdown_table", "plot_curves", "white_box"]
+__all__ = ["MODELS", "MODEL_TITLES", "PAPER_TABLE7", "PAPER_TABLE8", "PER_MODEL_FUNCTIONS", "TABLE_ATTACKS",
+           "TRAININGS", "accuracy_curve", "black_box", "deepfool_strength", "markdown_table", "per_model_tracing",
+           "plot_curves", "white_box"]

@@ -1,4 +1,4 @@
-"""FGSM adversarial training in a Keras `train_step` (DCNet §6.2, App. A.3; Goodfellow et al., 2015).
+"""FGSM adversarial training in a Keras `train_step` on every backend (DCNet §6.2, App. A.3; Goodfellow et al., 2015).
 
 Each step crafts FGSM examples from the *current* weights and trains on
 
@@ -16,19 +16,28 @@ E‖x‖ is taken over both halves); the loss weights the halves 2(1 − mix) an
 2·mix, so the Keras mean over 2B equals L. Examples are crafted in inference mode
 (`training=False`, the model an attacker sees). Metrics (accuracy) are those of
 the clean half.
+
+The step is the backend's own: `train_step` crafts x̃ (`gradient_attacks.fgsm`, the operations of cleverhans'
+`fast_gradient_method`, to the last bit on TensorFlow) and hands the 2B batch with its per-example weights
+2(1 − mix)·w, 2·mix·w (w the sample weights, 1 without) to Keras's `train_step` of the backend, which computes the
+loss (`compute_loss`: the compiled loss and the regularisation losses), the gradients and the optimizer update.
+TensorFlow and PyTorch call it as `train_step(data)` on the model's variables; JAX as `train_step(state, data)`, a
+pure function of `state = (trainable, non_trainable, optimizer, metrics variables)`, where x̃ is crafted from the
+state's weights (`stateless_call` inside `jax.grad` with respect to x). The metrics are updated on the clean half
+only (`compute_metrics`, which every backend's step calls once); the loss tracker weighs each step by the 2B
+batch rather than B, which leaves its mean unchanged (every step's weight is doubled).
 """
 
 
+import contextlib
+
 import keras
 import numpy as np
+from keras import ops
 
-from sphere_tf import dependencies
 from sphere_tf import validation
+from sphere_tf.adversarial import gradient_attacks
 from sphere_tf.adversarial import pixels as pixels_lib
-from sphere_tf.training import model as model_lib
-
-tf = dependencies.tensorflow(__name__)
-from cleverhans.tf2.attacks.fast_gradient_method import fast_gradient_method  # noqa: E402 (imports TensorFlow)
 
 DEFAULT_MIX = 0.5
 
@@ -39,9 +48,18 @@ def _bound(value, name):
     return validation.real(value, name)
 
 
+class _CleanHalf:
+    """What `compute_metrics` reads during a train step: the clean half's size and sample weights (a plain object,
+    not tracked by Keras: it holds tensors of one trace only)."""
+
+    def __init__(self):
+        self.batch = None
+        self.sample_weight = None
+
+
 @keras.saving.register_keras_serializable(package="sphere_tf")
 class FGSMAdversarialModel(keras.Model):
-    """A functional `keras.Model` whose `fit` does FGSM adversarial training.
+    """A functional `keras.Model` whose `fit` does FGSM adversarial training, on every Keras backend.
 
     Args:
         inputs, outputs: as `keras.Model(inputs, outputs)`; the outputs are logits.
@@ -66,43 +84,75 @@ class FGSMAdversarialModel(keras.Model):
         self.clip_max = _bound(clip_max, "clip_max")
         if np.any(np.asarray(self.clip_min) >= np.asarray(self.clip_max)):
             raise validation.invalid_argument("clip_max", f"values above clip_min={self.clip_min}", self.clip_max)
+        # The valid range as the attacks take it: an input space with ε already in input units (scale 1).
+        lower, upper = np.broadcast_arrays(np.ravel(self.clip_min), np.ravel(self.clip_max))
+        self._range = pixels_lib.PixelSpace(1.0, tuple(float(v) for v in lower), tuple(float(v) for v in upper),
+                                            "input")
+        self._clean_half = _CleanHalf()
 
-    def _clip_bounds(self):
-        lo, hi = self.clip_min, self.clip_max
-        if isinstance(lo, list):
-            return tf.constant(lo, tf.float32), tf.constant(hi, tf.float32)
-        return lo, hi
+    def _craft(self, model_fn, x, y):
+        """FGSM examples of `(x, y)` on `model_fn` (logits in inference mode), as constants."""
+        return ops.stop_gradient(gradient_attacks.fgsm(model_fn, x, y, self._range, self.epsilon))
 
     def adversarial_examples(self, x, y):
-        """FGSM examples of `(x, y)` from the current weights (inference mode), without gradient."""
-        clip_min, clip_max = self._clip_bounds()
-        adv = fast_gradient_method(lambda t: self(t, training=False), x, self.epsilon, np.inf,
-                                   clip_min=clip_min, clip_max=clip_max, y=tf.cast(y, tf.int64), sanity_checks=False)
-        return tf.stop_gradient(adv)
+        """FGSM examples of `(x, y)` from the current weights (inference mode), without gradient.
 
-    def train_step(self, data):
-        """Crafts x̃ from the current weights, then one optimizer step on (1 − mix)·J(x) + mix·J(x̃)."""
+        Returns:
+            float32 tensor of the backend, like `x`.
+        """
+        return self._craft(lambda t: self(t, training=False), x, y)
+
+    def _loss_weights(self, batch, sample_weight):
+        """Per-example weights of the 2B batch: 2(1 − mix)·w on the clean half, 2·mix·w on the adversarial one."""
+        half = ops.ones((batch,), "float32")
+        weights = ops.concatenate([2.0 * (1.0 - self.mix) * half, 2.0 * self.mix * half], axis=0)
+        if sample_weight is None:
+            return weights
+        sw = ops.reshape(ops.cast(sample_weight, "float32"), (-1,))
+        return weights * ops.concatenate([sw, sw], axis=0)
+
+    @contextlib.contextmanager
+    def _metrics_on_clean_half(self, batch, sample_weight):
+        self._clean_half.batch, self._clean_half.sample_weight = batch, sample_weight
+        try:
+            yield
+        finally:
+            self._clean_half.batch, self._clean_half.sample_weight = None, None
+
+    def train_step(self, *args):
+        """Crafts x̃ from the current weights, then the backend's optimizer step on (1 − mix)·J(x) + mix·J(x̃).
+
+        Args:
+            *args: `(data,)` on TensorFlow and PyTorch; `(state, data)` on JAX (Keras's stateless step: `state` =
+                (trainable, non_trainable, optimizer, metrics variables), whose weights x̃ is crafted from).
+
+        Returns:
+            What the backend's `train_step` returns: the logs (and on JAX the new state).
+        """
+        state, data = args if len(args) == 2 else (None, args[0])
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        x = tf.cast(x, tf.float32)
-        batch = tf.shape(x)[0]
-        x_adv = self.adversarial_examples(x, y)
-        inputs = tf.concat([x, x_adv], axis=0)
-        targets = tf.concat([y, y], axis=0)
-        half = tf.ones([batch], tf.float32)
-        weights = tf.concat([2.0 * (1.0 - self.mix) * half, 2.0 * self.mix * half], axis=0)
-        if sample_weight is not None:
-            sw = tf.cast(tf.reshape(sample_weight, [-1]), tf.float32)
-            weights = weights * tf.concat([sw, sw], axis=0)
-        with tf.GradientTape() as tape:
-            y_pred = self(inputs, training=True)
-            loss = model_lib.compute_training_loss(self, inputs, targets, y_pred, weights)
-            model_lib.track_loss(self, loss, batch)
-            scaled = self.optimizer.scale_loss(loss) if self.optimizer is not None else loss
-        variables = self.trainable_weights
-        if variables:
-            gradients = tape.gradient(scaled, variables)
-            self.optimizer.apply(gradients, variables)
-        return self.compute_metrics(x, y, y_pred[:batch], sample_weight=sample_weight)
+        x = ops.cast(x, "float32")
+        if state is None:
+            def model_fn(t):
+                return self(t, training=False)
+        else:
+            trainable, non_trainable = state[0], state[1]
+
+            def model_fn(t):  # the state's weights, not the variables' (JAX's step is a pure function of state)
+                return self.stateless_call(trainable, non_trainable, t, training=False)[0]
+        x_adv = self._craft(model_fn, x, y)
+        batch = ops.shape(x)[0]
+        data = (ops.concatenate([x, x_adv], axis=0), ops.concatenate([y, y], axis=0),
+                self._loss_weights(batch, sample_weight))
+        with self._metrics_on_clean_half(batch, sample_weight):
+            return super().train_step(*(() if state is None else (state,)), data)
+
+    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+        """Keras's metrics; inside `train_step` on the clean half (the first B examples, their own weights)."""
+        batch = self._clean_half.batch
+        if batch is not None:
+            x, y, y_pred, sample_weight = x[:batch], y[:batch], y_pred[:batch], self._clean_half.sample_weight
+        return super().compute_metrics(x, y, y_pred, sample_weight=sample_weight)
 
     def get_config(self):
         config = super().get_config()

@@ -153,7 +153,8 @@ def _fashion_mnist_dir():
 
 
 def _tf_pipeline(name="sphere_tf.data.get_datasets(pipeline='tf_data')"):
-    """The tf.data pipeline module (imported on first use: it needs TensorFlow)."""
+    """The tf.data pipeline module; where TensorFlow is not installed, `name`'s one-line error."""
+    dependencies.require_tensorflow(name, "sphere_tf.data.tf_pipeline")
     return dependencies.import_for(name, "sphere_tf.data.tf_pipeline")
 
 

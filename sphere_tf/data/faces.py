@@ -52,7 +52,7 @@ from sphere_tf.data.errors import DataNotFoundError
 
 
 def _tf():
-    """TensorFlow, for the readers that still decode with it (`image_shape`, `decode_image`, the writer)."""
+    """TensorFlow, for the tf.data pipeline's decoder (`decode_image`) and the writer (`write_identity_images`)."""
     return dependencies.tensorflow(__name__)
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
@@ -118,24 +118,44 @@ def index_identity_folder(root):
     return IdentityFolder(root, tuple(paths), np.asarray(labels, np.int32), tuple(identities))
 
 
+# Pillow's image modes -> the channels TensorFlow's `decode_image` gives the same file (with `channels=0`): grey
+# (any bit depth) 1, grey and alpha 2, colour 3, colour and alpha 4. A palette image is decoded to RGB, RGBA when
+# it has a transparent entry (`png_set_tRNS_to_alpha`); GIF frames are always RGB (`decode_gif`).
+_MODE_CHANNELS = {"1": 1, "L": 1, "I": 1, "I;16": 1, "I;16B": 1, "I;16L": 1, "F": 1, "LA": 2, "La": 2, "RGB": 3,
+                  "YCbCr": 3, "LAB": 3, "HSV": 3, "RGBA": 4, "RGBa": 4, "RGBX": 4, "CMYK": 4, "PA": 4}
+
+
+def _header_channels(opened):
+    if opened.format == "GIF":
+        return 3
+    if opened.mode == "P":
+        return 4 if "transparency" in opened.info else 3
+    return _MODE_CHANNELS.get(opened.mode, len(opened.getbands()))
+
+
 def image_shape(path):
-    """(height, width, channels) of the image file `path`, read from its header.
+    """(height, width, channels) of the image file `path`, read from its header (Pillow; nothing is decoded).
+
+    The channels are those TensorFlow's `decode_image` gives the file (`_MODE_CHANNELS`), so a folder reads with
+    the same shape on every backend.
 
     Raises:
         DataNotFoundError: no such file.
-        CorruptDataError: not a readable image.
+        CorruptDataError: not a readable image (the message names the file).
     """
     if not os.path.isfile(path):
         raise DataNotFoundError(f"image {path!r} does not exist.")
-    tf = _tf()
-    data = tf.io.read_file(path)
     try:
-        shape = tf.io.extract_jpeg_shape(data) if path.lower().endswith((".jpg", ".jpeg")) else None
-        if shape is None:
-            shape = tf.shape(tf.io.decode_image(data, expand_animations=False))
-    except tf.errors.InvalidArgumentError as error:
-        raise CorruptDataError(f"image {path!r} is not a readable image: {error.message}") from None
-    return tuple(int(d) for d in shape.numpy())
+        from PIL import Image  # noqa: PLC0415 (Pillow, optional: only the image readers need it)
+    except ImportError as error:
+        raise ImportError("sphere_tf.data.faces.image_shape needs Pillow: pip install pillow") from error
+    try:
+        with Image.open(path) as opened:  # reads the header only
+            width, height = opened.size
+            channels = _header_channels(opened)
+    except (OSError, SyntaxError, ValueError) as error:  # UnidentifiedImageError is an OSError
+        raise CorruptDataError(f"image {path!r} is not a readable image: {error}") from None
+    return int(height), int(width), int(channels)
 
 
 def decode_image(path, shape):

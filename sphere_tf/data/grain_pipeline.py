@@ -64,6 +64,7 @@ class _Loader:
         self.split = split
         self.identity = augmentation == "none"
         self.augment = get_augmentation(augmentation)
+        self.augment_batch = numpy_preprocessing.get_batch_augmentation(augmentation)
         self.inputs = inputs
 
     def __call__(self, indices, epoch):
@@ -71,6 +72,9 @@ class _Loader:
         raw = self.split.images(indices)
         if self.identity and isinstance(raw, np.ndarray):
             images = raw.astype(np.float32)  # the whole batch at once
+        elif self.augment_batch is not None and isinstance(raw, np.ndarray):
+            # Equal to the per-example path below, bit for bit, with less Python work per image.
+            images = self.augment_batch(raw, [element_rng(self.inputs.seed, epoch, i) for i in indices])
         else:
             images = np.stack([
                 self.augment(np.asarray(image, np.float32), element_rng(self.inputs.seed, epoch, i))

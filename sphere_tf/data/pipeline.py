@@ -6,7 +6,7 @@ from sphere_tf import dependencies
 from sphere_tf import validation
 from sphere_tf.data import fashion_mnist
 
-tf = dependencies.tensorflow(__name__)
+tf = dependencies.lazy_tensorflow(__name__)  # imported on first use: this module imports without TensorFlow
 
 
 def _take(x, y, limit, rng):
@@ -29,6 +29,7 @@ def fashion_mnist_datasets(batch_size, train_limit=0, test_limit=0, seed=0, data
         `(train_ds, test_ds, info)`, info a dict with `input_shape`, `num_classes`,
         `train_size`, `test_size`.
     """
+    dependencies.require_tensorflow("sphere_tf.data.fashion_mnist_datasets", __name__)  # before any file is read
     batch_size = validation.positive_int(batch_size, "batch_size")
     train_limit = validation.integer(train_limit, "train_limit", minimum=0)
     test_limit = validation.integer(test_limit, "test_limit", minimum=0)

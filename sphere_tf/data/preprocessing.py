@@ -43,7 +43,7 @@ from sphere_tf.data.normalization import get_normalization
 from sphere_tf.data.normalization import register_normalization
 from sphere_tf.data.normalization import uses_channel_mean
 
-tf = dependencies.tensorflow(__name__)
+tf = dependencies.lazy_tensorflow(__name__)  # imported on first use: this module imports without TensorFlow
 
 IMAGENET_RESIZE = 256
 IMAGENET_CROP = 224

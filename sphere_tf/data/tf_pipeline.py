@@ -18,7 +18,7 @@ from sphere_tf.data import imagenet
 from sphere_tf.data import preprocessing
 from sphere_tf.data import splits
 
-tf = dependencies.tensorflow(__name__)
+tf = dependencies.lazy_tensorflow(__name__)  # imported on first use: this module imports without TensorFlow
 
 AUGMENTATIONS = preprocessing.AUGMENTATIONS
 get_augmentation = preprocessing.get_augmentation

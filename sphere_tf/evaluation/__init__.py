@@ -1,17 +1,16 @@
 """Evaluation protocols: face verification (LFW 10-fold accuracy, ROC, TAR@FAR) on flip-concatenated embeddings.
 
+Every Keras backend, without TensorFlow off the TensorFlow backend: the embeddings are one compiled `keras.ops`
+function per backend (`verification.EmbeddingFunction`), the pair images NumPy batches (`face.pair_image_batches`).
 Training a face model from a config and evaluating a run's workdir are the runner's face task
 (`sphere_tf.runners.face`).
 """
 
-from sphere_tf import dependencies
 from sphere_tf import deprecation
-
-dependencies.tensorflow(__name__)  # before the submodules: one line naming this package, not a submodule
-
 from sphere_tf.evaluation import face
 from sphere_tf.evaluation import verification
 from sphere_tf.evaluation.face import verify
+from sphere_tf.evaluation.verification import EmbeddingFunction
 from sphere_tf.evaluation.verification import accuracy_at
 from sphere_tf.evaluation.verification import best_threshold
 from sphere_tf.evaluation.verification import cosine_scores

@@ -9,23 +9,32 @@ concatenated, `verification.flip_embedding_fn`) and returns:
 * `angular_fisher_score` (thesis Eq. A.1) and `min_interclass_angle_deg` of the
   pair images' flip-concatenated features grouped by identity folder (`sphere_tf.metrics`).
 
+The pair images are read in NumPy batches (`pair_image_batches`) on every Keras backend: each file decoded as
+the backend's training pipeline decodes it (`decode_pair_image`), normalised by `sphere_tf.data.normalization`,
+batched in the order of the paths. PNG, BMP and GIF pixels are the same from either decoder. A JPEG differs:
+TensorFlow's `decode_image` / `decode_jpeg` use libjpeg's fast integer DCT (`dct_method='INTEGER_FAST'`, its
+default), Pillow the accurate one (`INTEGER_ACCURATE`; Pillow cannot pick the fast DCT without turning off
+libjpeg's fancy chroma upsampling, which changes 4:2:0 JPEGs far more), which differ by a few grey levels at most
+pixels. So on the TensorFlow backend the files are decoded by TensorFlow, as its tf.data training pipeline decodes
+them, and its verification figures are those of the tf.data version before this one (to float rounding); on JAX
+and PyTorch by Pillow, as the Grain pipeline decodes them (`faces.decode_image_numpy`), without TensorFlow.
+
 Training a face model from a config and evaluating a run's workdir are the face task of the runner
 (`sphere_tf.runners.face`).
 """
 
 import os
 
+import keras
 import numpy as np
 
-from sphere_tf import dependencies
 from sphere_tf import metrics
 from sphere_tf import validation
+from sphere_tf.data import errors as data_errors
 from sphere_tf.data import faces
-from sphere_tf.data import preprocessing
+from sphere_tf.data import normalization as normalization_lib
 from sphere_tf.evaluation import verification
 from sphere_tf.layers import pixel_normalization
-
-tf = dependencies.tensorflow(__name__)
 
 
 def _pipeline_normalization(model, normalization):
@@ -34,7 +43,7 @@ def _pipeline_normalization(model, normalization):
     `normalization`, `DEFAULT_NORMALIZATION` when None (a model saved before the layer existed)."""
     in_model = pixel_normalization.model_normalization(model)
     if in_model is None:
-        return preprocessing.DEFAULT_NORMALIZATION if normalization is None else normalization
+        return normalization_lib.DEFAULT_NORMALIZATION if normalization is None else normalization
     if normalization is not None and normalization != in_model[0]:
         raise validation.invalid_argument(
             "normalization", f"None or {in_model[0]!r}: the model's first layer (PixelNormalization) normalises "
@@ -42,16 +51,58 @@ def _pipeline_normalization(model, normalization):
     return "none"
 
 
-def _pair_images_dataset(paths, shape, normalization, batch_size):
-    normalize = preprocessing.get_normalization(normalization)
-    paths_t = tf.constant(list(paths), tf.string)
-    return (
-        tf.data.Dataset.from_tensor_slices(paths_t)
-        .map(lambda p: normalize(tf.cast(faces.decode_image(p, shape), tf.float32), None),
-             num_parallel_calls=tf.data.AUTOTUNE)
-        .batch(batch_size)
-        .prefetch(tf.data.AUTOTUNE)
-    )
+def _decode_with_tensorflow(path, shape):
+    """`faces.decode_image_numpy` with TensorFlow's decoder (its fast-DCT JPEGs; the module docstring)."""
+    import tensorflow as tf  # noqa: PLC0415 (the TensorFlow backend's own decoder, on that backend only)
+
+    height, width, channels = (int(d) for d in shape)
+    try:
+        image = tf.io.decode_image(tf.io.read_file(path), channels=channels, expand_animations=False).numpy()
+    except tf.errors.InvalidArgumentError as error:
+        raise data_errors.CorruptDataError(f"image {path} is not a readable image: {error.message}") from None
+    if image.shape[:2] != (height, width):
+        raise data_errors.CorruptDataError(
+            f"image {path} is not {height}x{width}x{channels}: height, width {image.shape[:2]}")
+    return image
+
+
+def decode_pair_image(path, shape):
+    """The image file `path` as a uint8 `(height, width, channels)` array of `shape`, decoded as the Keras
+    backend's training pipeline decodes it: TensorFlow's decoder on the TensorFlow backend, Pillow's elsewhere
+    (`faces.decode_image_numpy`; the module docstring says where they differ).
+
+    Raises:
+        CorruptDataError: not a readable image, or not of `shape` (the message names the file).
+    """
+    if keras.backend.backend() == "tensorflow":
+        return _decode_with_tensorflow(str(path), shape)
+    return faces.decode_image_numpy(path, shape)
+
+
+def pair_image_batches(paths, shape, normalization, batch_size):
+    """The images of `paths` as float32 NumPy batches `(b, height, width, channels)`, normalised, in path order.
+
+    One file after another in this thread: decoding a 112x96 crop takes a fraction of a millisecond, the
+    embedding of it far longer, so a parallel reader (tf.data's map) would not shorten the evaluation.
+
+    Args:
+        paths: sequence of str, image files of `shape`.
+        shape: (height, width, channels).
+        normalization: str or callable `fn(image, channel_mean)` (`sphere_tf.data.normalization`).
+        batch_size: int > 0; the last batch holds the rest.
+
+    Yields:
+        float32 arrays; the last may be smaller.
+
+    Raises:
+        CorruptDataError: an unreadable image, or one of another shape (the file named).
+    """
+    normalize = normalization_lib.get_normalization(normalization)
+    batch_size = validation.positive_int(batch_size, "batch_size")
+    paths = list(paths)
+    for start in range(0, len(paths), batch_size):
+        images = np.stack([decode_pair_image(p, shape) for p in paths[start:start + batch_size]])
+        yield np.asarray(normalize(images.astype(np.float32), None), np.float32)
 
 
 def _video_features(embed, videos, images_dir, shape, normalization, batch_size, frames_per_video):
@@ -61,7 +112,7 @@ def _video_features(embed, videos, images_dir, shape, normalization, batch_size,
         listed = faces.video_frames(video, frames_per_video)
         frames += listed
         owner += [index] * len(listed)
-    per_frame = verification.extract_embeddings(embed, _pair_images_dataset(frames, shape, normalization, batch_size))
+    per_frame = verification.extract_embeddings(embed, pair_image_batches(frames, shape, normalization, batch_size))
     return verification.mean_unit_embeddings(per_frame, np.asarray(owner), len(videos))
 
 
@@ -104,7 +155,7 @@ def verify(model, pairs, images_dir, *, batch_size=64, normalization=None,
         features = _video_features(embed, paths, images_dir, shape, normalization, batch_size, frames_per_video)
     else:
         features = verification.extract_embeddings(
-            embed, _pair_images_dataset(paths, shape, normalization, batch_size))
+            embed, pair_image_batches(paths, shape, normalization, batch_size))
     scores = verification.cosine_scores(features, left, right)
     folds = verification.kfold_accuracy(scores, pairs.same, pairs.fold) if pairs.num_folds > 1 else None
     rates = verification.tar_at_far(scores, pairs.same, far_targets)

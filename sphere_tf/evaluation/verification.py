@@ -20,16 +20,19 @@ whose false-accept rate is at most f (with N mismatched pairs a FAR below 1/N
 means no false accept at all).
 
 The maths here is NumPy on scores; the network part (`embedding_model`,
-`flip_embedding_fn`, `extract_embeddings`) is one compiled batched function.
+`flip_embedding_fn`, `extract_embeddings`) is one compiled batched function in `keras.ops`, on every Keras
+backend (`EmbeddingFunction`): on TensorFlow a `tf.function` with a batch-size-free input signature (one trace
+for every batch, the same graph, hence the same numbers, as the TensorFlow-only version before it); on JAX one
+`jax.jit` of a pure function of the embedder's variable values (`stateless_call`: it always sees the current
+weights; one compilation per batch shape, so a last, smaller batch adds one); PyTorch runs eagerly under
+`torch.no_grad()` (inference keeps no autograd graph).
 """
 
 import keras
 import numpy as np
+from keras import ops
 
-from sphere_tf import dependencies
 from sphere_tf import validation
-
-tf = dependencies.tensorflow(__name__)
 
 DEFAULT_FAR_TARGETS = (1e-3, 1e-4)
 
@@ -238,54 +241,111 @@ def embedding_model(model):
     return keras.Model(images, features, name=f"{model.name}_embedding")
 
 
+class EmbeddingFunction:
+    """`images -> features` of one embedder, `body(model_fn, images)` compiled once by the backend (module
+    docstring).
+
+    Calling it converts the images to a float32 tensor and returns the backend's float32 tensor
+    (`keras.ops.convert_to_numpy` reads it on every backend). `traces` counts the runs of the Python body:
+    traces on TensorFlow and JAX, calls on PyTorch (eager).
+    """
+
+    def __init__(self, embedder, body, jit_compile=False):
+        self.traces = 0
+        shape = (None,) + tuple(embedder.input.shape[1:])
+
+        def counted(model_fn, images):
+            self.traces += 1
+            return body(model_fn, images)
+
+        backend = keras.backend.backend()
+        if backend == "tensorflow":
+            import tensorflow as tf  # noqa: PLC0415 (the backend's own compiler; imported on this backend only)
+
+            def traced(images):
+                return counted(lambda x: embedder(x, training=False), images)
+
+            self._function = tf.function(traced, input_signature=[tf.TensorSpec(shape, tf.float32)],
+                                         jit_compile=jit_compile, reduce_retracing=True)
+        elif backend == "jax":
+            import jax  # noqa: PLC0415
+
+            def pure(trainable, non_trainable, images):
+                def model_fn(x):
+                    return embedder.stateless_call(trainable, non_trainable, x, training=False)[0]
+                return counted(model_fn, images)
+
+            jitted = jax.jit(pure)  # XLA whatever `jit_compile` says: JAX has no other way to compile
+
+            def run(images):
+                return jitted([v.value for v in embedder.trainable_variables],
+                              [v.value for v in embedder.non_trainable_variables], images)
+
+            self._function = run
+        else:
+            import torch  # noqa: PLC0415
+
+            def eager(images):
+                with torch.no_grad():
+                    return counted(lambda x: embedder(x, training=False), images)
+
+            self._function = eager
+
+    def __call__(self, images):
+        return self._function(ops.convert_to_tensor(images, "float32"))
+
+
+def _flip_concatenated(model_fn, images):
+    # The image and its mirror in one batch of 2b (one pass through the net), then side by side.
+    both = ops.concatenate([images, ops.flip(images, axis=2)], axis=0)
+    features = ops.cast(model_fn(both), "float32")
+    plain, flipped = ops.split(features, 2, axis=0)
+    return ops.concatenate([plain, flipped], axis=-1)
+
+
+def _plain(model_fn, images):
+    return ops.cast(model_fn(images), "float32")
+
+
 def flip_embedding_fn(embedder, *, jit_compile=False):
     """One compiled function `images -> concat(f(images), f(flip(images)))` (batch of both in one pass).
 
+    The flip is horizontal (the width axis of channels-last images), as SphereFace's evaluation flips the
+    aligned crop (Liu et al., CVPR 2017, §4.1).
+
     Args:
         embedder: `keras.Model` images -> embedding (see `embedding_model`), static image shape.
-        jit_compile: bool, XLA-compile the function.
+        jit_compile: bool, XLA-compile the function on TensorFlow (JAX always compiles with XLA, PyTorch
+            runs eagerly).
 
     Returns:
-        `tf.function` of a float32 batch (b, h, w, c) returning (b, 2 * embedding_dim).
+        `EmbeddingFunction` of a float32 batch (b, h, w, c) returning (b, 2 * embedding_dim), float32.
     """
-    shape = tuple(embedder.input.shape[1:])
-
-    @tf.function(input_signature=[tf.TensorSpec((None,) + shape, tf.float32)], jit_compile=jit_compile,
-                 reduce_retracing=True)
-    def embed(images):
-        both = tf.concat([images, tf.reverse(images, axis=[2])], axis=0)
-        features = tf.cast(embedder(both, training=False), tf.float32)
-        plain, flipped = tf.split(features, 2, axis=0)
-        return tf.concat([plain, flipped], axis=-1)
-
-    return embed
+    return EmbeddingFunction(embedder, _flip_concatenated, jit_compile)
 
 
 def plain_embedding_fn(embedder, *, jit_compile=False):
     """The same as `flip_embedding_fn` without the flip: `images -> f(images)` (for comparisons)."""
-    shape = tuple(embedder.input.shape[1:])
-
-    @tf.function(input_signature=[tf.TensorSpec((None,) + shape, tf.float32)], jit_compile=jit_compile,
-                 reduce_retracing=True)
-    def embed(images):
-        return tf.cast(embedder(images, training=False), tf.float32)
-
-    return embed
+    return EmbeddingFunction(embedder, _plain, jit_compile)
 
 
 def extract_embeddings(embed_fn, images):
-    """Runs `embed_fn` over a `tf.data.Dataset` of image batches (or of (images, ...) tuples).
+    """Runs `embed_fn` over an iterable of image batches (or of (images, ...) tuples): NumPy arrays or tensors
+    (a list, a generator, a Grain or `tf.data` dataset).
 
     Returns:
-        float32 NumPy array (n, d), in dataset order.
+        float32 NumPy array (n, d), in batch order.
+
+    Raises:
+        ValueError: no batch.
     """
     outputs = []
     for batch in images:
         if isinstance(batch, (tuple, list)):
             batch = batch[0]
-        outputs.append(embed_fn(tf.cast(batch, tf.float32)).numpy())
+        outputs.append(np.asarray(ops.convert_to_numpy(embed_fn(batch)), np.float32))
     if not outputs:
-        raise validation.invalid_argument("images", "a non-empty dataset of image batches", images)
+        raise validation.invalid_argument("images", "a non-empty iterable of image batches", images)
     return np.concatenate(outputs, axis=0)
 
 

@@ -17,6 +17,12 @@ Each trained model's whole training state is checkpointed under
 `workdir/checkpoints/<training>_<model>_seed<k>` (`training.checkpoint.fit_resumable`),
 so an interrupted run continues where it stopped and a finished one is only
 re-evaluated.
+
+The task runs on the TensorFlow, JAX and PyTorch Keras backends (`BACKENDS`), TensorFlow installed or not: the
+attacks are `sphere_tf.adversarial.gradient_attacks` (`keras.ops`; cleverhans' FGSM and BIM examples to the last
+bit on TensorFlow), FGSM adversarial training is the backend's own train step (`FGSMAdversarialModel`), DeepFool
+is foolbox 3's model of the backend, and the data and checkpoints are the classifier runner's (Grain and array
+checkpoints off TensorFlow). `validate` refuses what this environment cannot run before any data is read.
 """
 
 import copy
@@ -30,13 +36,14 @@ import numpy as np
 from absl import logging
 
 from sphere_tf import data as data_lib
+from sphere_tf import dependencies
 from sphere_tf import json_files
 from sphere_tf import layers
 from sphere_tf import losses as losses_lib
 from sphere_tf import models as models_lib
 from sphere_tf import validation
-from sphere_tf.adversarial import attacks as attacks_lib
 from sphere_tf.adversarial import evaluation
+from sphere_tf.adversarial import gradient_attacks
 from sphere_tf.adversarial import pixels as pixels_lib
 from sphere_tf.adversarial import training as training_lib
 from sphere_tf.runners import classifier
@@ -55,6 +62,9 @@ PAPER_OPERATORS = {
     "tanhconv": {"layer": "decoupled", "magnitude": "tanh", "angular": "cosine"},
 }
 SOURCE_TRAININGS = ("natural", "matched")
+# The Keras backends with the input gradients the attacks and the adversarial train step take
+# (`sphere_tf.ops.autodiff`) and a foolbox 3 model class (`gradient_attacks.FOOLBOX_MODELS`).
+BACKENDS = tuple(gradient_attacks.FOOLBOX_MODELS)
 
 DEFAULTS = {
     "seeds": [0],
@@ -66,9 +76,9 @@ DEFAULTS = {
     "optimizer": {"name": "adam", "learning_rate": 1e-3},
     "schedule": copy.deepcopy(schema.DEFAULTS["schedule"]),
     "train": {"batch_size": 128, "epochs": 1, "steps": 0, "steps_per_epoch": 0, "verbose": "auto"},
-    "adversarial_training": {"epsilon": attacks_lib.PAPER_EPSILON, "mix": training_lib.DEFAULT_MIX},
-    "attack": {"epsilon": attacks_lib.PAPER_EPSILON, "step": attacks_lib.PAPER_STEP,
-               "iterations": attacks_lib.PAPER_ITERATIONS, "batch_size": 250, "extra": []},
+    "adversarial_training": {"epsilon": gradient_attacks.PAPER_EPSILON, "mix": training_lib.DEFAULT_MIX},
+    "attack": {"epsilon": gradient_attacks.PAPER_EPSILON, "step": gradient_attacks.PAPER_STEP,
+               "iterations": gradient_attacks.PAPER_ITERATIONS, "batch_size": 250, "extra": []},
     "black_box": {"source_training": "natural", "natural_source": "", "fgsm_source": "", "source_seed_offset": 1000},
     "curve": {"epsilons": [0.0, 1.0, 2.0, 4.0, 8.0, 16.0], "attack": "fgsm"},
     "deepfool": {"images": 0, "steps": 50},
@@ -138,7 +148,7 @@ def validate(config):
     if not isinstance(attack["extra"], list):
         raise validation.invalid_argument("attack.extra", "a list of attack names", attack["extra"])
     for i, name in enumerate(attack["extra"]):
-        validation.one_of(name, f"attack.extra[{i}]", tuple(a for a in attacks_lib.ATTACKS
+        validation.one_of(name, f"attack.extra[{i}]", tuple(a for a in gradient_attacks.ATTACKS
                                                               if a not in evaluation.TABLE_ATTACKS))
     box = config["black_box"]
     validation.one_of(box["source_training"], "black_box.source_training", SOURCE_TRAININGS)
@@ -153,10 +163,29 @@ def validate(config):
         raise validation.invalid_argument("curve.epsilons", "a non-empty list of floats >= 0", curve["epsilons"])
     for i, eps in enumerate(curve["epsilons"]):
         validation.non_negative_float(eps, f"curve.epsilons[{i}]")
-    validation.one_of(curve["attack"], "curve.attack", tuple(a for a in attacks_lib.ATTACKS if a != "none"))
+    validation.one_of(curve["attack"], "curve.attack", tuple(a for a in gradient_attacks.ATTACKS if a != "none"))
     validation.integer(config["deepfool"]["images"], "deepfool.images", minimum=0)
     validation.positive_int(config["deepfool"]["steps"], "deepfool.steps")
+    _check_backend(config)
     return config
+
+
+def _check_backend(config):
+    """What this backend and environment cannot run, refused with the config (before any data is read).
+
+    Every part of the task runs on the TensorFlow, JAX and PyTorch Keras backends (`gradient_attacks`, the
+    backend-neutral `FGSMAdversarialModel`); another backend has no gradient to attack with, and DeepFool needs
+    foolbox 3 installed.
+    """
+    backend = keras.backend.backend()
+    if backend not in BACKENDS:
+        raise ValueError(f"The adversarial task runs on the Keras backends {', '.join(BACKENDS)} (the attacks and "
+                         f"FGSM adversarial training take input gradients). Received: KERAS_BACKEND={backend!r}")
+    images = config["deepfool"]["images"]
+    if images and not dependencies.installed("foolbox"):
+        raise validation.invalid_argument(
+            "deepfool.images", f"0 here: DeepFool runs through foolbox 3, which is not installed (Keras backend "
+            f"{backend!r}; pip install foolbox)", images)
 
 
 def _raw_pixel_space(channels):
@@ -246,7 +275,7 @@ def _mean_std(per_seed):
     return means, stds
 
 
-@attacks_lib.per_model_tracing()  # one trace per model, not "retracing" (see attacks.py)
+@evaluation.per_model_tracing()  # one trace per model, not "retracing" (evaluation.PER_MODEL_FUNCTIONS)
 @schema.config_errors
 def dry_run(config, probe_steps=3):
     """What `run_experiment(config)` would train, before anything trains or is written: every trained model
@@ -326,20 +355,20 @@ def _measure(cfg, training, config, probe_steps):
                                     probe_steps, seed=cfg["seed"])
 
 
-@attacks_lib.per_model_tracing()  # one trace per model and attack, not "retracing" (see attacks.py)
+@evaluation.per_model_tracing()  # one trace per model and attack, not "retracing" (PER_MODEL_FUNCTIONS)
 def run_experiment(config, workdir):
     """Runs DCNet's white-box / black-box adversarial experiment; writes and returns `results.json`.
 
     Writes to `workdir`: `config.json`, `checkpoints/` (each trained model's
     state), `results.json`, `tables.md` (Tables 7 and 8, mean ± std over seeds,
-    the paper's CIFAR-10 numbers in brackets) and `accuracy_vs_epsilon.png`.
+    the paper's CIFAR-10 numbers in brackets) and `accuracy_vs_epsilon.png` (where matplotlib is installed).
 
     `results.json` holds `white_box` and `black_box`, each
     `{training: {model: {attack: accuracy %}}}` (training in natural/fgsm, model in
     baseline/sphereconv/ballconv/tanhconv, attack in none/fgsm/bim and the
     `attack.extra` ones; means over seeds), `seeds`, the same nesting per seed
     (`per_seed`) and as standard deviations (`std`), `curve` (ε and the
-    accuracies), `deepfool` (when asked for), the data sizes and the settings.
+    accuracies), `deepfool` (when asked for), the data sizes, the settings and the Keras `backend`.
 
     Args:
         config: ConfigDict or dict following `DEFAULTS`.
@@ -436,6 +465,7 @@ def run_experiment(config, workdir):
         "attack": budget,
         "adversarial_training": config["adversarial_training"],
         "black_box_source": config["black_box"]["source_training"],
+        "backend": keras.backend.backend(),
         "seconds": time.time() - started,
     }
     json_files.write_json(os.path.join(workdir, "results.json"), results)
@@ -449,9 +479,14 @@ def run_experiment(config, workdir):
     ])
     with open(os.path.join(workdir, "tables.md"), "w") as f:
         f.write(tables + "\n")
-    evaluation.plot_curves(curves, config["curve"]["epsilons"], os.path.join(workdir, "accuracy_vs_epsilon.png"),
-                           title=f"White-box {config['curve']['attack'].upper()} accuracy vs ε "
-                                 f"({config['data']['name']})")
+    plot_path = os.path.join(workdir, "accuracy_vs_epsilon.png")
+    if dependencies.installed("matplotlib"):
+        evaluation.plot_curves(curves, config["curve"]["epsilons"], plot_path,
+                               title=f"White-box {config['curve']['attack'].upper()} accuracy vs ε "
+                                     f"({config['data']['name']})")
+    else:
+        # The plot is optional (matplotlib is not a core dependency); results.json holds the same curve.
+        print(f"{plot_path} not written: matplotlib is not installed (pip install matplotlib).")
     logging.info("Results: %s", json.dumps(results["white_box"]))
     print(tables)
     print(f"{sizes.get('train_size')} train / {sizes.get('test_size')} test images; "
@@ -462,5 +497,5 @@ def run_experiment(config, workdir):
 TASK = tasks.Task(validate=validate, run=run_experiment, dry_run=dry_run, dry_run_lines=dry_run_lines,
                   schema=lambda: copy.deepcopy(DEFAULTS))
 
-__all__ = ["DEFAULTS", "PAPER_OPERATORS", "SOURCE_TRAININGS", "TASK", "classifier_config", "dry_run", "dry_run_lines",
-           "run_experiment", "validate"]
+__all__ = ["BACKENDS", "DEFAULTS", "PAPER_OPERATORS", "SOURCE_TRAININGS", "TASK", "classifier_config", "dry_run",
+           "dry_run_lines", "run_experiment", "validate"]

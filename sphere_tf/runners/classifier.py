@@ -531,7 +531,7 @@ def make_run_strategy(config):
     return distribute.make_strategy(name)
 
 
-def train_and_evaluate(config, workdir, strategy=None):
+def train_and_evaluate(config, workdir, strategy=None, callbacks=None):
     """Trains the configured classifier, evaluates it on the test split, exports it.
 
     Writes to `workdir`: `config.json`, `checkpoints/train/` (the whole training
@@ -555,6 +555,9 @@ def train_and_evaluate(config, workdir, strategy=None):
         strategy: optional `tf.distribute.Strategy` already made from
             `config['strategy']` (`make_run_strategy`); by default it is made
             here, before any other TensorFlow work.
+        callbacks: optional list of extra Keras callbacks, run after the
+            run's own (probes such as a benchmark's learning curve); their
+            state is not checkpointed, so a resumed run starts them afresh.
 
     Returns:
         dict, the contents of `results.json`.
@@ -686,6 +689,7 @@ def train_and_evaluate(config, workdir, strategy=None):
         run_callbacks += [
             keras.callbacks.ModelCheckpoint(os.path.join(local_dir, "checkpoints", "model.keras")),
             callbacks_lib.tensorboard_callback(os.path.join(local_dir, "tensorboard")),
+            *(callbacks or ()),
         ]
         resume_step = checkpoint_lib.latest_step(state_dir)
         if resume_step:  # said before training, not after

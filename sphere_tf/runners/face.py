@@ -5,12 +5,20 @@ docs/runner.md) on the `face_folder` data set, followed, when the config's `veri
 list, by `evaluate_workdir`. The section is recorded in `workdir/verification.json` (beside the runner's
 `config.json`, whose schema the resume check compares), so a later `evaluate_workdir` uses the run's
 `image_pattern`. `evaluate_workdir` loads the run's `checkpoints/model.keras`, verifies it
-(`sphere_tf.evaluation.face.verify`) and adds to `workdir/results.json` the verification figures, `roc.png`,
-`pairs` and `images`.
+(`sphere_tf.evaluation.face.verify`) and adds to `workdir/results.json` the verification figures, `roc.png`
+(where matplotlib is installed), `pairs` and `images`.
 
 The head may be the sampled / sharded Partial FC head (`model.head.sample_rate`,
 `model.head.shard_classes`: the runner's `_partial_fc_plan`, docs/partial_fc.md);
 the export leaves the class matrix out by default (`export_class_matrix`).
+
+Every Keras backend runs the task; JAX and PyTorch without TensorFlow: the identity folder is read by the Grain
+pipeline (`data.pipeline`, Pillow decoding), the state kept in array checkpoints, and the verification is
+`keras.ops` (`sphere_tf.evaluation`). What a backend cannot do is the classification run's to refuse
+(`runners.classifier`), in one line naming the backend and the alternative, before any data is read and
+without leaving a workdir: the TF Serving export without TensorFlow (`export=True`; export the run's
+`model.keras` later), the tf.data pipeline without TensorFlow, `tf.distribute` strategies off TensorFlow, class
+sharding (`model.head.shard_classes`) on PyTorch (JAX shards through `keras.distribution`).
 """
 
 import copy
@@ -20,6 +28,7 @@ import os
 import keras
 import numpy as np
 
+from sphere_tf import dependencies
 from sphere_tf import json_files
 from sphere_tf import layers
 from sphere_tf import models as models_lib
@@ -170,7 +179,8 @@ def evaluate_workdir(workdir, pairs, images, *, image_pattern=None, batch_size=6
         frames_per_video: int or None, see `verify`.
 
     Returns:
-        dict, the verification results (see `verify`) plus `pairs`, `images`, `roc_png`.
+        dict, the verification results (see `verify`) plus `pairs`, `images`, `roc_png` (None where matplotlib
+        is not installed: no plot).
 
     Raises:
         DataNotFoundError: no model in `workdir`, or missing pair list / images.
@@ -185,6 +195,10 @@ def evaluate_workdir(workdir, pairs, images, *, image_pattern=None, batch_size=6
     parsed = faces.read_ytf_splits(pairs) if protocol == "ytf" else faces.read_pairs(pairs, image_pattern=image_pattern)
     model = keras.models.load_model(model_path)
     roc_path = os.path.join(workdir, "roc.png")
+    if not dependencies.installed("matplotlib"):
+        # The plot is optional (matplotlib is not a core dependency); the figures are the same without it.
+        print(f"{roc_path} not written: matplotlib is not installed (pip install matplotlib).")
+        roc_path = None
     results = face_lib.verify(model, parsed, images, batch_size=batch_size, normalization=_run_normalization(workdir, model),
                      far_targets=far_targets, roc_path=roc_path, frames_per_video=frames_per_video)
     results.update({"pairs": os.path.abspath(pairs), "images": os.path.abspath(images), "roc_png": roc_path})
@@ -212,9 +226,19 @@ def train_face(config, workdir):
         dict, the contents of `workdir/results.json`.
     """
     runner_config, section = split_config(config)
+    new_workdir = not os.path.exists(workdir)
     os.makedirs(workdir, exist_ok=True)
-    json_files.write_json(os.path.join(workdir, VERIFICATION_FILE), section)
-    results = classifier.train_and_evaluate(runner_config, workdir)
+    record = os.path.join(workdir, VERIFICATION_FILE)
+    json_files.write_json(record, section)
+    try:
+        results = classifier.train_and_evaluate(runner_config, workdir)
+    except BaseException:
+        # What the runner refuses before it reads data (a bad config, what this backend cannot do, missing data)
+        # leaves no workdir behind, as a classification run's: only the record written above is there then.
+        if new_workdir and os.listdir(workdir) == [VERIFICATION_FILE]:
+            os.remove(record)
+            os.rmdir(workdir)
+        raise
     if section["pairs"]:
         if not section["images"]:
             raise validation.invalid_argument("verification.images", "the pair list's image folder", "")

@@ -24,7 +24,7 @@ import os
 
 from sphere_tf import dependencies
 
-tf = dependencies.tensorflow(__name__)
+tf = dependencies.lazy_tensorflow(__name__)  # imported on first use: this module imports without TensorFlow
 
 _ENV_VAR = "TF_CPU_ALLOCATOR_USE_BFC"
 

@@ -1,4 +1,8 @@
-"""FGSM / BIM / PGD through cleverhans in input space, against NumPy references."""
+"""FGSM / BIM / PGD through cleverhans in input space, against NumPy references.
+
+The TensorFlow reference (`sphere_tf.adversarial.attacks`); `test_gradient_attacks.py` holds the backend-neutral
+attacks to it and to the same references on every backend.
+"""
 
 import hypothesis
 import hypothesis.strategies as st
@@ -7,14 +11,16 @@ import numpy as np
 import pytest
 
 from sphere_tf import models
-from sphere_tf.adversarial import bim
-from sphere_tf.adversarial import fgsm
-from sphere_tf.adversarial import inference_fn
-from sphere_tf.adversarial import make_attack
-from sphere_tf.adversarial import make_fgsm_sweep
-from sphere_tf.adversarial import pgd
 from sphere_tf.adversarial import pixel_space
+from sphere_tf.adversarial.attacks import bim
+from sphere_tf.adversarial.attacks import fgsm
+from sphere_tf.adversarial.attacks import inference_fn
+from sphere_tf.adversarial.attacks import make_attack
+from sphere_tf.adversarial.attacks import make_fgsm_sweep
+from sphere_tf.adversarial.attacks import pgd
 from tests.adversarial import _linear
+
+pytestmark = pytest.mark.tensorflow_only
 
 SPACE = pixel_space("centered_128", 1)
 LO, HI = SPACE.lower[0], SPACE.upper[0]

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from sphere_tf.adversarial import input_space
-from sphere_tf.adversarial import make_attack
 from sphere_tf.adversarial import pixel_space
 from sphere_tf.adversarial import space_for
+from sphere_tf.adversarial.attacks import make_attack
 from sphere_tf.data import preprocessing
 from sphere_tf.layers import PixelNormalization
 from tests.adversarial import _linear
@@ -30,7 +30,7 @@ def test_mean_subtraction_keeps_pixel_units_with_per_channel_range():
     np.testing.assert_allclose(space.lower, [-m for m in mean], rtol=1e-6)
     np.testing.assert_allclose(space.upper, [255 - m for m in mean], rtol=1e-6)
     lo, hi = space.clip_bounds()
-    np.testing.assert_allclose(lo.numpy(), [-m for m in mean], rtol=1e-6)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(lo), [-m for m in mean], rtol=1e-6)
     pixels = np.array([[[[0.0, 128.0, 255.0]]]])
     np.testing.assert_allclose(space.to_pixels(space.from_pixels(pixels)), pixels, atol=1e-4)
 
@@ -83,6 +83,7 @@ def test_model_with_the_layer_gets_budgets_in_pixel_units():
     assert input_space(legacy, "mean_subtraction", [100.0]) == pixel_space("mean_subtraction", 1, [100.0])
 
 
+@pytest.mark.tensorflow_only  # cleverhans' make_attack (gradient_attacks' is tested on every backend)
 def test_fgsm_on_raw_pixels_of_a_normalising_model_against_numpy():
     """ε = 8 pixels moves each unclipped pixel by 8; the gradient's sign is that of the normalised model's."""
     model, w, b = _normalising_linear_model()

@@ -1,8 +1,9 @@
-"""FGSM adversarial training: examples from the current weights, the mixed loss, against NumPy."""
+"""FGSM adversarial training: examples from the current weights, the mixed loss, against NumPy (every backend)."""
 
 import keras
 import numpy as np
 import pytest
+from keras import ops
 
 from sphere_tf.adversarial import FGSMAdversarialModel
 from sphere_tf.adversarial import adversarial_wrap
@@ -24,11 +25,11 @@ def test_examples_come_from_the_current_weights():
     model, w, b = _linear.linear_model(seed=0)
     wrapped = adversarial_wrap(model, SPACE, epsilon=8)
     x, y = _data()
-    first = wrapped.adversarial_examples(x, y).numpy()
+    first = ops.convert_to_numpy(wrapped.adversarial_examples(x, y))
     np.testing.assert_allclose(first, _linear.fgsm_reference(x, y, w, b, EPS, LO, HI), atol=1e-6)
     w2 = -w[:, ::-1].copy()
     model.layers[-1].set_weights([w2, b])  # the wrapper shares the layers: new weights, new examples
-    second = wrapped.adversarial_examples(x, y).numpy()
+    second = ops.convert_to_numpy(wrapped.adversarial_examples(x, y))
     assert not np.allclose(first, second)
     np.testing.assert_allclose(second, _linear.fgsm_reference(x, y, w2, b, EPS, LO, HI), atol=1e-6)
 
@@ -81,8 +82,8 @@ def test_keras_file_round_trip_keeps_settings_weights_and_training(tmp_path):
     assert loaded.clip_min == pytest.approx(LO) and loaded.clip_max == pytest.approx(HI)
     np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded(x)), keras.ops.convert_to_numpy(wrapped(x)),
                                atol=1e-6)
-    np.testing.assert_allclose(loaded.adversarial_examples(x, y).numpy(),
-                               wrapped.adversarial_examples(x, y).numpy(), atol=1e-6)
+    np.testing.assert_allclose(ops.convert_to_numpy(loaded.adversarial_examples(x, y)),
+                               ops.convert_to_numpy(wrapped.adversarial_examples(x, y)), atol=1e-6)
     # The reloaded model trains on as the original does (same optimizer state, same step).
     loaded.train_on_batch(x, y)
     wrapped.train_on_batch(x, y)

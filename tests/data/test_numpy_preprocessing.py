@@ -550,3 +550,43 @@ def test_decode_image_matches_tensorflow():
     assert np.abs(ours - accurate).mean() < 0.1 and np.abs(ours - accurate).max() <= 1
     fast = tf.io.decode_jpeg(jpeg, channels=3).numpy()  # TensorFlow's default DCT: about one level apart
     assert np.abs(ours - fast).mean() < 2.0
+
+
+# -- whole batches --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["flip", *sorted(PAD_CROP)])
+def test_batch_augmentation_equals_the_loop_reference_per_image(name):
+    """The batch twin draws each image's generator in the per-image order; the loop references give each image."""
+    images = np.stack([random_image(k, (10, 9, 3)) for k in range(40)])
+    out = npp.get_batch_augmentation(name)(images, [np.random.default_rng(seed) for seed in range(40)])
+    assert out.dtype == np.float32 and out.shape == images.shape
+    for seed, (image, result) in enumerate(zip(images, out)):
+        if name == "flip":
+            hflip = np.random.default_rng(seed).random() < 0.5
+            expected = loop_flip(image, False) if hflip else image
+        else:
+            expected, _ = expected_pad_crop_flips(image, seed, PAD_CROP[name], name == "spherenet_cifar_plus")
+        np.testing.assert_array_equal(result, expected)
+
+
+@given(st.integers(1, 5), st.integers(1, 6), st.integers(1, 6), st.sampled_from(["flip", *sorted(PAD_CROP)]),
+       st.integers(0, 2**31 - 1))
+def test_batch_augmentation_equals_the_per_image_recipe_on_any_shape(batch, height, width, name, seed):
+    images = np.random.default_rng(seed).integers(0, 256, (batch, height, width, 2)).astype(np.float32)
+    rngs = lambda: [np.random.default_rng([seed, k]) for k in range(batch)]  # noqa: E731
+    try:
+        per_image = np.stack([npp.get_numpy_augmentation(name)(image, rng) for image, rng in zip(images, rngs())])
+    except ValueError as error:  # SYMMETRIC padding of 4 on a smaller image: the same error
+        with pytest.raises(ValueError, match=str(error).split(";")[0]):
+            npp.get_batch_augmentation(name)(images, rngs())
+        return
+    np.testing.assert_array_equal(npp.get_batch_augmentation(name)(images, rngs()), per_image)
+
+
+def test_batch_augmentation_bad_inputs_and_the_names_without_a_twin():
+    with pytest.raises(ValueError, match="one generator per image"):
+        npp.get_batch_augmentation("cifar_plus")(np.zeros((2, 4, 4, 1)), [np.random.default_rng(0)])
+    with pytest.raises(ValueError, match="batch of shape"):
+        npp.get_batch_augmentation("cifar_plus")(np.zeros((4, 4, 1)), [np.random.default_rng(0)] * 4)
+    assert npp.get_batch_augmentation("imagenet_train") is None and npp.get_batch_augmentation(len) is None

@@ -58,7 +58,7 @@ def test_flip_concatenated_embeddings(head):
     rng = np.random.default_rng(0)
     images = rng.normal(size=(5, 12, 10, 3)).astype(np.float32)
     embed = verification.flip_embedding_fn(embedder)
-    features = embed(images).numpy()
+    features = keras.ops.convert_to_numpy(embed(images))
     # Reference: each image and its mirror image (NumPy, columns reversed) embedded one at a time.
     for i in range(5):
         plain = keras.ops.convert_to_numpy(embedder(images[i:i + 1]))[0]
@@ -71,9 +71,10 @@ def test_flip_concatenated_embeddings(head):
         logits = keras.ops.convert_to_numpy(model(images))
         kernel, bias = (keras.ops.convert_to_numpy(w) for w in dense.weights)
         np.testing.assert_allclose(logits, features[:, :512] @ kernel + bias, rtol=1e-4, atol=1e-4)
-    # One traced function for every batch size.
+    # One traced function for every batch size on TensorFlow (an input signature without the batch size); JAX
+    # compiles once per batch shape, PyTorch runs the body eagerly at every call.
     embed(images[:2])
-    assert embed.experimental_get_tracing_count() == 1
+    assert embed.traces == (1 if keras.backend.backend() == "tensorflow" else 2)
 
 
 def test_embedding_model_of_a_zoo_classifier():

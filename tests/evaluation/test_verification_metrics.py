@@ -95,6 +95,7 @@ def test_tar_at_far_with_ties_counts_a_tied_score_as_one_threshold():
 
 
 def test_plot_roc_writes_a_png(tmp_path):
+    pytest.importorskip("matplotlib")  # optional (the test extra); .venv-torch has none
     scores, same, _ = _lfw_like(np.random.default_rng(2), folds=2)
     far, tar, _ = verification.roc_curve(scores, same)
     path = tmp_path / "roc.png"
