@@ -56,12 +56,12 @@ fi
 # does not import without them), it is where a JAX or PyTorch user runs the main job (README, "On JAX and
 # PyTorch"), and where the tests check that the core and the runner run with no TensorFlow installed.
 # `scripts/test_backends.sh` runs the backend suites on JAX and PyTorch there.
-TORCH_VENV_PACKAGES=(torch "jax[cpu]" pytest pytest-xdist hypothesis "foolbox>=3.3,<4")
+TORCH_VENV_PACKAGES=(torch "jax[cpu]" pytest pytest-xdist hypothesis "foolbox>=3.3,<4" matplotlib)
 if [ "${SPHERE_TF_SKIP_TORCH:-0}" != 1 ]; then
   if [ ! -x .venv-torch/bin/python ]; then
     "$PYTHON" -m venv .venv-torch
   fi
-  if ! .venv-torch/bin/python -c "import torch, keras, jax, grain, tensorboardX, PIL, foolbox, sphere_tf, pytest, hypothesis" \
+  if ! .venv-torch/bin/python -c "import torch, keras, jax, grain, tensorboardX, PIL, foolbox, matplotlib, sphere_tf, pytest, hypothesis" \
        >/dev/null 2>&1 \
      || [ setup.py -nt .venv-torch/.installed ]; then
     .venv-torch/bin/python -m pip install -q --upgrade pip >/dev/null

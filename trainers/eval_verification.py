@@ -6,7 +6,7 @@ Loads `WORKDIR/checkpoints/model.keras`, embeds every image of the pairs with
 its horizontal flip (features concatenated), scores pairs by cosine, and adds
 `lfw_accuracy`, `lfw_std` (percent, 10 folds, threshold chosen on the other 9),
 `tar_at_far` and the angular Fisher score to `WORKDIR/results.json`; the ROC
-goes to `WORKDIR/roc.png`. Images are `NAME/NAME_%04d.jpg` under `--images`
+goes to `WORKDIR/roc.png` where matplotlib is installed. Images are `NAME/NAME_%04d.jpg` under `--images`
 (the run's `verification.image_pattern` when `train_face` recorded one; `--image_pattern`
 overrides both) and must have the training crops' size.
 
@@ -59,7 +59,7 @@ def main(argv):
     else:  # a one-fold list (View 1): no held-out threshold, only the ROC
         print(f"One fold ({results['num_pairs']} pairs): no 10-fold accuracy; see the ROC.")
     print(face.tar_at_far_table(results["tar_at_far"]))
-    print(f"ROC plot: {results['roc_png']}")
+    print(f"ROC plot: {results['roc_png']}" if results["roc_png"] else "ROC plot: none (matplotlib is not installed)")
 
 
 if __name__ == "__main__":

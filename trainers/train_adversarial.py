@@ -6,8 +6,9 @@ r"""DCNet's adversarial experiment (Tables 7 and 8): trains, attacks and tabulat
 Trains Baseline / SphereConv / BallConv / TanhConv naturally and with FGSM
 adversarial training (one seed after another), attacks them white-box and
 black-box (from a separately trained baseline) with FGSM and BIM, and writes
-`<workdir>/results.json`, `<workdir>/tables.md` (printed at the end) and
-`<workdir>/accuracy_vs_epsilon.png`. The config schema is
+`<workdir>/results.json`, `<workdir>/tables.md` (printed at the end) and, where matplotlib is
+installed, `<workdir>/accuracy_vs_epsilon.png`. Runs on TensorFlow, JAX and PyTorch (`--backend`). The config
+schema is
 `sphere_tf.runners.adversarial.DEFAULTS` (docs/adversarial.md). An interrupted run resumes
 from the trained models' checkpoints in `<workdir>/checkpoints/`.
 
