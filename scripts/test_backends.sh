@@ -47,7 +47,9 @@ for backend in "${@:-jax torch}"; do
   for b in $backend; do
     echo "== core suites on KERAS_BACKEND=$b"
     if [ "$b" = torch ]; then suites=("${TORCH_SUITES[@]}"); else suites=("${CORE_SUITES[@]}"); fi
-    KERAS_BACKEND=$b "$PYTHON" -m pytest -n 2 -q -p no:cacheprovider "${suites[@]}" || status=$?
+    # The fast tier unless SLOW_TIER=1 (scripts/test_all.sh): tests/slow_tests.txt lists what it leaves out.
+    tier=(-m "not slow"); [ "${SLOW_TIER:-0}" = 1 ] && tier=()
+    KERAS_BACKEND=$b "$PYTHON" -m pytest -n 2 -q -p no:cacheprovider "${tier[@]}" "${suites[@]}" || status=$?
   done
 done
 exit "$status"

@@ -50,9 +50,28 @@ def pytest_configure(config):
         "counts) that computes nothing backend-specific; it runs in the TensorFlow suite and is deselected in the "
         "JAX and PyTorch suites, where the tests that compute with the same models run",
     )
+    config.addinivalue_line(
+        "markers",
+        "slow: a test of the slow tier (listed in tests/slow_tests.txt); CI's fast tier deselects it with "
+        "-m 'not slow', scripts/test_all.sh runs it",
+    )
 
 
 TENSORFLOW_ONLY_MODULE = "pytestmark = pytest.mark.tensorflow_only"
+SLOW_TESTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "slow_tests.txt")
+
+
+def slow_test_ids():
+    """The node ids of tests/slow_tests.txt (`path::name[params]`, relative to the repository root)."""
+    ids = set()
+    with open(SLOW_TESTS_FILE, encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("#"):  # a comment line; an entry's comment follows two spaces ('docs/x.md#0' is an id)
+                continue
+            entry = line.split("  #")[0].strip()
+            if entry:
+                ids.add(entry)
+    return ids
 
 
 def pytest_ignore_collect(collection_path, config):
@@ -83,6 +102,10 @@ def pytest_collection_modifyitems(config, items):
             return True
         return item.get_closest_marker("tensorflow_only") is None and item.get_closest_marker("structure_only") is None
 
+    slow = slow_test_ids()
+    for item in items:
+        if item.nodeid in slow:
+            item.add_marker(pytest.mark.slow)
     kept = [item for item in items if runs_here(item)]
     if len(kept) != len(items):
         config.hook.pytest_deselected(items=[item for item in items if item not in kept])
