@@ -62,7 +62,6 @@ def _reference_accuracy(model, images_dir, pairs_path, reference):
                            model.get_layer("embedding").output)
     with open(pairs_path) as f:
         rows = [line.split() for line in f][1:]
-    scores, same, folds = [], [], []
     cache = {}
 
     def feature(name, index):
@@ -74,13 +73,7 @@ def _reference_accuracy(model, images_dir, pairs_path, reference):
             cache[(name, index)] = np.concatenate([f[0], f[1]]).astype(np.float64)
         return cache[(name, index)]
 
-    for k, row in enumerate(rows):
-        a, b = (feature(row[0], row[1]), feature(row[0], row[2])) if len(row) == 3 else \
-            (feature(row[0], row[1]), feature(row[2], row[3]))
-        scores.append(float(a @ b / np.sqrt((a @ a) * (b @ b))))
-        same.append(len(row) == 3)
-        folds.append(k // 4)
-    return reference.kfold(scores, same, folds)
+    return reference.pairs_kfold(rows, feature)
 
 
 def test_train_face_and_eval_verification_clis(tmp_path, lfw_reference):

@@ -97,14 +97,7 @@ def _reference_kfold(workdir, images_dir, pairs_path, reference):
             cache[(name, index)] = np.concatenate([out[0], out[1]]).astype(np.float64)
         return cache[(name, index)]
 
-    scores, same, folds = [], [], []
-    for k, row in enumerate(rows):
-        a, b = (feature(row[0], row[1]), feature(row[0], row[2])) if len(row) == 3 else \
-            (feature(row[0], row[1]), feature(row[2], row[3]))
-        scores.append(float(a @ b / np.sqrt((a @ a) * (b @ b))))
-        same.append(len(row) == 3)
-        folds.append(k // 4)
-    return reference.kfold(scores, same, folds)
+    return reference.pairs_kfold(rows, feature)
 
 
 def _tensorflow_modules(proc):
