@@ -49,7 +49,7 @@ LAZY_IMPORTS = {
     # Optional third-party libraries (extras or separate installs).
     "sphere_tf.adversarial.evaluation": {"foolbox", "matplotlib"},  # DeepFool strength; the accuracy plot
     "sphere_tf.adversarial.attacks": {"cleverhans"},  # the TensorFlow reference attacks, imported when called
-    "sphere_tf.evaluation.verification": {"matplotlib", "tensorflow", "jax", "torch"},  # the ROC; its compiler
+    "sphere_tf.evaluation.verification": {"matplotlib"},  # the ROC plot
     "sphere_tf.evaluation.face": {"tensorflow"},  # the TensorFlow backend's JPEG decoder (its training pipeline's)
     "sphere_tf.data.faces": {"PIL"},  # image_shape reads the header with Pillow
     "sphere_tf.data.tfds_source": {"tensorflow_datasets"},  # the tensorflow-datasets route (a slow import)

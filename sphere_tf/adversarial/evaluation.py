@@ -37,7 +37,7 @@ _ATTACK_TITLES = {"none": "None", "fgsm": "FGSM", "bim": "BIM", "pgd": "PGD"}
 # The functions made once per model on TensorFlow (the attacks' and predictions' compiled body, Keras's fit and
 # evaluate steps of a new model): one trace each, which TensorFlow's retracing detector, counting per Python code
 # object, reports as retracing across models.
-PER_MODEL_FUNCTIONS = ("CompiledFunction.__init__.<locals>.compiled_body", "TensorFlowTrainer._make_function")
+PER_MODEL_FUNCTIONS = ("ModelFunction.__init__.<locals>.compiled_body", "TensorFlowTrainer._make_function")
 
 # The paper's numbers (DCNet Tables 7 and 8, CIFAR-10, CNN-9, accuracy %).
 PAPER_TABLE7 = {

@@ -231,47 +231,14 @@ def _pgd(model_fn, x, labels, start, eps, tau, iterations, bounds):
 # -- compiled once per model -------------------------------------------------------------------------------------
 
 
-class CompiledFunction:
-    """`body(model_fn, *args)` on one model, compiled once by the backend (see the module docstring).
-
-    Calling it converts the arguments to the signature's dtypes and returns the backend's tensor. `traces` counts
-    the runs of the Python body: traces on TensorFlow and JAX, calls on PyTorch (eager).
-    """
-
-    def __init__(self, model, body, signature):
-        self.traces = 0
-        self._dtypes = [dtype for _, dtype in signature]
-
-        def counted(model_fn, *args):
-            self.traces += 1
-            return body(model_fn, *args)
-
-        if keras.backend.backend() == "jax":
-            def pure(trainable, non_trainable, *args):
-                def model_fn(x):
-                    return model.stateless_call(trainable, non_trainable, x, training=False)[0]
-                return counted(model_fn, *args)
-
-            jitted = autodiff.compiled(pure)
-
-            def run(*args):
-                return jitted([v.value for v in model.trainable_variables],
-                              [v.value for v in model.non_trainable_variables], *args)
-        else:
-            model_fn = inference_fn(model)
-
-            def compiled_body(*args):  # one code object for every model (TensorFlow's retracing detector names it)
-                return counted(model_fn, *args)
-
-            run = autodiff.compiled(compiled_body, signature)
-        self.function = run
-
-    def __call__(self, *args):
-        return self.function(*(ops.convert_to_tensor(a, dtype) for a, dtype in zip(args, self._dtypes)))
+# The compiled function of an attack (its body on one model): `autodiff.ModelFunction`, shared with the face
+# embeddings (`sphere_tf.evaluation.verification`).
+CompiledFunction = autodiff.ModelFunction
 
 
 def _compile(model, body, signature):
     """The one boundary where an attack meets a backend's compiler (`CompiledFunction`)."""
+    inference_fn(model)  # a model that takes labels fails here, naming `model`
     return CompiledFunction(model, body, signature)
 
 

@@ -33,6 +33,7 @@ import numpy as np
 from keras import ops
 
 from sphere_tf import validation
+from sphere_tf.ops import autodiff
 
 DEFAULT_FAR_TARGETS = (1e-3, 1e-4)
 
@@ -241,58 +242,17 @@ def embedding_model(model):
     return keras.Model(images, features, name=f"{model.name}_embedding")
 
 
-class EmbeddingFunction:
-    """`images -> features` of one embedder, `body(model_fn, images)` compiled once by the backend (module
-    docstring).
+class EmbeddingFunction(autodiff.ModelFunction):
+    """`images -> features` of one embedder: `body(model_fn, images)` compiled once by the backend
+    (`sphere_tf.ops.autodiff.ModelFunction`, the compiled function the attacks use too; no gradient is taken).
 
-    Calling it converts the images to a float32 tensor and returns the backend's float32 tensor
-    (`keras.ops.convert_to_numpy` reads it on every backend). `traces` counts the runs of the Python body:
-    traces on TensorFlow and JAX, calls on PyTorch (eager).
+    Calling it converts the images to a float32 tensor and returns the backend's tensor
+    (`keras.ops.convert_to_numpy` reads it on every backend). `traces` counts the runs of the Python body.
     """
 
     def __init__(self, embedder, body, jit_compile=False):
-        self.traces = 0
         shape = (None,) + tuple(embedder.input.shape[1:])
-
-        def counted(model_fn, images):
-            self.traces += 1
-            return body(model_fn, images)
-
-        backend = keras.backend.backend()
-        if backend == "tensorflow":
-            import tensorflow as tf  # noqa: PLC0415 (the backend's own compiler; imported on this backend only)
-
-            def traced(images):
-                return counted(lambda x: embedder(x, training=False), images)
-
-            self._function = tf.function(traced, input_signature=[tf.TensorSpec(shape, tf.float32)],
-                                         jit_compile=jit_compile, reduce_retracing=True)
-        elif backend == "jax":
-            import jax  # noqa: PLC0415
-
-            def pure(trainable, non_trainable, images):
-                def model_fn(x):
-                    return embedder.stateless_call(trainable, non_trainable, x, training=False)[0]
-                return counted(model_fn, images)
-
-            jitted = jax.jit(pure)  # XLA whatever `jit_compile` says: JAX has no other way to compile
-
-            def run(images):
-                return jitted([v.value for v in embedder.trainable_variables],
-                              [v.value for v in embedder.non_trainable_variables], images)
-
-            self._function = run
-        else:
-            import torch  # noqa: PLC0415
-
-            def eager(images):
-                with torch.no_grad():
-                    return counted(lambda x: embedder(x, training=False), images)
-
-            self._function = eager
-
-    def __call__(self, images):
-        return self._function(ops.convert_to_tensor(images, "float32"))
+        super().__init__(embedder, body, [(shape, "float32")], jit_compile=jit_compile, gradients=False)
 
 
 def _flip_concatenated(model_fn, images):

@@ -120,7 +120,7 @@ def input_gradient(fn, x):
     )
 
 
-def compiled(fn, signature=None):
+def compiled(fn, signature=None, jit_compile=False):
     """`fn` compiled once by the backend's tracer, for a loop of small steps outside a train step.
 
     `tf.function` on TensorFlow, `jax.jit` on JAX; PyTorch runs `fn` as is (eager
@@ -130,7 +130,8 @@ def compiled(fn, signature=None):
 
     `signature`, optional, is a sequence of `(shape, dtype)` per positional argument (None for a dimension of
     any size): TensorFlow then traces once for every batch size (`input_signature`). JAX compiles once per
-    shape whatever it says; PyTorch ignores it.
+    shape whatever it says; PyTorch ignores it. `jit_compile` asks TensorFlow for XLA (JAX always compiles with
+    it, PyTorch runs eagerly).
     """
     backend = keras.backend.backend()
     if backend == "tensorflow":
@@ -138,10 +139,71 @@ def compiled(fn, signature=None):
 
         if signature is not None:
             specs = [tf.TensorSpec(shape, dtype) for shape, dtype in signature]
-            return tf.function(fn, autograph=False, input_signature=specs)
-        return tf.function(fn, autograph=False)
+            return tf.function(fn, autograph=False, input_signature=specs, jit_compile=jit_compile)
+        return tf.function(fn, autograph=False, jit_compile=jit_compile)
     if backend == "jax":
         import jax
 
         return jax.jit(fn)
     return fn
+
+
+class ModelFunction:
+    """`body(model_fn, *args)` on one Keras model in inference mode, compiled once by the backend.
+
+    `model_fn` is `x -> model(x, training=False)`. On TensorFlow the body is one `tf.function` with `signature`
+    as its input signature (one trace for every batch size); on JAX one `jax.jit` of a pure function of the
+    model's variable values (`model.stateless_call`), so the compiled function always sees the current weights
+    (one compilation per argument shape); PyTorch runs the body eagerly, under `torch.no_grad()` when
+    `gradients` is False (inference that keeps no autograph graph). Calling it converts the arguments to the
+    signature's dtypes and returns the backend's tensor. `traces` counts the runs of the Python body: traces on
+    TensorFlow and JAX, calls on PyTorch.
+
+    Args:
+        model: a `keras.Model`.
+        body: callable `(model_fn, *args) -> tensor` in `keras.ops`.
+        signature: sequence of `(shape, dtype)` per argument (None for a dimension of any size).
+        jit_compile: bool, XLA on TensorFlow (`compiled`).
+        gradients: bool, False when the body takes no gradient (PyTorch then records none).
+    """
+
+    def __init__(self, model, body, signature, *, jit_compile=False, gradients=True):
+        self.traces = 0
+        self._dtypes = [dtype for _, dtype in signature]
+
+        def counted(model_fn, *args):
+            self.traces += 1
+            return body(model_fn, *args)
+
+        backend = keras.backend.backend()
+        if backend == "jax":
+            def pure(trainable, non_trainable, *args):
+                def model_fn(x):
+                    return model.stateless_call(trainable, non_trainable, x, training=False)[0]
+                return counted(model_fn, *args)
+
+            jitted = compiled(pure)
+
+            def run(*args):
+                return jitted([v.value for v in model.trainable_variables],
+                              [v.value for v in model.non_trainable_variables], *args)
+        else:
+            def model_fn(x):
+                return model(x, training=False)
+
+            def compiled_body(*args):  # one code object for every model (TensorFlow's retracing detector names it)
+                return counted(model_fn, *args)
+
+            run = compiled(compiled_body, signature, jit_compile)
+            if backend == "torch" and not gradients:
+                import torch
+
+                eager = run
+
+                def run(*args):
+                    with torch.no_grad():
+                        return eager(*args)
+        self.function = run
+
+    def __call__(self, *args):
+        return self.function(*(keras.ops.convert_to_tensor(a, dtype) for a, dtype in zip(args, self._dtypes)))
