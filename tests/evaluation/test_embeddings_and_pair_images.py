@@ -67,6 +67,24 @@ def test_the_compiled_function_sees_the_current_weights():
     np.testing.assert_allclose(keras.ops.convert_to_numpy(embed(images)), expected, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision_embeddings_are_float32_and_close_to_numpy(policy):
+    """A model built under a mixed policy computes in half precision; the embeddings come out float32, finite and
+    within half precision of the float64 NumPy features (zero images included: their features are the bias)."""
+    previous = keras.mixed_precision.global_policy().name
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        embedder, kernel, bias = _dense_embedder()
+        images = np.random.default_rng(4).uniform(-1, 1, (5,) + SHAPE).astype(np.float32)
+        images[0] = 0.0
+        got = verification.extract_embeddings(verification.flip_embedding_fn(embedder), [images[:2], images[2:]])
+    finally:
+        keras.mixed_precision.set_global_policy(previous)
+    assert got.dtype == np.float32 and np.isfinite(got).all()
+    kernel, bias = kernel.astype(np.float32), bias.astype(np.float32)  # the float32 variables of the policy
+    np.testing.assert_allclose(got, _numpy_flip_features(images, kernel, bias), rtol=0.05, atol=0.05)
+
+
 def test_extract_embeddings_refuses_no_batch():
     embedder, _, _ = _dense_embedder()
     with pytest.raises(ValueError, match="non-empty iterable of image batches"):
