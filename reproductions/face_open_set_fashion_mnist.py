@@ -3,7 +3,7 @@ r"""Open-set verification on Fashion-MNIST with the face pipeline: does the angu
 Writes (once) the training images of classes 0-4 as an identity folder, the test
 images of classes 5-9 as an LFW-style image folder and an LFW-format pairs.txt
 (10 folds x (300 matched + 300 mismatched), drawn with seed 0), then runs
-`python -m trainers.train_face --config configs/face/fashion_mnist_open_set.py:...`
+`python -m sphere_tf_cli.train_face --config sphere_tf/configs/face/fashion_mnist_open_set.py:...`
 for every (head, seed) and collects `lfw_accuracy`, `tar_at_far`, the angular
 Fisher score and the minimum inter-class angle into OUT/results.jsonl and a
 Markdown table (mean ± std over seeds).
@@ -27,7 +27,7 @@ from sphere_tf.data import faces
 from sphere_tf.data import fashion_mnist
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CONFIG = os.path.join(ROOT, "configs", "face", "fashion_mnist_open_set.py")
+CONFIG = os.path.join(ROOT, "sphere_tf", "configs", "face", "fashion_mnist_open_set.py")
 CLASS_NAMES = ("T-shirt", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
                "Ankle_boot")
 HEADS = {
@@ -77,7 +77,7 @@ def main(argv):
             workdir = os.path.join(out, f"{head}_s{seed}")
             started, cpu = time.time(), os.times()
             proc = subprocess.run(
-                [sys.executable, "-m", "trainers.train_face",
+                [sys.executable, "-m", "sphere_tf_cli.train_face",
                  f"--config={CONFIG}:{HEADS[head]},seed={seed},epochs={_EPOCHS.value}", f"--workdir={workdir}",
                  f"--config.data.manual_dir={data_dir}/train",
                  f"--config.verification.pairs={data_dir}/pairs.txt",

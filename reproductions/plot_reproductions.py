@@ -1,6 +1,6 @@
 r"""Figures and feature statistics of the Fashion-MNIST reproductions (docs/reproductions.md).
 
-Reads the run folders `trainers/sweep.py` wrote (`<runs>/<claim>/<variant>/seed_<n>/`) and writes
+Reads the run folders `sphere_tf_cli/sweep.py` wrote (`<runs>/<claim>/<variant>/seed_<n>/`) and writes
 
 * `docs/img/repro_no_relu_curves.png`: training loss / accuracy per 25-step interval (SphereNet Fig. 3(b));
 * `docs/img/repro_convnorm_curves.png`: training loss per interval, BN vs ConvNorm + BN;
@@ -48,7 +48,7 @@ def _runs(claim_dir):
 
 
 def _mean_std(values):
-    """Mean and sample std (ddof 1), as trainers/sweep.py's summaries."""
+    """Mean and sample std (ddof 1), as sphere_tf_cli/sweep.py's summaries."""
     values = np.asarray(values, np.float64)
     return {"mean": float(values.mean()), "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0,
             "n": int(len(values))}

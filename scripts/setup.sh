@@ -27,7 +27,7 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 if ! .venv/bin/python -c "import sphere_tf, pytest, hypothesis" >/dev/null 2>&1 \
-   || [ setup.py -nt .venv/.installed ]; then
+   || [ pyproject.toml -nt .venv/.installed ]; then
   .venv/bin/python -m pip install -q --upgrade pip >/dev/null
   .venv/bin/python -m pip install -q -e ".[tensorflow,test]"
   touch .venv/.installed
@@ -63,7 +63,7 @@ if [ "${SPHERE_TF_SKIP_TORCH:-0}" != 1 ]; then
   fi
   if ! .venv-torch/bin/python -c "import torch, keras, jax, grain, tensorboardX, PIL, foolbox, matplotlib, sphere_tf, pytest, hypothesis" \
        >/dev/null 2>&1 \
-     || [ setup.py -nt .venv-torch/.installed ]; then
+     || [ pyproject.toml -nt .venv-torch/.installed ]; then
     .venv-torch/bin/python -m pip install -q --upgrade pip >/dev/null
     .venv-torch/bin/python -m pip install -q "${TORCH_VENV_PACKAGES[@]}"
     # The package with its core dependencies only (Keras, NumPy, absl-py, ml_collections, Grain, tensorboardX,

@@ -7,23 +7,22 @@ Usage (from anywhere):
     python scripts/update_build.py --tracked  # only files in the git index (what a clone gets)
 
 What it writes:
-  * one `py_library` per top-level source directory that exists (`sphere_tf`, `trainers`,
-    `configs`, `bench`, `examples`, `reproductions`) whose `srcs` list every `*.py` below it,
+  * one `py_library` per top-level source directory that exists (`sphere_tf`, its paper configs
+    included, `sphere_tf_cli` (the runner's mains), `bench`, `examples`, `reproductions`) whose `srcs` list every `*.py` below it,
     with `imports = ["."]` so `import sphere_tf` works from the runfiles tree; `deps`
     between them come from the imports found in the files;
-  * one `py_binary` per script with an `if __name__ == "__main__":` block in `trainers/`,
+  * one `py_binary` per script with an `if __name__ == "__main__":` block in `sphere_tf_cli/`,
     `bench/`, `examples/` and `reproductions/` (`bazel run //:train_classifier -- --flags`);
   * `:test_support`, the non-test Python files under `tests/` (conftest.py, helpers);
   * one `py_test` per `tests/**/test_*.py`, named after its path (`//:tests/ops/test_angles`),
     run by pytest through `//tools/bazel:pytest_main.py`; `deps` are `:sphere_tf`,
     `:test_support` and every other library the file mentions (as an import, a module path
-    `trainers.x` or a file path `configs/...`).
+    `bench.x` or a file path `bench/...`).
 
 Test size and tags: the files in FAST_TESTS (the core operator maths and this coverage
 check) are tagged `bazel_fast`, the subset `.ci/run` runs through Bazel (every py_test
 starts TensorFlow, so the subset is kept short; add `# bazel-tags: bazel_fast` to a file to
-join it); tests under `tests/trainers/`,
-`tests/examples/`, `tests/reproductions/` and tests that start subprocesses are
+join it); tests under `tests/examples/`, `tests/reproductions/` and tests that start subprocesses are
 `size = "large"` (15 min timeout), the rest `medium` (5 min). A test file can override this
 with comment lines of its own:
     # bazel-size: enormous
@@ -42,9 +41,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BUILD_PATH = os.path.join(ROOT, "BUILD")
 
 # Top-level directories whose Python files become libraries, in BUILD order.
-LIBRARY_DIRS = ("sphere_tf", "trainers", "configs", "bench", "examples", "reproductions")
-# Directories whose `__main__` scripts also get a py_binary.
-BINARY_DIRS = ("trainers", "bench", "examples", "reproductions")
+LIBRARY_DIRS = ("sphere_tf", "sphere_tf_cli", "bench", "examples", "reproductions")
+# Directories whose `__main__` scripts also get a py_binary (in the library of their top-level directory).
+BINARY_DIRS = ("sphere_tf_cli", "bench", "examples", "reproductions")
 TESTS_DIR = "tests"
 PYTEST_MAIN = "//tools/bazel:pytest_main.py"
 FAST_TAG = "bazel_fast"
@@ -113,7 +112,7 @@ def _imported_top_levels(source):
 
 
 def _referenced_libraries(source, libraries):
-    """Libraries a file uses: imports, plus module (`trainers.x`) or path (`configs/x`) strings."""
+    """Libraries a file uses: imports, plus module (`bench.x`) or path (`bench/x`) strings."""
     used = _imported_top_levels(source) & set(libraries)
     for lib in libraries:
         if re.search(r"(?<![\w.])%s(?=[./])" % re.escape(lib), source) or re.search(
@@ -189,7 +188,7 @@ def _test_name(rel):
 def _test_size_and_tags(rel, source):
     size = "medium"
     parts = rel.split("/")
-    if (len(parts) > 2 and parts[1] in ("trainers", "examples", "reproductions")) or re.search(
+    if (len(parts) > 2 and parts[1] in ("examples", "reproductions")) or re.search(
         r"^\s*(import subprocess|from subprocess import)", source, re.M
     ):
         size = "large"
@@ -239,9 +238,6 @@ def generate():
         used = set()
         for rel in srcs:
             used |= _imported_top_levels(_read(rel)) & set(lib_names)
-        # Trainers read their configs by file path (--config configs/...).
-        if lib == "trainers" and "configs" in libraries:
-            used.add("configs")
         used.discard(lib)
         lib_deps[lib] = used
     lib_deps = _break_cycles(lib_deps, lib_names)
@@ -259,9 +255,11 @@ def generate():
 
     # Binaries for __main__ scripts.
     binaries = []
-    for lib in BINARY_DIRS:
+    for folder in BINARY_DIRS:
+        lib = folder.split("/")[0]
         for rel in libraries.get(lib, []):
-            if os.path.basename(rel) != "__init__.py" and _MAIN_RE.search(_read(rel)):
+            if (rel.startswith(folder + "/") and os.path.basename(rel) != "__init__.py"
+                    and _MAIN_RE.search(_read(rel))):
                 binaries.append((lib, rel))
     stems = [os.path.splitext(os.path.basename(rel))[0] for _, rel in binaries]
     taken = set(lib_names) | {"test_support"}

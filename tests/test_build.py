@@ -13,7 +13,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Directories whose every *.py must be in the srcs of a py_library or py_binary.
-MODULE_DIRS = ("sphere_tf", "trainers", "configs", "bench", "examples", "reproductions")
+MODULE_DIRS = ("sphere_tf", "sphere_tf_cli", "bench", "examples", "reproductions")
 TESTS_DIR = "tests"
 FIX = "run `python scripts/update_build.py` to regenerate BUILD"
 
@@ -140,7 +140,7 @@ def test_check_accepts_a_complete_build(tmp_path):
     "extra, expected",
     [
         ("sphere_tf/ops/new_op.py", "modules in no py_library/py_binary srcs: sphere_tf/ops/new_op.py"),
-        ("trainers/train_x.py", "modules in no py_library/py_binary srcs: trainers/train_x.py"),
+        ("sphere_tf_cli/train_x.py", "modules in no py_library/py_binary srcs: sphere_tf_cli/train_x.py"),
         ("reproductions/run_y.py", "modules in no py_library/py_binary srcs: reproductions/run_y.py"),
         ("tests/layers/test_new.py", "test files with no py_test: tests/layers/test_new.py"),
         ("tests/conftest.py", "test helpers (conftest etc.) in no target: tests/conftest.py"),
@@ -188,13 +188,15 @@ def test_generator_targets_sizes_tags_and_deps(tmp_path, monkeypatch):
     files = {
         "sphere_tf/__init__.py": "",
         "sphere_tf/ops/a.py": "import numpy as np\n",
-        "trainers/__init__.py": "",
-        "trainers/train.py": "from sphere_tf.ops import a\n\nif __name__ == '__main__':\n    pass\n",
-        "configs/base.py": "import ml_collections\n",
+        "sphere_tf_cli/__init__.py": "",
+        "sphere_tf_cli/train.py": "from sphere_tf.ops import a\n\nif __name__ == '__main__':\n    pass\n",
+        "sphere_tf/configs/base.py": "import ml_collections\n",
+        "bench/__init__.py": "",
+        "bench/bench_x.py": "import sphere_tf\n\nif __name__ == '__main__':\n    pass\n",
         "tests/conftest.py": "",
         "tests/ops/test_angles.py": "from sphere_tf.ops import a\n",
         "tests/ops/test_other.py": "from sphere_tf.ops import a\n",
-        "tests/trainers/test_train.py": "import subprocess\nCMD = ['-m', 'trainers.train']\n",
+        "tests/cli/test_train.py": "import subprocess\nCMD = ['-m', 'bench.bench_x']\n",
         "tests/layers/test_slow.py": "# bazel-size: enormous\n# bazel-tags: local, exclusive\n",
     }
     for rel, text in files.items():
@@ -204,16 +206,18 @@ def test_generator_targets_sizes_tags_and_deps(tmp_path, monkeypatch):
     assert check_build(str(tmp_path), text) == []
     rules = {attrs["name"]: (kind, attrs) for kind, attrs in parse_build(text) if "name" in attrs}
     assert rules["train"] == ("py_binary", rules["train"][1])
-    assert rules["train"][1]["main"] == "trainers/train.py"
-    assert rules["trainers"][1]["deps"] == [":sphere_tf", ":configs"]
-    assert "deps" not in rules["configs"][1]
+    assert (rules["train"][1]["main"], rules["train"][1]["deps"]) == ("sphere_tf_cli/train.py", [":sphere_tf_cli"])
+    assert rules["sphere_tf_cli"][1]["deps"] == [":sphere_tf"]
+    assert rules["bench_x"][1]["deps"] == [":bench"]
+    assert rules["bench"][1]["deps"] == [":sphere_tf"]
+    assert "sphere_tf/configs/base.py" in rules["sphere_tf"][1]["srcs"]
     assert rules["test_support"][1]["srcs"] == ["tests/conftest.py"]
     ops = rules["tests/ops/test_angles"][1]
     assert (ops["size"], ops["tags"], ops["deps"]) == ("medium", ["bazel_fast"], [":sphere_tf", ":test_support"])
     assert "tags" not in rules["tests/ops/test_other"][1]
-    train = rules["tests/trainers/test_train"][1]
+    train = rules["tests/cli/test_train"][1]
     assert train["size"] == "large" and "tags" not in train
-    assert train["deps"] == [":sphere_tf", ":trainers", ":test_support"]
+    assert train["deps"] == [":sphere_tf", ":bench", ":test_support"]
     slow = rules["tests/layers/test_slow"][1]
     assert (slow["size"], slow["tags"]) == ("enormous", ["exclusive", "local"])
 

@@ -61,7 +61,7 @@ def run_one(config_path, variant, seed, mode, data_dir, workdir):
     """Trains one (config, variant, seed) through the runner (`classifier.train_and_evaluate`) in `workdir`;
     returns its record.
 
-    The runner reads the data (Grain off TensorFlow), checkpoints, logs and evaluates as `trainers.run` does; two
+    The runner reads the data (Grain off TensorFlow), checkpoints, logs and evaluates as `sphere_tf_cli.run` does; two
     things are added for the record: the test set is evaluated after every pass (`evaluation.eval_every_steps` =
     one pass), and an `EarlyTrainingCurve` callback rides along. The 2-D feature statistics are computed after
     the run on the trained model (its final weights, batch statistics recomputed as the config says).

@@ -1,9 +1,9 @@
 r"""The full-data reproductions of docs/reproductions.md through the runner, on a host without TensorFlow.
 
-Each claim is a config under `configs/repro/` whose `full` argument gives the converged recipe (all 60,000
+Each claim is a config under `sphere_tf/configs/repro/` whose `full` argument gives the converged recipe (all 60,000
 Fashion-MNIST training images, or the claim's 10% subset, trained for tens of passes). Every (config, variant,
 seed) is one run of the runner itself (`sphere_tf.runners.classifier.train_and_evaluate`, what
-`trainers/train_classifier.py` runs: Grain input off TensorFlow, step checkpoints, TensorBoard scalars,
+`sphere_tf_cli/train_classifier.py` runs: Grain input off TensorFlow, step checkpoints, TensorBoard scalars,
 precise batch statistics, `results.json`) in `--out/runs/<claim>/<variant>/seed_<n>`, with two additions for
 the record (`full_data.run_one`): the test set evaluated after every pass, and the training accuracy of the first
 steps. No SavedModel is exported (`export=False`: TensorFlow Serving export needs TensorFlow).
@@ -33,13 +33,13 @@ from bench.gpu import full_data
 from sphere_tf.runners import sweep
 
 _CONFIGS = flags.DEFINE_list("configs", [
-    "configs/repro/fashion_mnist_no_relu.py", "configs/repro/fashion_mnist_convnorm_scarcity.py",
-    "configs/repro/fashion_mnist_mhe.py", "configs/repro/fashion_mnist_margin_2d.py",
+    "sphere_tf/configs/repro/fashion_mnist_no_relu.py", "sphere_tf/configs/repro/fashion_mnist_convnorm_scarcity.py",
+    "sphere_tf/configs/repro/fashion_mnist_mhe.py", "sphere_tf/configs/repro/fashion_mnist_margin_2d.py",
 ], "Config files; each one's SWEEP_VARIANTS are run.")
 _VARIANTS = flags.DEFINE_list("variants", [], "Variant strings to run (default: every config's SWEEP_VARIANTS).")
 _JOBS = flags.DEFINE_string(
     "jobs", "", "Semicolon-separated 'CONFIG|VARIANT' pairs to run instead of --configs × --variants (a variant "
-    "may hold commas: 'configs/repro/fashion_mnist_margin_2d.py|loss=softmax,recipe=paper').")
+    "may hold commas: 'sphere_tf/configs/repro/fashion_mnist_margin_2d.py|loss=softmax,recipe=paper').")
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds of every variant.")
 _MODE = flags.DEFINE_enum("mode", "full", ["full", "quick"], "The config argument: 'full' or 'quick' (dry run).")
 _OUT = flags.DEFINE_string("out", None, "Output folder.", required=True)

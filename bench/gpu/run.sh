@@ -55,19 +55,19 @@ echo "== CNN-9 benchmarks (PyTorch)"
 KERAS_BACKEND=torch python3 -m bench.bench_backends "${TORCH_BENCH[@]}" --modes=train,forward \
   --results_file="$OUT/bench_torch.jsonl" 2>&1 | grep -v "^WARNING" | tail -20 || status=1
 echo "== the README's main job through the runner (JAX)"
-MAIN_JOB=(--config=configs/dcnet/fashion_mnist_tanh_cosine.py --config.export=False --workdir="$OUT/main_job")
+MAIN_JOB=(--config=sphere_tf/configs/dcnet/fashion_mnist_tanh_cosine.py --config.export=False --workdir="$OUT/main_job")
 if [ "${SMALL:-0}" = 1 ]; then
   # Tiny generated archives in the Fashion-MNIST layout and the config's two-step variant on a tiny model.
   mkdir -p "$OUT/fashion_mnist"
   python3 -c "from sphere_tf.data import archive_writers as a; a.write_mnist('$OUT/fashion_mnist', n_train=64, n_test=16)"
-  MAIN_JOB=(--config=configs/dcnet/fashion_mnist_tanh_cosine.py:quick --config.export=False --workdir="$OUT/main_job"
+  MAIN_JOB=(--config=sphere_tf/configs/dcnet/fashion_mnist_tanh_cosine.py:quick --config.export=False --workdir="$OUT/main_job"
             --config.data.manual_dir="$OUT/fashion_mnist" --config.model.widths=[4] --config.model.convs_per_stage=1
             --config.model.dense_units=8)
 elif [ -n "${FASHION_MNIST_DIR:-}" ]; then
   MAIN_JOB+=(--config.data.manual_dir="$FASHION_MNIST_DIR")
 fi
 start=$(date +%s)
-KERAS_BACKEND=jax python3 -m trainers.train_classifier "${MAIN_JOB[@]}" 2>&1 \
+KERAS_BACKEND=jax python3 -m sphere_tf_cli.train_classifier "${MAIN_JOB[@]}" 2>&1 \
   | grep -v "^WARNING\|^I0000" | tail -15 || status=1
 echo "{\"main_job_wall_s\": $(( $(date +%s) - start ))}" > "$OUT/main_job_time.json"
 [ -f "$OUT/main_job/results.json" ] || status=1
@@ -78,7 +78,7 @@ if [ -n "${REPRO_BUDGET:-}" ]; then
   echo "== full-data reproductions through the runner (JAX)"
   if [ "${SMALL:-0}" = 1 ]; then
     REPRO=(--mode=quick --seeds=0 --workers=1 --data_dir="$OUT/fashion_mnist"
-           "--jobs=configs/repro/fashion_mnist_margin_2d.py|loss=lsoftmax_m2,recipe=paper")
+           "--jobs=sphere_tf/configs/repro/fashion_mnist_margin_2d.py|loss=lsoftmax_m2,recipe=paper")
   else
     REPRO=(--workers=8 --time_budget="$REPRO_BUDGET" ${FASHION_MNIST_DIR:+--data_dir="$FASHION_MNIST_DIR"})
   fi

@@ -8,7 +8,7 @@
 | `opt_cnn6/9`     | OPT (CVPR 2021) Table F.1; wy1iu/OPT `opt_gs/architecture.py` | [3×3; 64/64/64]×2 or 3 | 64 |
 | `mnist_2d`       | L-Softmax (ICML 2016) Table 2.1, "MNIST (Fig. 2)"  | [5×5; 32/64/128]×2      | 2          |
 | `dcnet_mnist_2d` | DCNet App. D (MNIST visualisation)                 | [3×3; 32/64/128]×2      | 256, 2     |
-| `small_cnn`      | the Fashion-MNIST network of `configs/dcnet/`      | [3×3; 32/64]×2          | 128        |
+| `small_cnn`      | the Fashion-MNIST network of `sphere_tf/configs/dcnet/`      | [3×3; 32/64]×2          | 128        |
 
 An optional stem (`stem='cifar'`: a 3×3 conv `conv0`; `'imagenet'`: 7×7/2 conv
 and 3×3/2 max-pool) comes first. Every conv is 'same' padded, stride 1, followed by BatchNorm and ReLU (each

@@ -250,7 +250,7 @@ def validate(config):
         raise validation.invalid_argument(
             "export", f"False here: the TF Serving export writes a SavedModel with TensorFlow, which is not installed "
             f"(Keras backend {keras.backend.backend()!r}); export the run's checkpoints/model.keras later where "
-            "TensorFlow is (python -m trainers.export, docs/export.md)", config["export"])
+            "TensorFlow is (sphere-tf export, docs/export.md)", config["export"])
     if _is_partial_fc(config["model"]):
         _check_partial_fc_run(config)
     return config

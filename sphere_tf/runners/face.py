@@ -299,7 +299,7 @@ def dry_run(config, probe_steps=3, class_memory_limit=DRY_RUN_CLASS_MEMORY_BYTES
     The config is checked as the run checks it (`face_sections`, then the runner's `validate`: the same errors).
     The steps count the identity folder `data.manual_dir` where it is a folder on this machine (its images, with
     `data.train_limit`, and identities, as the run reads them), else the published size the config's
-    `training_set` states (CASIA-WebFace, MS1M in configs/face/), else they are unknown. The time is
+    `training_set` states (CASIA-WebFace, MS1M in sphere_tf/configs/face/), else they are unknown. The time is
     `runners.classifier.dry_run`'s: the model, head and optimizer built and compiled as the run
     builds them (a Partial FC head as `PartialFCHead` with its own loss and `PartialFCOptimizer`, one device) on
     the folder's (or `training_set`'s) image shape and identity count, one step on a synthetic batch to compile,

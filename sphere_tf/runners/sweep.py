@@ -35,17 +35,20 @@ def load_config_module(path):
     """Imports a config file by path.
 
     Args:
-        path: str, a Python file defining `get_config(arg)`.
+        path: str, a Python file defining `get_config(arg)`, or a packaged config's name
+            (`sphere_tf.configs.config_path`).
 
     Returns:
         The module.
 
     Raises:
-        FileNotFoundError: `path` does not exist.
+        FileNotFoundError: `path` is neither a file nor a packaged config's name.
         ValueError: the module has no `get_config`.
     """
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"--config: no config file {path!r}.")
+    try:
+        path = configs.config_path(path)
+    except configs.ConfigNotFoundError as error:
+        raise FileNotFoundError(str(error)) from None
     spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -1,4 +1,4 @@
-"""`python -m trainers.train_adversarial` end to end on the quick variant (generated Fashion-MNIST idx files)."""
+"""`python -m sphere_tf_cli.train_adversarial` end to end on the quick variant (generated Fashion-MNIST idx files)."""
 
 import gzip
 import json
@@ -29,8 +29,8 @@ def test_quick_variant_writes_results_tables_and_plot(tmp_path):
     _write_idx(str(data), "train", 64, rng)
     _write_idx(str(data), "t10k", 32, rng)
     workdir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "trainers.train_adversarial",
-           "--config", os.path.join(REPO, "configs", "adversarial", "fashion_mnist_cnn9.py") + ":quick",
+    cmd = [sys.executable, "-m", "sphere_tf_cli.train_adversarial",
+           "--config", os.path.join(REPO, "sphere_tf", "configs", "adversarial", "fashion_mnist_cnn9.py") + ":quick",
            "--workdir", str(workdir), f"--config.data.manual_dir={data}"]
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -121,7 +121,7 @@ def test_missing_keras_backend_gets_a_hint_naming_keras_backend(tmp_path):
 def test_runner_backend_flag_names_a_backend_that_is_not_installed(tmp_path):
     if importlib.util.find_spec("torch") is not None:
         pytest.fail("this test needs the main venv without PyTorch (scripts/setup.sh keeps it there)")
-    command = [sys.executable, "-m", "trainers.run", "--config", "configs/dcnet/fashion_mnist_tanh_cosine.py",
+    command = [sys.executable, "-m", "sphere_tf_cli.run", "--config", "sphere_tf/configs/dcnet/fashion_mnist_tanh_cosine.py",
                "--workdir", str(tmp_path), "--backend", "torch"]
     result = subprocess.run(command, cwd=interpreters.REPO,
                             env=interpreters.environment("tensorflow"), capture_output=True, text=True, timeout=300)

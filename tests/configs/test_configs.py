@@ -1,4 +1,4 @@
-"""Every config under configs/ loads, validates, and its `quick` variant trains two steps of the configured model."""
+"""Every config under sphere_tf/configs/ loads, validates, and its `quick` variant trains two steps of the configured model."""
 
 import glob
 import importlib.util
@@ -9,7 +9,7 @@ import keras
 import numpy as np
 import pytest
 
-from configs import common
+from sphere_tf.configs import common
 from sphere_tf import layers
 from sphere_tf.data import fashion_mnist
 from sphere_tf.runners import classifier
@@ -19,7 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # validate every variant and run every quick variant on generated archives: tests/configs/test_paper_configs_a.py
 # (spherenet, dcnet tables, convnorm), test_paper_configs_b.py (losses, mhe, comhe, opt), test_repro_configs.py
 # (repro), tests/evaluation (face), tests/adversarial (adversarial).
-CONFIG_FILES = sorted(glob.glob(os.path.join(ROOT, "configs", "dcnet", "fashion_mnist_*.py")))
+CONFIG_FILES = sorted(glob.glob(os.path.join(ROOT, "sphere_tf", "configs", "dcnet", "fashion_mnist_*.py")))
 
 
 def _load(path):
@@ -36,7 +36,7 @@ def test_there_are_configs():
 @pytest.mark.parametrize("path", CONFIG_FILES, ids=lambda p: os.path.relpath(p, ROOT))
 def test_config_loads_and_validates(path):
     module = _load(path)
-    assert module.__doc__ and "python -m trainers." in module.__doc__
+    assert module.__doc__ and "sphere-tf " in module.__doc__
     classifier.validate(module.get_config())
     classifier.validate(module.get_config("quick"))
 

@@ -74,9 +74,9 @@ def _build_model(checked):
 
 def test_every_config_file_is_listed():
     found = {
-        os.path.relpath(p, os.path.join(ROOT, "configs"))
+        os.path.relpath(p, os.path.join(ROOT, "sphere_tf", "configs"))
         for folder in ("spherenet", "dcnet", "convnorm")
-        for p in glob.glob(os.path.join(ROOT, "configs", folder, "*.py"))
+        for p in glob.glob(os.path.join(ROOT, "sphere_tf", "configs", folder, "*.py"))
         if os.path.basename(p) != "__init__.py"
     }
     assert found - {"dcnet/fashion_mnist_tanh_cosine.py"} == set(CELLS)
@@ -116,8 +116,8 @@ def test_bad_variant_values_name_the_argument_and_choices(relpath):
 @pytest.mark.parametrize("relpath", sorted(CELLS))
 def test_docstring_names_the_run_command(relpath):
     doc = _module(relpath).__doc__
-    assert f"--config configs/{relpath}:" in doc
-    assert "python -m trainers.train_classifier" in doc and "quick" in doc
+    assert f"--config sphere_tf/configs/{relpath}:" in doc
+    assert "python -m sphere_tf_cli.train_classifier" in doc and "quick" in doc
 
 
 # -- the papers' recipes (values typed from the papers) ------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The paper configs of part B (configs/losses, mhe, comhe, opt): every variant validates, every quick run trains.
+"""The paper configs of part B (sphere_tf/configs/losses, mhe, comhe, opt): every variant validates, every quick run trains.
 
 Each config module declares `VARIANTS` (argument -> the table's choices) and
 `UNAVAILABLE` (partial variant dicts of the cells the paper marks N/A or that
@@ -20,7 +20,7 @@ import os
 import numpy as np
 import pytest
 
-from configs import common
+from sphere_tf.configs import common
 from sphere_tf import models as models_lib
 from sphere_tf import regularizers as regularizers_lib
 from sphere_tf.data import archive_writers
@@ -31,7 +31,7 @@ from sphere_tf.training import regularization
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PACKAGES = ("losses", "mhe", "comhe", "opt")
 CONFIG_FILES = sorted(
-    p for package in PACKAGES for p in glob.glob(os.path.join(ROOT, "configs", package, "*.py"))
+    p for package in PACKAGES for p in glob.glob(os.path.join(ROOT, "sphere_tf", "configs", package, "*.py"))
     if os.path.basename(p) != "__init__.py"
 )
 
@@ -44,7 +44,7 @@ def _load(path):
 
 
 def _ids(path):
-    return os.path.relpath(path, os.path.join(ROOT, "configs"))
+    return os.path.relpath(path, os.path.join(ROOT, "sphere_tf", "configs"))
 
 
 def _combinations(module):
@@ -70,8 +70,8 @@ def test_there_are_configs_for_every_paper():
 def test_every_variant_validates(path):
     """Every cell of the table validates; the cells the paper marks N/A raise, naming why."""
     module = _load(path)
-    assert module.__doc__ and "python -m trainers.train_classifier" in module.__doc__
-    assert f"configs/{_ids(path)}" in module.__doc__  # the command names this file
+    assert module.__doc__ and "python -m sphere_tf_cli.train_classifier" in module.__doc__
+    assert f"sphere_tf/configs/{_ids(path)}" in module.__doc__  # the command names this file
     assert module.VARIANTS and all(module.VARIANTS.values())
     # `validate` builds no model: it checks every key, the model name, its options and operator specs
     # (`_check_model`) and every regularizer entry; the quick runs below build and train each config's default cell.
@@ -189,7 +189,7 @@ def test_class_limits_keep_that_many_images_per_class(tmp_path):
 def test_imbalanced_configs_name_the_minority_classes(archives, tmp_path):
     """Table 5.7's Err. (S) is the error on the class kept at 10% (class 0; App. D.1), D.6's single setting cuts
     classes 0-9 (App. D.8.1), Fig. 5.4 keeps 100 zeros; the multiple settings name none."""
-    module = _load(os.path.join(ROOT, "configs", "mhe", "table5_7_imbalanced.py"))
+    module = _load(os.path.join(ROOT, "sphere_tf", "configs", "mhe", "table5_7_imbalanced.py"))
     want = {("cifar10", "single"): [0], ("cifar100", "single"): list(range(10)),
             ("cifar10", "multiple"): [], ("cifar100", "multiple"): []}
     for (data, setting), classes in want.items():
@@ -198,7 +198,7 @@ def test_imbalanced_configs_name_the_minority_classes(archives, tmp_path):
         limits = list(config.data.class_limits)
         if classes:  # the minority classes are exactly the cut ones
             assert [c for c, k in enumerate(limits) if k] == classes
-    fig = _load(os.path.join(ROOT, "configs", "mhe", "fig5_4_mnist_imbalance.py")).get_config()
+    fig = _load(os.path.join(ROOT, "sphere_tf", "configs", "mhe", "fig5_4_mnist_imbalance.py")).get_config()
     assert list(fig.evaluation.minority_classes) == [0] and list(fig.data.class_limits) == [100]
     config = module.get_config("quick")
     config.data.manual_dir = archives["cifar10"][0]
@@ -213,14 +213,14 @@ def test_srip_rows_carry_the_authors_constants(archives, tmp_path):
     200), typed here from the authors' code; the 75k-iteration CIFAR runs are 200 runner epochs."""
     authors = [[1, 1.0], [21, 1e-3], [51, 1e-4], [71, 1e-6], [121, 0.0]]
     for name in ("table6_1_variants.py", "table6_6_resnet32.py"):
-        config = _load(os.path.join(ROOT, "configs", "comhe", name)).get_config("method=srip")
+        config = _load(os.path.join(ROOT, "sphere_tf", "configs", "comhe", name)).get_config("method=srip")
         entry = config.regularizers[-1]
         assert (entry["name"], entry["factor"], entry["power_iterations"]) == ("srip", 0.01, 2)
         assert [list(p) for p in entry["schedule"]] == authors
         assert classifier.run_length(config.train, 50000 // 128) == (375, 200)
-    imagenet = _load(os.path.join(ROOT, "configs", "comhe", "table6_7_imagenet.py")).get_config("method=srip")
+    imagenet = _load(os.path.join(ROOT, "sphere_tf", "configs", "comhe", "table6_7_imagenet.py")).get_config("method=srip")
     assert [p[0] for p in imagenet.regularizers[-1]["schedule"]] == [1, 6, 13, 18, 31]  # 50 epochs of 10k
-    config = _load(os.path.join(ROOT, "configs", "comhe", "table6_1_variants.py")).get_config("quick,method=srip")
+    config = _load(os.path.join(ROOT, "sphere_tf", "configs", "comhe", "table6_1_variants.py")).get_config("quick,method=srip")
     config.data.manual_dir = archives["cifar100"][0]
     results = classifier.train_and_evaluate(config, str(tmp_path))
     assert "weight_decay+srip" in set(results["regularized_layers"].values())  # summed with weight decay
@@ -247,7 +247,7 @@ def test_plain_cnn_stem_and_first_operator():
 def test_energy_curve_figures_track_the_hidden_layers_of_every_method(archives, tmp_path):
     """CoMHE Fig. 6.1 / Figs. E.2–E.5: Table E.3's CNN-3 / CNN-9, rotation training as OPT-GS without weight
     decay, and the energy of the same hidden layers logged for every method, the unregularized ones included."""
-    module = _load(os.path.join(ROOT, "configs", "comhe", "fig6_1_energy_curves.py"))
+    module = _load(os.path.join(ROOT, "sphere_tf", "configs", "comhe", "fig6_1_energy_curves.py"))
     for model, convs in (("cnn3", 1), ("cnn9", 3)):
         for method in module.METHODS:
             config = module.get_config(f"method={method},model={model},bn=off")

@@ -1,4 +1,4 @@
-"""The Fashion-MNIST reproduction configs (configs/repro/) and the sweep driver (trainers/sweep.py).
+"""The Fashion-MNIST reproduction configs (sphere_tf/configs/repro/) and the sweep driver (sphere_tf_cli/sweep.py).
 
 Every variant of every config validates; every config's quick variant trains two steps on the real
 Fashion-MNIST files; the sweep's mean ± std matches hand-computed values and the runs' own results.json; the
@@ -21,7 +21,7 @@ from sphere_tf.runners import classifier
 from sphere_tf.runners import sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-REPRO = os.path.join(ROOT, "configs", "repro")
+REPRO = os.path.join(ROOT, "sphere_tf", "configs", "repro")
 CONFIG_FILES = sorted(p for p in glob.glob(os.path.join(REPRO, "*.py")) if not p.endswith("__init__.py"))
 
 # Every config's variant axes (argument -> choices), as its docstring lists them.
@@ -47,7 +47,7 @@ def test_every_config_has_axes():
 @pytest.mark.parametrize("path", CONFIG_FILES, ids=os.path.basename)
 def test_every_variant_validates(path):
     module = sweep.load_config_module(path)
-    assert "python -m trainers.sweep" in module.__doc__
+    assert "python -m sphere_tf_cli.sweep" in module.__doc__
     variants = list(_variants(path))
     for variant in variants + [v + ",quick" for v in variants]:
         config = classifier.validate(module.get_config(variant))
@@ -316,7 +316,7 @@ def test_sweep_dry_run_refuses_a_config_the_runner_refuses(tmp_path):
     """A variant whose config fails `classifier.validate`: the dry run raises the sweep's ConfigError."""
     config_file = tmp_path / "cfg.py"
     config_file.write_text(
-        "from configs.repro import fashion_mnist_no_relu as base\n"
+        "from sphere_tf.configs.repro import fashion_mnist_no_relu as base\n"
         "def get_config(arg=None):\n"
         "    config = base.get_config('quick')\n"
         "    config.data.augmentation = arg\n"
@@ -332,7 +332,7 @@ def test_sweep_dry_run_refuses_a_config_the_runner_refuses(tmp_path):
 
 
 def _sweep_main(args, cwd):
-    return subprocess.run([sys.executable, "-m", "trainers.sweep", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "sphere_tf_cli.sweep", *args], cwd=cwd,
                           env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=300)
 
 

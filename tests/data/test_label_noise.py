@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from configs import common
+from sphere_tf.configs import common
 from sphere_tf.data import archive_writers
 from sphere_tf.data import datasets
 from sphere_tf.data import label_noise

@@ -236,7 +236,7 @@ def test_failing_format_leaves_nothing(tmp_path, monkeypatch):
 
 
 def test_trainer_formats_flag(tmp_path, capsys):
-    from trainers import export as trainer  # pylint: disable=import-outside-toplevel
+    from sphere_tf_cli import export as trainer  # pylint: disable=import-outside-toplevel
 
     workdir = tmp_path / "run"
     (workdir / "checkpoints").mkdir(parents=True)
@@ -277,7 +277,7 @@ def test_cli_export_to_onnx_and_tflite_is_quiet(tmp_path):
     (workdir / "config.json").write_text(json.dumps({"model": {"name": "small"}, "data": {"normalization": "none"}}))
     base = tmp_path / "models"
     proc = subprocess.run(
-        [sys.executable, "-m", "trainers.export", f"--workdir={workdir}", f"--export_base={base}",
+        [sys.executable, "-m", "sphere_tf_cli.export", f"--workdir={workdir}", f"--export_base={base}",
          "--formats=onnx,tflite"], cwd=root, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (base / "small" / "1.onnx").exists() and (base / "small" / "1.tflite").exists()

@@ -209,7 +209,7 @@ def test_trainer_exports_a_workdir(tmp_path):
     base = tmp_path / "models"
     # The absl main in its own process (absl flags are process-global: mains are not imported in tests).
     proc = subprocess.run(
-        [sys.executable, "-m", "trainers.export", f"--workdir={workdir}", f"--export_base={base}", "--version=7",
+        [sys.executable, "-m", "sphere_tf_cli.export", f"--workdir={workdir}", f"--export_base={base}", "--version=7",
          "--noverify"], cwd=ROOT, capture_output=True, text=True, timeout=300,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -218,7 +218,7 @@ def test_trainer_exports_a_workdir(tmp_path):
     out = tf.saved_model.load(str(path)).signatures["serving_default"](images=tf.constant(pixels))
     np.testing.assert_allclose(out["logits"].numpy(), model(pixels.astype(np.float32)).numpy(), rtol=1e-5, atol=1e-4)
     missing = subprocess.run(
-        [sys.executable, "-m", "trainers.export", f"--workdir={tmp_path}", f"--export_base={base}"], cwd=ROOT,
+        [sys.executable, "-m", "sphere_tf_cli.export", f"--workdir={tmp_path}", f"--export_base={base}"], cwd=ROOT,
         capture_output=True, text=True, timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
     assert missing.returncode != 0 and "config.json" in missing.stderr
 

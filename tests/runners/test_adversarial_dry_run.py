@@ -1,4 +1,4 @@
-"""`experiment.dry_run` / `trainers.train_adversarial --dry_run`: every model the experiment would train (targets and
+"""`experiment.dry_run` / `sphere_tf_cli.train_adversarial --dry_run`: every model the experiment would train (targets and
 black-box sources), their steps and a measured time estimate; nothing trained, nothing written."""
 
 import importlib.util
@@ -12,7 +12,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def quick_config():
-    path = os.path.join(REPO, "configs", "adversarial", "fashion_mnist_cnn9.py")
+    path = os.path.join(REPO, "sphere_tf", "configs", "adversarial", "fashion_mnist_cnn9.py")
     spec = importlib.util.spec_from_file_location("adv_config", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

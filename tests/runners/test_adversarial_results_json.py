@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from configs.adversarial import fashion_mnist_cnn9
+from sphere_tf.configs.adversarial import fashion_mnist_cnn9
 from sphere_tf.runners import adversarial as experiment
 from tests.adversarial.test_adv_cli import _write_idx
 

@@ -31,7 +31,7 @@ PLOTS = importlib.util.find_spec("matplotlib") is not None
 # The quick config on two models (a plain and a decoupled CNN), then the framework modules the process imported.
 RUN_CHILD = r"""
 import json, sys
-from configs.adversarial import fashion_mnist_cnn9
+from sphere_tf.configs.adversarial import fashion_mnist_cnn9
 from sphere_tf.runners import adversarial
 config = fashion_mnist_cnn9.get_config("quick")
 config.data.manual_dir = sys.argv[1]

@@ -28,7 +28,7 @@ from tests.runners._resume import tiny_config
 pytestmark = pytest.mark.tensorflow_only
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CONFIG = os.path.join(REPO, "configs", "dcnet", "fashion_mnist_tanh_cosine.py")
+CONFIG = os.path.join(REPO, "sphere_tf", "configs", "dcnet", "fashion_mnist_tanh_cosine.py")
 TORCH_PYTHON = os.path.join(os.path.dirname(sys.prefix), ".venv-torch", "bin", "python")  # beside this venv
 TINY_MODEL = ["--config.model.widths=[4]", "--config.model.convs_per_stage=1", "--config.model.dense_units=8"]
 
@@ -38,7 +38,7 @@ def env(backend, **extra):
 
 
 def trainer(*args, backend="tensorflow", python=sys.executable, **run):
-    return subprocess.run([python, "-m", "trainers.train_classifier", f"--config={CONFIG}:quick", *args],
+    return subprocess.run([python, "-m", "sphere_tf_cli.train_classifier", f"--config={CONFIG}:quick", *args],
                           cwd=REPO, env=env(backend), capture_output=True, text=True, **run)
 
 
@@ -160,12 +160,12 @@ def test_without_tensorflow_the_export_says_what_to_install(tmp_path):
 @pytest.mark.skipif(not os.path.exists(TORCH_PYTHON), reason="needs the PyTorch venv without TensorFlow")
 def test_a_run_trained_without_tensorflow_exports_for_serving_in_one_command(archives, tmp_path):
     """The documented route (docs/runner.md, Backends): train on PyTorch where TensorFlow is not installed, then
-    `python -m trainers.export` where it is; the SavedModel serves what the .keras file computes."""
+    `python -m sphere_tf_cli.export` where it is; the SavedModel serves what the .keras file computes."""
     workdir, base = str(tmp_path / "run"), str(tmp_path / "models")
     proc = trainer(f"--workdir={workdir}", "--backend=torch", "--config.export=False",
                    f"--config.data.manual_dir={archives}", *TINY_MODEL, python=TORCH_PYTHON, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    proc = subprocess.run([sys.executable, "-m", "trainers.export", f"--workdir={workdir}", f"--export_base={base}"],
+    proc = subprocess.run([sys.executable, "-m", "sphere_tf_cli.export", f"--workdir={workdir}", f"--export_base={base}"],
                           cwd=REPO, env=env("tensorflow"), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     # compile=False: the file records PyTorch's Adam class (keras.src.backend.torch.optimizers), which Keras can

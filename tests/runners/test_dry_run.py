@@ -1,4 +1,4 @@
-"""`classifier.dry_run` / `trainers.train_classifier --dry_run`: the resolved recipe, the step count and a measured
+"""`classifier.dry_run` / `sphere_tf_cli.train_classifier --dry_run`: the resolved recipe, the step count and a measured
 time estimate, before anything trains or is written."""
 
 import os
@@ -49,7 +49,7 @@ def test_measured_estimate_and_evaluations():
 def test_the_trainer_flag_prints_the_plan_and_writes_nothing(tmp_path):
     workdir = tmp_path / "never"
     result = subprocess.run(
-        [sys.executable, "-m", "trainers.train_classifier", "--config=configs/repro/fashion_mnist_mhe.py:full=True",
+        [sys.executable, "-m", "sphere_tf_cli.train_classifier", "--config=sphere_tf/configs/repro/fashion_mnist_mhe.py:full=True",
          "--dry_run", "--dry_run_steps=1", f"--workdir={workdir}"],
         cwd=REPO, env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -17,7 +17,7 @@ from sphere_tf.runners import face
 from sphere_tf.runners import classifier
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CONFIGS = sorted(p for p in glob.glob(os.path.join(ROOT, "configs", "face", "*.py"))
+CONFIGS = sorted(p for p in glob.glob(os.path.join(ROOT, "sphere_tf", "configs", "face", "*.py"))
                  if os.path.basename(p) not in ("__init__.py", "recipe.py"))
 
 
@@ -78,9 +78,9 @@ def _reference_accuracy(model, images_dir, pairs_path, reference):
 
 def test_train_face_and_eval_verification_clis(tmp_path, lfw_reference):
     train, images, pairs = _write_identities(tmp_path)
-    config = os.path.join(ROOT, "configs", "face", "sphereface_margins.py")
+    config = os.path.join(ROOT, "sphere_tf", "configs", "face", "sphereface_margins.py")
     workdir = str(tmp_path / "run")
-    out = _run("trainers.train_face", f"--config={config}:quick,depth=4", f"--workdir={workdir}",
+    out = _run("sphere_tf_cli.train_face", f"--config={config}:quick,depth=4", f"--workdir={workdir}",
                f"--config.data.manual_dir={train}", f"--config.verification.pairs={pairs}",
                f"--config.verification.images={images}", "--config.verification.image_pattern={name}/{name}_"
                "{index:04d}.png")
@@ -92,7 +92,7 @@ def test_train_face_and_eval_verification_clis(tmp_path, lfw_reference):
     assert model.name == "sphereface4" and int(model.optimizer.iterations) == 2
 
     # The evaluation CLI in its own process (absl flags are process-global: mains are not imported in tests).
-    out = _run("trainers.eval_verification", f"--workdir={workdir}", f"--pairs={pairs}", f"--images={images}",
+    out = _run("sphere_tf_cli.eval_verification", f"--workdir={workdir}", f"--pairs={pairs}", f"--images={images}",
                "--image_pattern={name}/{name}_{index:04d}.png")
     assert "Verification accuracy:" in out
     with open(os.path.join(workdir, "results.json")) as f:
@@ -116,7 +116,7 @@ def png_run(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("png_run")
     train, images, pairs = _write_identities(tmp_path)
     workdir = str(tmp_path / "run")
-    out = _run("trainers.train_face", f"--config={os.path.join(ROOT, 'configs', 'face', 'sphereface_margins.py')}"
+    out = _run("sphere_tf_cli.train_face", f"--config={os.path.join(ROOT, 'sphere_tf', 'configs', 'face', 'sphereface_margins.py')}"
                ":quick,depth=4", f"--workdir={workdir}", f"--config.data.manual_dir={train}",
                f"--config.verification.pairs={pairs}", f"--config.verification.images={images}",
                f"--config.verification.image_pattern={PNG_PATTERN}")
@@ -156,7 +156,7 @@ def test_train_face_prints_tar_at_far_as_a_table(png_run):
 def test_eval_verification_reads_the_runs_image_pattern(png_run):
     workdir, images, pairs, _ = png_run
     # No --image_pattern: the run's PNG pattern, not LFW's .jpg default, locates the images.
-    out = _run("trainers.eval_verification", f"--workdir={workdir}", f"--pairs={pairs}", f"--images={images}")
+    out = _run("sphere_tf_cli.eval_verification", f"--workdir={workdir}", f"--pairs={pairs}", f"--images={images}")
     assert "Verification accuracy:" in out
     with open(os.path.join(workdir, "results.json")) as f:
         results = json.load(f)
@@ -172,7 +172,7 @@ def test_evaluate_workdir_without_a_model_is_named(tmp_path):
 @pytest.mark.parametrize("path", CONFIGS, ids=os.path.basename)
 def test_face_configs_validate(path):
     module = _load(path)
-    assert module.__doc__ and "python -m trainers.train_face" in module.__doc__
+    assert module.__doc__ and "python -m sphere_tf_cli.train_face" in module.__doc__
     # The quick variant is validated (the model probe at full width costs seconds per config); the full
     # variant differs in sizes, steps and schedule only, checked below.
     runner_config, section = face.split_config(module.get_config("quick"))

@@ -1,4 +1,4 @@
-"""`face.dry_run` / `trainers.train_face --dry_run`: the resolved face config, the step count (the identity folder's
+"""`face.dry_run` / `sphere_tf_cli.train_face --dry_run`: the resolved face config, the step count (the identity folder's
 images, else the config's published `training_set`), the class matrix's memory and a measured time estimate,
 before anything trains or is written."""
 
@@ -13,16 +13,16 @@ import sys
 import pytest
 
 from bench import synthetic_identities
-from configs.face import partial_fc_ms1m
-from configs.face import recipe
-from configs.face import sphereface_margins
+from sphere_tf.configs.face import partial_fc_ms1m
+from sphere_tf.configs.face import recipe
+from sphere_tf.configs.face import sphereface_margins
 from sphere_tf.runners import face
 from sphere_tf.runners import classifier
 
 pytestmark = pytest.mark.tensorflow_only
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CONFIGS = sorted(p for p in glob.glob(os.path.join(ROOT, "configs", "face", "*.py"))
+CONFIGS = sorted(p for p in glob.glob(os.path.join(ROOT, "sphere_tf", "configs", "face", "*.py"))
                  if os.path.basename(p) not in ("__init__.py", "recipe.py"))
 IDENTITIES, PER_IDENTITY, SHAPE = 5, 5, (12, 10, 3)
 EPOCHS = 3
@@ -81,7 +81,7 @@ def test_trainer_dry_run_of_each_quick_config(path, identities, tmp_path):
     before = _listing(identities)
     # Epochs of one pass over the folder (not the quick variant's fixed 2 steps), so the count depends on the data.
     proc = subprocess.run(
-        [sys.executable, "-m", "trainers.train_face", f"--config={path}:quick", "--dry_run", "--dry_run_steps=1",
+        [sys.executable, "-m", "sphere_tf_cli.train_face", f"--config={path}:quick", "--dry_run", "--dry_run_steps=1",
          f"--workdir={workdir}", f"--config.data.manual_dir={identities}", "--config.train.steps=0",
          "--config.train.steps_per_epoch=0", f"--config.train.epochs={EPOCHS}"],
         cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True, text=True, timeout=300)

@@ -23,13 +23,13 @@ import sphere_tf  # noqa: F401  (registers the layers for load_model)
 pytestmark = pytest.mark.backend_only("jax", "torch")
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-MARGINS = os.path.join(REPO, "configs", "face", "sphereface_margins.py")
-PARTIAL_FC = os.path.join(REPO, "configs", "face", "partial_fc_webface.py")
+MARGINS = os.path.join(REPO, "sphere_tf", "configs", "face", "sphereface_margins.py")
+PARTIAL_FC = os.path.join(REPO, "sphere_tf", "configs", "face", "partial_fc_webface.py")
 BACKEND = keras.backend.backend()
 PNG_PATTERN = "{name}/{name}_{index:04d}.png"
 TENSORFLOW_INSTALLED = importlib.util.find_spec("tensorflow") is not None
 
-# Runs a module's main (`trainers.train_face`, ...) with the given argv, then prints the TensorFlow modules loaded.
+# Runs a module's main (`sphere_tf_cli.train_face`, ...) with the given argv, then prints the TensorFlow modules loaded.
 CLI_CHILD = r"""
 import json, runpy, sys
 sys.argv = sys.argv[1:]
@@ -108,7 +108,7 @@ def _tensorflow_modules(proc):
 def test_train_then_verify_a_sphereface_margin_run(face_data, tmp_path, lfw_reference):
     train, images, pairs = face_data
     workdir = str(tmp_path / "run")
-    proc = _cli("trainers.train_face", f"--config={MARGINS}:quick,depth=4", f"--workdir={workdir}",
+    proc = _cli("sphere_tf_cli.train_face", f"--config={MARGINS}:quick,depth=4", f"--workdir={workdir}",
                 f"--backend={BACKEND}", f"--config.data.manual_dir={train}", f"--config.verification.pairs={pairs}",
                 f"--config.verification.images={images}", f"--config.verification.image_pattern={PNG_PATTERN}")
     assert _tensorflow_modules(proc) == [], proc.stdout[-2000:]
@@ -124,7 +124,7 @@ def test_train_then_verify_a_sphereface_margin_run(face_data, tmp_path, lfw_refe
     assert results["angular_fisher_score"] > 0
 
     # The evaluation CLI on the finished run, in its own process: the same figures, still no TensorFlow.
-    proc = _cli("trainers.eval_verification", f"--workdir={workdir}", f"--pairs={pairs}", f"--images={images}")
+    proc = _cli("sphere_tf_cli.eval_verification", f"--workdir={workdir}", f"--pairs={pairs}", f"--images={images}")
     assert _tensorflow_modules(proc) == [] and "Verification accuracy:" in proc.stdout
     with open(os.path.join(workdir, "results.json")) as f:
         again = json.load(f)
@@ -137,7 +137,7 @@ def test_partial_fc_run_trains_and_verifies(face_data, tmp_path):
     train, images, pairs = face_data
     workdir = str(tmp_path / "run")
     shard = [] if BACKEND == "jax" else ["--config.model.head.shard_classes=False"]
-    proc = _cli("trainers.train_face", f"--config={PARTIAL_FC}:quick", f"--workdir={workdir}",
+    proc = _cli("sphere_tf_cli.train_face", f"--config={PARTIAL_FC}:quick", f"--workdir={workdir}",
                 f"--config.data.manual_dir={train}", f"--config.verification.pairs={pairs}",
                 f"--config.verification.images={images}", f"--config.verification.image_pattern={PNG_PATTERN}",
                 *shard)
@@ -151,7 +151,7 @@ def test_partial_fc_run_trains_and_verifies(face_data, tmp_path):
 @pytest.mark.backend_only("torch")
 def test_class_sharding_on_pytorch_fails_in_one_line_before_data_is_read(tmp_path):
     workdir = str(tmp_path / "run")
-    proc = _cli("trainers.train_face", f"--config={PARTIAL_FC}:quick", f"--workdir={workdir}",
+    proc = _cli("sphere_tf_cli.train_face", f"--config={PARTIAL_FC}:quick", f"--workdir={workdir}",
                 "--config.data.manual_dir=/nonexistent", expect_rc=1)
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("Error: Invalid value for argument `model.head.shard_classes`"), last
@@ -163,7 +163,7 @@ def test_class_sharding_on_pytorch_fails_in_one_line_before_data_is_read(tmp_pat
                     "(the backend suites' .venv-torch)")
 def test_without_tensorflow_the_export_fails_in_one_line_before_data_is_read(tmp_path):
     workdir = str(tmp_path / "run")
-    proc = _cli("trainers.train_face", f"--config={MARGINS}:quick,depth=4", f"--workdir={workdir}",
+    proc = _cli("sphere_tf_cli.train_face", f"--config={MARGINS}:quick,depth=4", f"--workdir={workdir}",
                 "--config.data.manual_dir=/nonexistent", "--config.export=True", expect_rc=1)
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("Error: Invalid value for argument `export`") and f"{BACKEND!r}" in last, last

@@ -22,7 +22,7 @@ from tensorflow.core.protobuf import saved_model_pb2
 
 import sphere_tf
 from bench import synthetic_identities
-from configs.face import partial_fc_webface
+from sphere_tf.configs.face import partial_fc_webface
 from sphere_tf.runners import face
 from sphere_tf.export import serving
 from sphere_tf.training import checkpoint

@@ -1,7 +1,7 @@
 """The classifier runner on JAX and PyTorch without TensorFlow (the backend suites run it in `.venv-torch`).
 
 The README's main job as a user of either backend runs it: Grain reads the data, array checkpoints hold the
-state, tensorboardX writes the scalars. Each run is a child process (`trainers.train_classifier`, or
+state, tensorboardX writes the scalars. Each run is a child process (`sphere_tf_cli.train_classifier`, or
 `classifier.train_and_evaluate` killed with SIGKILL mid-run), so the backend and what it imports are the user's.
 """
 
@@ -24,7 +24,7 @@ from tests.runners._resume import tiny_config
 pytestmark = pytest.mark.backend_only("jax", "torch")
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CONFIG = os.path.join(REPO, "configs", "dcnet", "fashion_mnist_tanh_cosine.py")
+CONFIG = os.path.join(REPO, "sphere_tf", "configs", "dcnet", "fashion_mnist_tanh_cosine.py")
 BACKEND = keras.backend.backend()
 TINY_MODEL = ["--config.model.widths=[4]", "--config.model.convs_per_stage=1", "--config.model.dense_units=8"]
 TENSORFLOW_INSTALLED = importlib.util.find_spec("tensorflow") is not None
@@ -50,7 +50,7 @@ def final_state(workdir):
 def test_trainer_runs_the_main_job_config_on_this_backend(idx_dir, tmp_path):  # noqa: F811
     workdir = str(tmp_path / "run")
     proc = subprocess.run(
-        [sys.executable, "-m", "trainers.train_classifier", f"--config={CONFIG}:quick", f"--workdir={workdir}",
+        [sys.executable, "-m", "sphere_tf_cli.train_classifier", f"--config={CONFIG}:quick", f"--workdir={workdir}",
          f"--backend={BACKEND}", f"--config.data.manual_dir={idx_dir}", "--config.export=False", *TINY_MODEL],
         cwd=REPO, env=env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -109,7 +109,7 @@ def test_without_tensorflow_a_tensorflow_only_request_fails_before_data_is_read(
                         ("--config.data.data_dir=/nonexistent", "Error: Invalid value for argument `data.source`")):
         workdir = str(tmp_path / "run")
         proc = subprocess.run(
-            [sys.executable, "-m", "trainers.train_classifier", f"--config={CONFIG}:quick", f"--workdir={workdir}",
+            [sys.executable, "-m", "sphere_tf_cli.train_classifier", f"--config={CONFIG}:quick", f"--workdir={workdir}",
              "--config.data.manual_dir=/nonexistent", flag],
             cwd=REPO, env=env(), capture_output=True, text=True, timeout=300)
         assert proc.returncode == 1, proc.stderr[-2000:]
@@ -122,7 +122,7 @@ def test_without_tensorflow_a_tensorflow_only_request_fails_before_data_is_read(
 def test_several_processes_on_pytorch_fail_before_data_is_read(tmp_path):
     workdir = str(tmp_path / "run")
     proc = subprocess.run(
-        [sys.executable, "-m", "trainers.train_classifier", f"--config={CONFIG}:quick", f"--workdir={workdir}",
+        [sys.executable, "-m", "sphere_tf_cli.train_classifier", f"--config={CONFIG}:quick", f"--workdir={workdir}",
          "--config.export=False", "--config.data.manual_dir=/nonexistent", "--num_processes=2", "--process_id=0",
          "--coordinator_address=localhost:12345"],
         cwd=REPO, env=env(), capture_output=True, text=True, timeout=300)

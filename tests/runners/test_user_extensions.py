@@ -9,7 +9,7 @@ import pytest
 
 from sphere_tf.runners import classifier
 from tests.runners import user_extension
-from trainers import _config_flags
+from sphere_tf_cli import _config_flags
 
 
 @pytest.fixture

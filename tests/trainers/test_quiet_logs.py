@@ -6,9 +6,9 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# A main as `trainers/export.py` is: quiet logs first, TensorFlow imported (and logging) before `app.run`.
+# A main as `sphere_tf_cli/export.py` is: quiet logs first, TensorFlow imported (and logging) before `app.run`.
 MAIN = """
-from trainers import _quiet_logs
+from sphere_tf_cli import _quiet_logs
 _quiet_logs.quiet_tensorflow_logs()
 import tensorflow as tf
 from tensorflow.python.platform import tf_logging

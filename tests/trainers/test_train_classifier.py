@@ -13,13 +13,13 @@ import sphere_tf  # noqa: F401  (registers the layers for load_model)
 from sphere_tf.data import fashion_mnist
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CONFIG = os.path.join(ROOT, "configs", "dcnet", "fashion_mnist_tanh_cosine.py")
+CONFIG = os.path.join(ROOT, "sphere_tf", "configs", "dcnet", "fashion_mnist_tanh_cosine.py")
 
 
 def test_quick_run_trains_evaluates_and_exports(tmp_path):
     workdir = str(tmp_path / "run")
     proc = subprocess.run(
-        [sys.executable, "-m", "trainers.train_classifier", f"--config={CONFIG}:quick", f"--workdir={workdir}"],
+        [sys.executable, "-m", "sphere_tf_cli.train_classifier", f"--config={CONFIG}:quick", f"--workdir={workdir}"],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -52,7 +52,7 @@ def test_quick_run_trains_evaluates_and_exports(tmp_path):
     with open(os.path.join(workdir, "config.json")) as f:
         recorded = f.read()
     proc = subprocess.run(
-        [sys.executable, "-m", "trainers.train_classifier", f"--config={CONFIG}:quick", f"--workdir={workdir}",
+        [sys.executable, "-m", "sphere_tf_cli.train_classifier", f"--config={CONFIG}:quick", f"--workdir={workdir}",
          f"--config.seed={json.loads(recorded)['seed'] + 1}"],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
@@ -63,7 +63,7 @@ def test_quick_run_trains_evaluates_and_exports(tmp_path):
 
 def test_strategy_flag_and_data_folder_override(tmp_path):
     """`--strategy` and `--config.data.manual_dir` reach the run (recorded in config.json), through the runner's
-    main (`trainers.run`, which `train_classifier` is for classification configs)."""
+    main (`sphere_tf_cli.run`, which `train_classifier` is for classification configs)."""
     from sphere_tf.data import archive_writers
 
     folder = str(tmp_path / "idx")
@@ -71,7 +71,7 @@ def test_strategy_flag_and_data_folder_override(tmp_path):
     archive_writers.write_mnist(folder, n_train=70, n_test=5)
     workdir = str(tmp_path / "run")
     proc = subprocess.run(
-        [sys.executable, "-m", "trainers.run", f"--config={CONFIG}:quick", f"--workdir={workdir}",
+        [sys.executable, "-m", "sphere_tf_cli.run", f"--config={CONFIG}:quick", f"--workdir={workdir}",
          "--strategy=one_device", f"--config.data.manual_dir={folder}", "--config.export=False"],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
@@ -84,20 +84,20 @@ def test_strategy_flag_and_data_folder_override(tmp_path):
 
 def test_missing_flags_are_a_usage_error(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "trainers.train_classifier", f"--config={CONFIG}:quick"],
+        [sys.executable, "-m", "sphere_tf_cli.train_classifier", f"--config={CONFIG}:quick"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode != 0 and "workdir" in proc.stderr
 
 
 def test_train_classifier_refuses_a_config_of_another_task(tmp_path):
-    adversarial = os.path.join(ROOT, "configs", "adversarial", "fashion_mnist_cnn9.py")
+    adversarial = os.path.join(ROOT, "sphere_tf", "configs", "adversarial", "fashion_mnist_cnn9.py")
     proc = subprocess.run(
-        [sys.executable, "-m", "trainers.train_classifier", f"--config={adversarial}:quick",
+        [sys.executable, "-m", "sphere_tf_cli.train_classifier", f"--config={adversarial}:quick",
          f"--workdir={tmp_path / 'run'}"],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1] == (
-        "Error: The config's task is 'adversarial', not 'classification': run it with python -m trainers.run.")
+        "Error: The config's task is 'adversarial', not 'classification': run it with sphere-tf run.")
     assert not os.path.exists(tmp_path / "run")

@@ -1,4 +1,4 @@
-"""`python -m trainers.train_classifier --config USER_CONFIG` with a config beside the user's own module: the
+"""`python -m sphere_tf_cli.train_classifier --config USER_CONFIG` with a config beside the user's own module: the
 config imports it (the config's folder is on the path), and the run trains the user's data set and model."""
 
 import json
@@ -17,7 +17,7 @@ def test_the_trainer_runs_a_user_dataset_and_model(tmp_path):
     config = user_extension.write_user_project(str(folder))
     workdir = str(tmp_path / "run")
     proc = subprocess.run(
-        [sys.executable, "-m", "trainers.train_classifier", f"--config={config}", f"--workdir={workdir}"],
+        [sys.executable, "-m", "sphere_tf_cli.train_classifier", f"--config={config}", f"--workdir={workdir}"],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

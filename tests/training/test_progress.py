@@ -1,4 +1,4 @@
-"""Quiet TensorFlow logs (`trainers/_quiet_logs.py`), Keras's verbose for the stream, and the one-line-per-epoch logger."""
+"""Quiet TensorFlow logs (`sphere_tf_cli/_quiet_logs.py`), Keras's verbose for the stream, and the one-line-per-epoch logger."""
 
 import io
 import json
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from sphere_tf.training import progress
-from trainers import _quiet_logs
+from sphere_tf_cli import _quiet_logs
 
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -23,7 +23,7 @@ _REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 _SCRIPT = textwrap.dedent(
     """
     import json, sys
-    from trainers import _quiet_logs
+    from sphere_tf_cli import _quiet_logs
     assert "tensorflow" not in sys.modules
     _quiet_logs.quiet_tensorflow_logs({verbosity})
     from sphere_tf.training import progress

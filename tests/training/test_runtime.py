@@ -70,7 +70,7 @@ def test_request_before_the_strategy_makes_the_later_check_pass():
     """The runner's order: ask (environment only), build the strategy (it creates the CPU device), then check.
 
     Without oneDNN's pooling allocator (off here, as on AVX2 hosts) asking only after the strategy is too late
-    (the case above), which failed every run of `trainers.run` on such hosts.
+    (the case above), which failed every run of `sphere_tf_cli.run` on such hosts.
     """
     out = _run(
         """
