@@ -35,11 +35,12 @@ from sphere_tf import metrics  # noqa: E402
 from sphere_tf import optimizers  # noqa: E402
 from sphere_tf import regularizers  # noqa: E402
 from sphere_tf import training  # noqa: E402
+from sphere_tf import version  # noqa: E402
 
 _LAZY_SUBMODULES = ("adversarial", "backends", "data", "energy", "evaluation", "export", "json_files", "models",
                     "ops", "registry", "testing", "validation", "walk")
 
-__version__ = "0.1.0"
+__version__ = version.__version__  # written once, in sphere_tf/version.py
 
 
 def __getattr__(name):

@@ -31,6 +31,7 @@ import numpy as np
 from keras import ops
 
 from sphere_tf import energy as energy_lib
+from sphere_tf import saving
 from sphere_tf import validation
 from sphere_tf.ops import acceleration
 from sphere_tf.ops import angles
@@ -121,7 +122,7 @@ def refined_initializer(base, kernel_shape, **refine_kwargs):
     return initializer
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class MeanShifted(keras.initializers.Initializer):
     """`base`'s draw plus a constant `mean` (every entry).
 
@@ -152,7 +153,7 @@ class MeanShifted(keras.initializers.Initializer):
 
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class UnitNormNeurons(keras.initializers.Initializer):
     """`base`'s draw with every neuron rescaled to unit L2 norm.
 

@@ -27,8 +27,9 @@ PACKAGE = "sphere_tf"
 # A module may import its own tier and the tiers below, never a tier above.
 TIERS = (
     # 0. Foundations (no sphere_tf maths): argument checks, JSON files, name registries, the walk over a
-    #    model's layers and calls (Keras alone), what must be installed (`dependencies`, not even Keras).
-    ("validation", "json_files", "registry", "walk", "dependencies"),
+    #    model's layers and calls (Keras alone), what must be installed (`dependencies`, not even Keras), the
+    #    package version (`version`) and the version-recording registration of its Keras classes (`saving`).
+    ("validation", "json_files", "registry", "walk", "dependencies", "version", "saving"),
     # 1. Maths and inputs: keras.ops functions, hyperspherical energies, tf.data pipelines from local files.
     ("ops", "energy", "data"),
     # 2. Building blocks: layers and what they are made of, trained with or regularised by; the backend

@@ -41,10 +41,12 @@ _LAZY = {
 }
 _SUBMODULES = ("attacks", "evaluation", "gradient_attacks", "pixels", "training")
 
-# The config-driven experiment moved above the library, to the runner's adversarial task.
+# The config-driven experiment moved above the library, to the runner's adversarial task (in 0.2.0); the old
+# paths go in MOVED_REMOVED_IN.
 MOVED = {name: f"sphere_tf.runners.adversarial:{name}"
          for name in ("DEFAULTS", "PAPER_OPERATORS", "run_experiment", "validate")}
 MOVED["experiment"] = "sphere_tf.runners.adversarial"
+MOVED_REMOVED_IN = "0.4.0"
 
 
 def _lazy(name):
@@ -55,7 +57,7 @@ def _lazy(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__getattr__ = deprecation.moved_names(__name__, MOVED, _lazy)
+__getattr__ = deprecation.moved_names(__name__, MOVED, _lazy, removed_in=MOVED_REMOVED_IN)
 
 
 def __dir__():

@@ -35,6 +35,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from sphere_tf import saving
 from sphere_tf import validation
 from sphere_tf.adversarial import gradient_attacks
 from sphere_tf.adversarial import pixels as pixels_lib
@@ -57,7 +58,7 @@ class _CleanHalf:
         self.sample_weight = None
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class FGSMAdversarialModel(keras.Model):
     """A functional `keras.Model` whose `fit` does FGSM adversarial training, on every Keras backend.
 

@@ -16,6 +16,7 @@ import numpy as np
 from keras import ops
 
 from sphere_tf import energy as energy_lib
+from sphere_tf import saving
 from sphere_tf import validation
 from sphere_tf.callbacks import tensorboard
 from sphere_tf.layers import kernels
@@ -36,7 +37,7 @@ def layer_energies(model, layers=None, **energy_kwargs):
     }
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class HypersphericalEnergy(keras.callbacks.Callback):
     """Logs per-layer and total hyperspherical energy to the History and TensorBoard.
 

@@ -17,6 +17,8 @@ import math
 import keras
 from keras import ops
 
+from sphere_tf import saving
+
 
 def evaluation_freq(eval_every_steps, steps_per_epoch):
     """`fit`'s `validation_freq` (in epochs) for an evaluation every `eval_every_steps` steps.
@@ -31,7 +33,7 @@ def evaluation_freq(eval_every_steps, steps_per_epoch):
     return eval_every_steps // steps_per_epoch
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class TestErrorLog(keras.callbacks.Callback):
     """Adds `val_error` (test error, percent) and `val_step` (the global step) to the logs of every epoch that
     Keras evaluated the test set in. Put it before the callbacks that read the logs (TensorBoard, checkpoints).
@@ -61,7 +63,7 @@ class TestErrorLog(keras.callbacks.Callback):
         return cls(**config)
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class BestCheckpoint(keras.callbacks.ModelCheckpoint):
     """`ModelCheckpoint(save_best_only=True, save_weights_only=True)` on `monitor` (maximised), whose best value
     is a variable saved with the run's step checkpoints (`checkpoint_state`), so that a resumed run keeps the

@@ -23,6 +23,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from sphere_tf import saving
 from sphere_tf import validation
 from sphere_tf.layers import opt as opt_lib
 
@@ -72,7 +73,7 @@ def reset_optimizer_slots(optimizer, variables):
     return len(seen)
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class SOPTEpisodes(keras.callbacks.Callback):
     """Every `episode_length` training steps, start a new S-OPT episode.
 

@@ -34,6 +34,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from sphere_tf import saving
 from sphere_tf import validation
 
 INSTALL_TENSORBOARDX = "pip install tensorboardX"
@@ -191,7 +192,7 @@ def _learning_rates(optimizer):
     return {}
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class ScalarTensorBoard(keras.callbacks.Callback):
     """Writes the scalars of `keras.callbacks.TensorBoard` without TensorFlow (through tensorboardX).
 

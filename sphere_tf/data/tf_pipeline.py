@@ -34,6 +34,7 @@ def decode_tar_jpeg(path, offset, length):
 
 
 def decode_jpeg(encoded):
+    """The image of JPEG bytes `encoded` (a scalar string tensor), uint8 HWC with 3 channels."""
     return tf.io.decode_jpeg(encoded, channels=3)
 
 

@@ -25,6 +25,8 @@ from sphere_tf.evaluation.verification import roc_curve
 from sphere_tf.evaluation.verification import tar_at_far
 from sphere_tf.evaluation.verification import threshold_accuracies
 
-# The config-driven face runs moved above the library, to the runner's face task.
+# The config-driven face runs moved above the library, to the runner's face task (in 0.2.0); the old paths go in
+# MOVED_REMOVED_IN.
 MOVED = {name: f"sphere_tf.runners.face:{name}" for name in ("evaluate_workdir", "split_config", "train_face")}
-__getattr__ = deprecation.moved_names(__name__, MOVED)
+MOVED_REMOVED_IN = "0.4.0"
+__getattr__ = deprecation.moved_names(__name__, MOVED, removed_in=MOVED_REMOVED_IN)

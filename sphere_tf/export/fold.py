@@ -9,12 +9,13 @@ the operator's `fold_affine(scale, shift)`.
 import keras
 import numpy as np
 
+from sphere_tf import saving
 from sphere_tf import walk
 from sphere_tf.layers.folding import clone_model_replacing
 from sphere_tf.layers.folding import fold_opt_model  # noqa: F401  (public here too)
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class FoldedBatchNormalization(keras.layers.Layer):
     """Stands where `fold_batch_norm` removed a BatchNormalization: returns its input.
 

@@ -516,7 +516,8 @@ def export_formats(version_dir, formats, verify_inputs=None, atol=1e-4, destinat
         dict, format name -> written path.
 
     Raises:
-        as `export_onnx` / `export_tflite`; files written before a failure are removed.
+        ImportError, FileNotFoundError, FileExistsError, ValueError, FormatError: as `export_onnx` /
+            `export_tflite`; files written before a failure are removed.
     """
     written = {}
     try:

@@ -25,6 +25,7 @@ init ``U(±1/√(kh·kw))``, BatchNorm with PyTorch's momentum 0.1 (Keras 0.9) a
 import keras
 from keras import ops
 
+from sphere_tf import saving
 from sphere_tf import validation
 from sphere_tf.ops import conv_geometry
 from sphere_tf.ops import fourier
@@ -41,7 +42,7 @@ def _upstream_depthwise_initializer(kernel_size):
     return keras.initializers.RandomUniform(-bound, bound)
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class ConvNorm2D(keras.layers.Layer):
     """2-D convolution with convolutional normalization (ConvNorm), optional BN.
 

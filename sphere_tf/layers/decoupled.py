@@ -34,6 +34,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from sphere_tf import saving
 from sphere_tf import validation
 from sphere_tf.ops import angles
 from sphere_tf.ops import angular as angular_lib
@@ -640,7 +641,7 @@ _CONV_ARGS_DOC = """
             of input channels, so the patch norm ‖x‖ (and E{‖x‖}) is per group."""
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class DecoupledConv2D(_Conv2DOperator):
     """Decoupled 2-D convolution  f_d(w, x) = h(‖w‖, ‖x‖)·g(θ_(w,x))   [D-3].
 
@@ -787,7 +788,7 @@ class DecoupledConv2D(_Conv2DOperator):
         return {**super().get_config(), **self._decoupled_config(), **self._operator_config(), **self._conv_config()}
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class DecoupledDense(_DenseOperator):
     """Decoupled fully connected layer  f_d = h(‖w‖, ‖x‖)·g(θ)   [D-3].
 
@@ -864,7 +865,7 @@ _SPHERE_FIXED = dict(
 )
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class SphereConv2D(_Conv2DOperator):
     """Hyperspherical 2-D convolution (SphereNet)  F_s(w, x) = g(θ_(w,x)) + b   [S-1].
 
@@ -957,7 +958,7 @@ class SphereConv2D(_Conv2DOperator):
         return {**super().get_config(), **self._operator_config(), **self._conv_config()}
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class SphereDense(_DenseOperator):
     """Hyperspherical fully connected layer  F_s(w, x) = g(θ_(w,x)) + b   (Deep Hyperspherical Learning §2.4).
 

@@ -37,6 +37,7 @@ import math
 import keras
 from keras import ops
 
+from sphere_tf import saving
 from sphere_tf import validation
 from sphere_tf.ops import angles
 from sphere_tf.ops import margin as margin_lib
@@ -136,7 +137,7 @@ def _upstream_kernel_initializer():
     return keras.initializers.VarianceScaling(scale=2.0, mode="fan_in", distribution="untruncated_normal")
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class MarginHead(keras.layers.Layer):
     """Classification head of the angular-margin softmax family (margin on the target only).
 

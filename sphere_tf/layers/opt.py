@@ -63,6 +63,7 @@ import numpy as np
 from keras import ops
 
 from sphere_tf import initializers
+from sphere_tf import saving
 from sphere_tf import validation
 from sphere_tf.ops import conv_geometry
 from sphere_tf.ops import orthogonal
@@ -415,7 +416,7 @@ _OPT_ARGS_DOC = """
         **kwargs: base-layer arguments (name, dtype, trainable)."""
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class OPTConv2D(OPTLayer):
     __doc__ = """2-D convolution trained by Orthogonal Over-Parameterization, ``W = R·V``  [T-7.1].
 
@@ -553,7 +554,7 @@ class OPTConv2D(OPTLayer):
         }
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class OPTDense(OPTLayer):
     __doc__ = """Dense layer trained by Orthogonal Over-Parameterization, ``W = R·V``  [T-7.1].
 

@@ -24,6 +24,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from sphere_tf import saving
 from sphere_tf import validation
 from sphere_tf.layers import margin_head
 from sphere_tf.ops import acceleration
@@ -208,7 +209,7 @@ class _PendingMask:
     value = None
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class PartialFCHead(margin_head.MarginHead):
     """`MarginHead` whose training logits and loss use sampled classes only (Partial FC).
 

@@ -22,12 +22,13 @@ after `import sphere_tf`.
 import keras
 from keras import ops
 
+from sphere_tf import saving
 from sphere_tf import validation
 from sphere_tf import walk
 from sphere_tf.ops import pixel_normalization as normalization_lib
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class PixelNormalization(keras.layers.Layer):
     """Raw pixels (0..255) -> the model's input scale, by a registered pixel normalisation.
 

@@ -55,6 +55,7 @@ deepinsight/insightface recognition/arcface_torch `losses.py` (`CombinedMarginLo
 import keras
 from keras import ops
 
+from sphere_tf import saving
 from sphere_tf import validation
 from sphere_tf.losses import margin_softmax
 from sphere_tf.ops import margin as margin_lib
@@ -244,7 +245,7 @@ class _CosineMarginLoss(keras.losses.Loss):
         return {**super().get_config(), **self._hyperparameters()}
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class CosFaceLoss(_CosineMarginLoss):
     """CosFace (large margin cosine) loss on cosines, `cosface_loss` as a `keras.losses.Loss`.
 
@@ -285,7 +286,7 @@ class CosFaceLoss(_CosineMarginLoss):
         return {"scale": self.scale, "margin": self.margin}
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class ArcFaceLoss(_CosineMarginLoss):
     """ArcFace (additive angular margin) loss on cosines, `arcface_loss` as a `keras.losses.Loss`.
 
@@ -326,7 +327,7 @@ class ArcFaceLoss(_CosineMarginLoss):
         return {"scale": self.scale, "margin": self.margin}
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class CombinedMarginLoss(_CosineMarginLoss):
     """insightface's combined margin on cosines, ψ(θ_y) = cos(m1·θ_y + m2) − m3, as a `keras.losses.Loss`.
 
@@ -368,7 +369,7 @@ class CombinedMarginLoss(_CosineMarginLoss):
         return {**super().get_config(), "margin": list(self.margin)}  # JSON has no tuples
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class SphereFaceLoss(_CosineMarginLoss):
     """A-Softmax (SphereFace) loss on cosines and feature norms, `sphereface_loss` as a `keras.losses.Loss`.
 
@@ -416,7 +417,7 @@ class SphereFaceLoss(_CosineMarginLoss):
         return {"margin": self.margin, "scale": self.scale, "lam": self.lam}
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class GASoftmaxLoss(_CosineMarginLoss):
     """GA-Softmax (and W-/S-Softmax) on cosines, `ga_softmax_loss` as a `keras.losses.Loss`.
 

@@ -24,6 +24,7 @@ Note: the paper does not say which norm its hinge row used; `'l1'` is Caffe's de
 import keras
 from keras import ops
 
+from sphere_tf import saving
 from sphere_tf import validation
 
 NORMS = ("l1", "l2")
@@ -50,7 +51,7 @@ def sparse_hinge(y_true, logits, norm="l1"):
     return ops.sum(margins, axis=-1)
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class SparseHinge(keras.losses.Loss):
     """Caffe's one-vs-all multi-class hinge loss (L1 or L2) from integer labels and logits.
 

@@ -21,6 +21,7 @@ Note: upstream computes −Σ q·log(softmax + 1e-4); the 1e-4 floor caps the lo
 import keras
 from keras import ops
 
+from sphere_tf import saving
 from sphere_tf import validation
 
 
@@ -46,7 +47,7 @@ def sparse_crossentropy(y_true, logits, label_smoothing=0.0):
     return (1.0 - label_smoothing) * nll + label_smoothing * uniform
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class SparseCrossentropy(keras.losses.Loss):
     """Sparse-label softmax cross-entropy from logits, with optional label smoothing.
 

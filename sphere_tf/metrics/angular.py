@@ -15,6 +15,7 @@ The `keras.metrics.Metric` wrappers average the per-batch values over batches.
 import keras
 from keras import ops
 
+from sphere_tf import saving
 from sphere_tf import validation
 from sphere_tf.ops import angles
 
@@ -136,7 +137,7 @@ class _BatchAverage(keras.metrics.Metric):
         return {**super().get_config(), "num_classes": self.num_classes}
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class AngularFisherScore(_BatchAverage):
     """Batch-averaged Angular Fisher Score [T-A.1] of features (`y_pred`) and labels (`y_true`).
 
@@ -153,7 +154,7 @@ class AngularFisherScore(_BatchAverage):
         super().__init__(num_classes, name=name, dtype=dtype)
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class MinInterclassAngle(_BatchAverage):
     """Batch-averaged minimum inter-class angle (radians) of features (`y_pred`).
 

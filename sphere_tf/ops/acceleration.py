@@ -135,6 +135,8 @@ class Accelerator:
         return None
 
     def patch_squared_norm(self, inputs, kernel_size, strides, padding, dilation_rate, path):
+        """`sphere_tf.ops.response.patch_squared_norm` (same arguments, same values and gradient), or
+        NotImplemented."""
         return NotImplemented
 
     def gather_columns(self, values, index, num_shards, axis):
@@ -142,10 +144,14 @@ class Accelerator:
         return NotImplemented
 
     def conv_and_patch_squared_norm(self, inputs, kernel, strides, padding, dilation_rate, path):
+        """`sphere_tf.ops.response.conv_and_patch_squared_norm` (same arguments, same values and gradient), or
+        NotImplemented."""
         return NotImplemented
 
     def response_from_dot(self, dot, x_norm, inv_norm, w_norm, *, magnitude, angular, alpha, beta, radius, k,
                           weighted, weight_radius, path):
+        """`sphere_tf.ops.response.decoupled_response_from_dot` (same arguments, `magnitude` resolved to a
+        `Magnitude`; same values and gradient), or NotImplemented."""
         return NotImplemented
 
 

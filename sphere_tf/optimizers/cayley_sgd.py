@@ -32,6 +32,7 @@ its own step size α.
 import keras
 from keras import ops
 
+from sphere_tf import saving
 from sphere_tf import validation
 from sphere_tf.ops import orthogonal
 from sphere_tf.ops import runtime_checks
@@ -77,7 +78,7 @@ def cayley_sgd_update(x, grad, momentum_buffer, learning_rate, momentum=DEFAULT_
     return y, m
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class CayleySGD(keras.optimizers.Optimizer):
     """Orthogonality-preserving SGD with momentum on the Stiefel manifold  [T-7.5], [T-7.6].
 

@@ -43,6 +43,7 @@ import logging
 import keras
 from keras import ops
 
+from sphere_tf import saving
 from sphere_tf.ops import acceleration
 from sphere_tf.optimizers import wrapping
 
@@ -197,7 +198,7 @@ class _Update:
         self.slots, self.rule, self.reason = slots, rule, reason
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class PartialFCOptimizer(wrapping.WrappingOptimizer):
     """`optimizer`, except that the unsampled classes of `PartialFCHead`s keep their weights and slots.
 
@@ -342,6 +343,7 @@ class PartialFCOptimizer(wrapping.WrappingOptimizer):
 
     @property
     def variables(self):
+        """This wrapper's own variables, then the wrapped optimizer's (its step count and slots)."""
         return self._variables + self.optimizer.variables
 
     def apply(self, grads, trainable_variables=None):

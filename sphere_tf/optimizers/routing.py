@@ -9,6 +9,7 @@ experiments do the same with "the original optimizer" for the other variables.
 
 import keras
 
+from sphere_tf import saving
 from sphere_tf.optimizers import cayley_sgd
 from sphere_tf.optimizers import wrapping
 
@@ -22,7 +23,7 @@ def is_rotation_variable(variable):
     return variable.name == OGD_VARIABLE_NAME
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class OPTOptimizer(wrapping.WrappingOptimizer):
     """Route OGD rotation variables to a Cayley-SGD optimizer, the rest to `optimizer`.
 
@@ -74,6 +75,7 @@ class OPTOptimizer(wrapping.WrappingOptimizer):
 
     @property
     def variables(self):
+        """This wrapper's own variables, then those of the main optimizer and of the rotations' optimizer."""
         return self._variables + self.optimizer.variables + self.rotation_optimizer.variables
 
     def apply(self, grads, trainable_variables=None):

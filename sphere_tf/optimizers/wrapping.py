@@ -24,6 +24,7 @@ class WrappingOptimizer(keras.optimizers.Optimizer):
 
     @property
     def learning_rate(self):
+        """The wrapped optimizer's learning rate (setting it sets the wrapped optimizer's)."""
         return self.optimizer.learning_rate
 
     @learning_rate.setter
@@ -32,6 +33,7 @@ class WrappingOptimizer(keras.optimizers.Optimizer):
 
     @property
     def iterations(self):
+        """The wrapped optimizer's step count."""
         return self.optimizer.iterations
 
     def finalize_variable_values(self, var_list):

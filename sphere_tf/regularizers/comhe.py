@@ -55,6 +55,7 @@ import numpy as np
 from keras import ops
 
 from sphere_tf import energy
+from sphere_tf import saving
 from sphere_tf import validation
 from sphere_tf.ops import angles
 from sphere_tf.ops import autodiff
@@ -136,13 +137,15 @@ class _Projection:
         self.reg = reg
 
     def learned_variables(self):
+        """The learned projection variables, by state key (none for the random and group algorithms)."""
         return {}
 
     def step_value(self):
+        """The current step of the projection draws, a Python int (0 for algorithms without one)."""
         return 0
 
     def advance(self):
-        pass
+        """Moves the projection draws on by one step (nothing for algorithms without a step)."""
 
     def __call__(self, x, variable=None):
         """Energy of kernel `x`; `variable` is the Keras variable `x` is (or is the value of), if known."""
@@ -153,6 +156,8 @@ class _Projection:
         return self.projected(variable, w2d)
 
     def projected(self, variable, w2d):
+        """The compressed energy of the neuron matrix `w2d` `(d, n)`, d > `projection_dim`, of kernel
+        `variable` (None if unknown): the algorithm itself."""
         raise NotImplementedError
 
     def key(self, variable, d, n):
@@ -213,6 +218,8 @@ class _LearnedProjection(_Projection):
         return dict(self.variables)
 
     def objective(self, p, w_hat, cos_w):
+        """The scalar J(P) that P's steps minimise (`sign` −1) or maximise (+1), from the projection `p`
+        `(k, d)`, the unit neurons `w_hat` `(d, n)` and their cosine Gram matrix `cos_w` `(n, n)`."""
         raise NotImplementedError
 
     def variable_for(self, key, d):
@@ -327,7 +334,7 @@ PROJECTIONS = {
 }
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class CoMHE(keras.regularizers.Regularizer):
     """Compressive MHE: hyperspherical energy of projected neurons   [T-6.4].
 
@@ -548,6 +555,7 @@ class CoMHE(keras.regularizers.Regularizer):
 
     @property
     def step(self):
+        """The random projections' step-counter variable, or None for the algorithms without one."""
         return self._algorithm.step_variable
 
     def get_config(self):

@@ -11,6 +11,7 @@ import keras
 from keras import ops
 
 from sphere_tf import energy
+from sphere_tf import saving
 from sphere_tf import validation
 from sphere_tf.regularizers import random_state
 
@@ -31,7 +32,7 @@ def check_energy_regularizer_args(factor, power, distance, log_form, epsilon):
     return factor, validation.plain_number(power), epsilon
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class MHE(keras.regularizers.Regularizer):
     """Minimum hyperspherical energy of a layer's neurons   [T-5.4].
 
@@ -197,7 +198,7 @@ class MHE(keras.regularizers.Regularizer):
         }
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class DataDependentMHE:
     """SphereFace+ output-layer MHE over the classes present in the batch   [T-5.8].
 
@@ -238,6 +239,7 @@ class DataDependentMHE:
         )
 
     def get_config(self):
+        """The constructor arguments, for Keras serialization."""
         return {
             "factor": self.factor,
             "power": self.power,
@@ -248,4 +250,5 @@ class DataDependentMHE:
 
     @classmethod
     def from_config(cls, config):
+        """The penalty of a `get_config` dict."""
         return cls(**config)

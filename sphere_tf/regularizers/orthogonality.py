@@ -16,12 +16,13 @@ import keras
 from keras import ops
 
 from sphere_tf import energy
+from sphere_tf import saving
 from sphere_tf import validation
 
 MODES = ("orthonormal", "orthogonal")
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class Orthogonality(keras.regularizers.Regularizer):
     """Soft orthogonality of a layer's neurons (columns of `reshape(kernel, (-1, N))`).
 

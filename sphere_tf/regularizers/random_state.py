@@ -78,6 +78,7 @@ class StepCounter:
 
     @property
     def variable(self):
+        """The int `keras.Variable` holding the step (saved with the regularizer's state)."""
         return self._variable
 
     def claim(self, x):
@@ -96,9 +97,11 @@ class StepCounter:
         return var.value
 
     def advance(self, count=1):
+        """Adds `count` steps (for custom loops that call the regularizer on plain tensors)."""
         self.variable.assign_add(count)
 
     def numpy_value(self):
+        """The current step as a Python int (the initial step inside a trace, where it cannot be read)."""
         try:
             return int(np.asarray(ops.convert_to_numpy(self._variable.value)))
         except Exception:  # inside a trace: fall back to the constructor value
@@ -148,6 +151,7 @@ class KernelRegistry:
         self._warned = False
 
     def add(self, variable):
+        """Attaches kernel `variable` (once; adding it again does nothing)."""
         if not any(v is variable for v in self._variables):
             self._variables.append(variable)
 

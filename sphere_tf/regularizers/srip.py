@@ -40,6 +40,7 @@ import numpy as np
 from keras import ops
 
 from sphere_tf import energy
+from sphere_tf import saving
 from sphere_tf import validation
 
 GRAMS = ("smaller", "columns")
@@ -140,7 +141,7 @@ def power_iteration_norm(a, start, power_iterations=AUTHORS_POWER_ITERATIONS, sq
     return square if squared else ops.sqrt(square + epsilon)
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class SRIP(keras.regularizers.Regularizer):
     """Spectral restricted isometry property regularizer λ·σ(WᵀW − I) (Bansal et al., NeurIPS 2018).
 

@@ -45,6 +45,7 @@ def model_kwargs(model_cfg, num_shards=None):
 
 
 def is_margin_head(model_cfg):
+    """Whether the model config's head is a margin head (`head={"layer": "margin", ...}`)."""
     head = model_cfg.get("head")
     return isinstance(head, dict) and head.get("layer") == "margin"
 
@@ -164,6 +165,7 @@ def build_optimizer(config, total_steps, partial_fc=False):
 
 
 def margin_heads(model):
+    """The `MarginHead` layers (Partial FC heads included) among `model.layers`."""
     return [layer for layer in model.layers if isinstance(layer, layers_lib.MarginHead)]
 
 

@@ -61,6 +61,7 @@ def register_task(name, task):
 
 
 def list_tasks():
+    """The registered task names, sorted."""
     return sorted(TASKS)
 
 

@@ -57,12 +57,14 @@ _LAZY = {
 }
 
 
-# The config-driven runner moved above the library, to `sphere_tf.runners`.
+# The config-driven runner moved above the library, to `sphere_tf.runners` (in 0.2.0); the old paths go in
+# MOVED_REMOVED_IN.
 MOVED = {
     "classifier": "sphere_tf.runners.classifier",
     "recipe": "sphere_tf.runners.recipe",
     "sweep": "sphere_tf.runners.sweep",
 }
+MOVED_REMOVED_IN = "0.4.0"
 
 
 def _lazy(name):
@@ -71,7 +73,7 @@ def _lazy(name):
     raise AttributeError(f"module 'sphere_tf.training' has no attribute {name!r}")
 
 
-__getattr__ = deprecation.moved_names(__name__, MOVED, _lazy)
+__getattr__ = deprecation.moved_names(__name__, MOVED, _lazy, removed_in=MOVED_REMOVED_IN)
 
 
 def __dir__():

@@ -15,6 +15,11 @@ file or an archive no index names is ignored and removed by the next save. The
 oldest archives beyond `max_to_keep` are deleted after the index stops naming
 them.
 
+The index records the sphere_tf version that wrote each archive (and the last
+writer's, at its top): restoring an archive of a newer major or minor release
+raises `sphere_tf.saving.NewerFileError` naming it; an archive of an older or
+newer-patch release, or of one that recorded no version (0.1.0), is restored.
+
 The module does not import TensorFlow.
 """
 
@@ -26,6 +31,8 @@ import keras
 import numpy as np
 
 from sphere_tf import json_files
+from sphere_tf import saving
+from sphere_tf import version
 
 INDEX_FILE = "checkpoint.json"
 FORMAT = "sphere_tf.array_checkpoint/1"
@@ -48,6 +55,8 @@ def read_index(directory):
         raise CorruptCheckpointError(f"checkpoint index {path} is not valid JSON ({error}); it is replaced "
                                      "atomically, so something else wrote it: restore it or use a new workdir.") from None
     if index.get("format") != FORMAT:
+        # A format this release does not know: a newer release's (named as such), or something else.
+        saving.check_version(index.get(saving.VERSION_KEY), f"checkpoint index {path}")
         raise ValueError(f"{path} is not a sphere_tf array checkpoint index (format {index.get('format')!r}, "
                          f"expected {FORMAT!r}).")
     return index
@@ -85,6 +94,16 @@ def read(path):
     except (OSError, EOFError, ValueError, zipfile.BadZipFile) as error:
         raise CorruptCheckpointError(f"checkpoint file {path} cannot be read ({type(error).__name__}: "
                                      f"{str(error)[:200]})") from None
+
+
+def check_version(path):
+    """Raises `sphere_tf.saving.NewerFileError` when the index beside the archive `path` records that a newer
+    major or minor sphere_tf release wrote it (no index entry, or none recorded: nothing to check)."""
+    directory, name = os.path.split(os.fspath(path))
+    index = read_index(directory) if os.path.isdir(directory) else None
+    for entry in (index or {}).get("checkpoints", []):
+        if entry.get("file") == name:
+            saving.check_version(entry.get(saving.VERSION_KEY), f"checkpoint {path}")
 
 
 def _write_archive(path, values):
@@ -130,10 +149,11 @@ class ArrayCheckpoints:
         _write_archive(path, values)
         index = read_index(self.directory) or {"format": FORMAT, "checkpoints": []}
         kept = [entry for entry in index["checkpoints"] if int(entry["step"]) != int(step)]
-        kept.append({"step": int(step), "file": os.path.basename(path)})
+        kept.append({"step": int(step), "file": os.path.basename(path), saving.VERSION_KEY: version.__version__})
         kept = kept[-self.max_to_keep:]
         json_files.write_json(os.path.join(self.directory, INDEX_FILE),
-                              {"format": FORMAT, "backend": keras.backend.backend(), "checkpoints": kept})
+                              {"format": FORMAT, "backend": keras.backend.backend(),
+                               saving.VERSION_KEY: version.__version__, "checkpoints": kept})
         # Only now that the index no longer names them: older archives, and what killed saves left (a
         # temporary file, or an archive renamed before its index was written).
         named = {entry["file"] for entry in kept}
@@ -146,10 +166,13 @@ class ArrayCheckpoints:
         """Assigns the values of the archive `path` to the variables.
 
         Raises:
+            sphere_tf.saving.NewerFileError: a newer major or minor sphere_tf
+                release wrote the archive (its index says so); nothing is assigned.
             ValueError: the archive does not hold these names (or, under other
                 default names, as many variables in each group) with these shapes
                 (another model or optimizer wrote it); nothing is assigned.
         """
+        check_version(path)
         values = read(path)
         if set(values) != set(self.variables):
             values = self._by_position(values)

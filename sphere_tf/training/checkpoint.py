@@ -46,6 +46,14 @@ same atomicity); TensorFlow keeps `tf.train.Checkpoint`, so its existing
 checkpoints still resume. A directory holds one format: a run on another
 backend than the one that wrote it is refused, naming both.
 
+Every checkpoint records the sphere_tf version that wrote it: the array
+format's index per archive, TensorFlow's in `checkpoint_versions.json` beside
+its `checkpoint` file (written before the checkpoint, so none of this release
+goes unrecorded). Restoring one written by a newer major or minor release
+raises `sphere_tf.saving.NewerFileError` naming the checkpoint; one of an older
+or newer-patch release, or without a record (written by sphere_tf 0.1.0), is
+restored.
+
 `check_workdir_config` / `record_config` refuse a workdir written by a
 different config, naming the keys that differ.
 """
@@ -59,12 +67,16 @@ from absl import logging
 
 from sphere_tf import dependencies
 from sphere_tf import json_files
+from sphere_tf import saving
 from sphere_tf import validation
+from sphere_tf import version
 from sphere_tf.training import array_checkpoint
 from sphere_tf.training import distribute
 
 # The file `tf.train.CheckpointManager` keeps in a directory it wrote (the array format's is `checkpoint.json`).
 TF_INDEX_FILE = "checkpoint"
+# Beside it: the sphere_tf version that wrote each of its checkpoints, `{"checkpoints": {"ckpt-<step>": version}}`.
+TF_VERSIONS_FILE = "checkpoint_versions.json"
 
 
 def _tf():
@@ -106,7 +118,7 @@ def _build_optimizer(model):
     return optimizer
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class StepCheckpoint(keras.callbacks.Callback):
     """Saves the whole training state every `every_steps` optimizer steps and when `fit` ends.
 
@@ -234,6 +246,8 @@ class StepCheckpoint(keras.callbacks.Callback):
             ValueError: the checkpoint does not hold exactly the model's and
                 optimizer's variables (another architecture or optimizer wrote it).
             array_checkpoint.CorruptCheckpointError (a ValueError): no checkpoint of the directory can be read.
+            sphere_tf.saving.NewerFileError (a ValueError): the latest checkpoint was written by a newer major
+                or minor sphere_tf release (named in the message with the file and both versions).
         """
         self._require_model()
         _check_format(self.directory, keras.backend.backend())
@@ -244,9 +258,10 @@ class StepCheckpoint(keras.callbacks.Callback):
             return 0
         unreadable = []
         for path in candidates:  # newest first: a corrupt file gives way to the previous complete checkpoint
+            self._check_version(path)
             try:
                 self._restore_from(path)
-            except array_checkpoint.CorruptCheckpointError as error:
+            except array_checkpoint.CorruptCheckpointError as error:  # not a NewerFileError: that one is raised
                 unreadable.append(str(error))
                 logging.warning("%s; trying the previous checkpoint.", error)
                 print(f"Warning: {error}; trying the previous checkpoint.")
@@ -269,6 +284,14 @@ class StepCheckpoint(keras.callbacks.Callback):
         state = _tf().train.get_checkpoint_state(self.directory)
         return list(reversed(state.all_model_checkpoint_paths)) if state else []
 
+    def _check_version(self, path):
+        """`NewerFileError` when a newer major or minor sphere_tf release wrote the checkpoint `path`."""
+        if self._arrays:
+            array_checkpoint.check_version(path)
+        else:
+            recorded = _read_tf_versions(self.directory).get(os.path.basename(path))
+            saving.check_version(recorded, f"checkpoint {path}")
+
     def _restore_from(self, path):
         """Restores the checkpoint `path`; `CorruptCheckpointError` if it cannot be read, `ValueError` if it
         does not match the model."""
@@ -284,7 +307,7 @@ class StepCheckpoint(keras.callbacks.Callback):
                 except (tf.errors.OpError, IndexError) as error:
                     raise array_checkpoint.CorruptCheckpointError(
                         f"checkpoint {path} cannot be read ({type(error).__name__}: {str(error)[:200]})") from None
-        except array_checkpoint.CorruptCheckpointError:
+        except (array_checkpoint.CorruptCheckpointError, saving.NewerFileError):
             raise
         except (AssertionError, ValueError) as error:
             raise ValueError(
@@ -318,6 +341,9 @@ class StepCheckpoint(keras.callbacks.Callback):
             # processes write nothing.
             prefix = self._manager.save(self.step) if self._chief else None
         else:
+            if self._chief:  # first: a checkpoint of this release is never without its version
+                _record_tf_version(self.directory, f"ckpt-{self.step}",
+                                   [os.path.basename(path) for path in self._manager.checkpoints])
             prefix = self._manager.save(checkpoint_number=self._step)
         self._saved_step = self.step
         if self._chief and self._epoch is not None:
@@ -423,6 +449,31 @@ def _named(group, variables):
             key, count = f"{group}/{variable.path}#{count}", count + 1
         named[key] = variable
     return named
+
+
+def _read_tf_versions(directory):
+    """`{checkpoint name: sphere_tf version}` of the tf.train checkpoints of `directory` ({} without a record)."""
+    path = os.path.join(directory, TF_VERSIONS_FILE)
+    if not os.path.isfile(path):
+        return {}
+    try:
+        with open(path) as f:
+            recorded = json.load(f)
+    except ValueError as error:
+        raise array_checkpoint.CorruptCheckpointError(
+            f"{path} is not valid JSON ({error}); it is replaced atomically, so something else wrote it: "
+            "restore it, delete it (its checkpoints then load as written by sphere_tf 0.1.0) or use a new "
+            "workdir.") from None
+    return dict(recorded.get("checkpoints") or {})
+
+
+def _record_tf_version(directory, name, existing):
+    """Records this release as the writer of the tf.train checkpoint `name` of `directory`; the records of
+    checkpoints no longer in `existing` (names the manager deleted) are dropped."""
+    kept = {key: value for key, value in _read_tf_versions(directory).items() if key in existing}
+    os.makedirs(directory, exist_ok=True)
+    json_files.write_json(os.path.join(directory, TF_VERSIONS_FILE),
+                          {saving.VERSION_KEY: version.__version__, "checkpoints": {**kept, name: version.__version__}})
 
 
 def _check_format(directory, backend):

@@ -175,6 +175,7 @@ class LocalStrategy:
         return int(np.prod(self.distribution.device_mesh.shape))
 
     def scope(self):
+        """A context that does nothing (the `tf.distribute` strategies' `scope()` places variables)."""
         return contextlib.nullcontext()
 
     def __repr__(self):

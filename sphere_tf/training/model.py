@@ -52,6 +52,7 @@ import numpy as np
 from keras import ops
 
 from sphere_tf import regularizers
+from sphere_tf import saving
 from sphere_tf import validation
 from sphere_tf import walk
 from sphere_tf.callbacks import label_range
@@ -414,6 +415,7 @@ class SphereTrainingMixin:
     # -- serialisation ----------------------------------------------------------------
 
     def get_config(self):
+        """The Keras base class's config with the three settings added."""
         config = super().get_config()
         config.update(
             {
@@ -426,6 +428,8 @@ class SphereTrainingMixin:
 
     @classmethod
     def from_config(cls, config, custom_objects=None):
+        """The model of a `get_config` dict, its three settings restored (on every Keras route, Sequential's
+        included)."""
         # The settings stay in `config`: the functional and subclass routes pass them to
         # `__init__` (so the weighted-operator check sees the saved settings); Sequential's
         # route ignores them, hence the explicit set below.
@@ -440,7 +444,7 @@ class SphereTrainingMixin:
         return model
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class SphereModel(SphereTrainingMixin, keras.Model):
     """A functional `keras.Model` that trains decoupled operators with the DCNet tricks.
 
@@ -476,7 +480,7 @@ class SphereModel(SphereTrainingMixin, keras.Model):
     """
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class SphereSequential(SphereTrainingMixin, keras.Sequential):
     """`keras.Sequential` trained with the DCNet tricks (see `SphereModel`).
 

@@ -93,6 +93,7 @@ class ProcessSettings:
 
     @property
     def multi_process(self):
+        """True when the run has more than one process."""
         return self.num_processes > 1
 
     @property

@@ -67,6 +67,7 @@ class TransferReport:
     entries: list = dataclasses.field(default_factory=list)
 
     def add(self, status, target_layer=None, source_layer=None, variable=None, detail=""):
+        """Appends a `TransferEntry` of these fields."""
         self.entries.append(TransferEntry(status, target_layer, source_layer, variable, detail))
 
     def by_status(self, status):
@@ -75,6 +76,7 @@ class TransferReport:
 
     @property
     def copied(self):
+        """The entries whose value was copied as it is."""
         return self.by_status("copied")
 
     @property

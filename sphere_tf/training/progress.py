@@ -14,6 +14,8 @@ import time
 
 import keras
 
+from sphere_tf import saving
+
 
 def fit_verbosity(stream=None):
     """Keras's `verbose` for `fit`: 1 (progress bar) when `stream` (default stdout) is a terminal, else 0.
@@ -55,7 +57,7 @@ def _current_learning_rate(model):
         return None
 
 
-@keras.saving.register_keras_serializable(package="sphere_tf")
+@saving.register_serializable()
 class EpochLogger(keras.callbacks.Callback):
     """Prints one line per epoch: epoch, steps, loss, metrics, learning rate, seconds.
 

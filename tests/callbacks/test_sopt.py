@@ -112,7 +112,7 @@ def test_no_sopt_layer_and_bad_arguments():
     with pytest.raises(ValueError, match="not an S-OPT layer"):
         model.layers[0].resample_stochastic_dims()
     config = SOPTEpisodes(5, seed=3, reset_optimizer_state=False, merge_on_train_end=True).get_config()
-    clone = SOPTEpisodes(**config)
+    clone = SOPTEpisodes.from_config(config)  # the config records the sphere_tf version too
     assert clone.get_config() == config
 
 

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 from keras import ops
 
+import sphere_tf
 from sphere_tf import callbacks
 from sphere_tf.callbacks import energy as energy_module
 from sphere_tf.callbacks import tensorboard
@@ -159,7 +160,7 @@ def test_bad_arguments(kwargs, match):
 def test_config_round_trip_and_serialization(tmp_path):
     cb = callbacks.ScalarTensorBoard(pathlib.Path(tmp_path) / "tb", update_freq=np.int64(5))
     config = cb.get_config()
-    assert config == {"log_dir": str(tmp_path / "tb"), "update_freq": 5}
+    assert config == {"log_dir": str(tmp_path / "tb"), "update_freq": 5, "sphere_tf_version": sphere_tf.__version__}
     assert type(config["update_freq"]) is int
     assert callbacks.ScalarTensorBoard.from_config(config).get_config() == config
     serialized = keras.saving.serialize_keras_object(cb)
@@ -176,7 +177,8 @@ def test_tensorboard_callback_is_keras_own_on_tensorflow(tmp_path):
         assert (cb.log_dir, cb.update_freq) == (str(tmp_path / "tb"), 1)
     else:
         assert type(cb) is callbacks.ScalarTensorBoard
-        assert cb.get_config() == {"log_dir": str(tmp_path / "tb"), "update_freq": "batch"}
+        assert cb.get_config() == {"log_dir": str(tmp_path / "tb"), "update_freq": "batch",
+                                   "sphere_tf_version": sphere_tf.__version__}
 
 
 def test_scalar_writer_writes_tags_verbatim_in_float32(tmp_path):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import sphere_tf
 from sphere_tf import data as data_lib
 from sphere_tf import models
 from sphere_tf.training import checkpoint
@@ -258,7 +259,8 @@ def test_bad_arguments_name_the_argument(tmp_path):
 def test_step_checkpoint_config_round_trip(tmp_path):
     callback = checkpoint.StepCheckpoint(str(tmp_path), every_steps=7, max_to_keep=3)
     config = callback.get_config()
-    assert config == {"directory": str(tmp_path), "every_steps": 7, "max_to_keep": 3}
+    assert config == {"directory": str(tmp_path), "every_steps": 7, "max_to_keep": 3,
+                      "sphere_tf_version": sphere_tf.__version__}
     clone = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(callback))
     assert isinstance(clone, checkpoint.StepCheckpoint) and clone.get_config() == config
 

@@ -147,9 +147,11 @@ def test_mirrored_on_two_logical_cpus_matches_one_device(tmp_path):
         np.testing.assert_allclose(b, a, rtol=0, atol=1e-5)
         np.testing.assert_allclose(c, b, rtol=0, atol=1e-6)  # resumed = uninterrupted, same strategy
     assert max(np.abs(a - w).max() for a, w in zip(single, mirrored)) < 1e-5
+    # checkpoint_versions.json: the sphere_tf release that wrote each checkpoint; partial_epoch.json: the resumed
+    # epoch's running means.
     assert sorted(os.listdir(tmp_path / "mirrored")) == [
-        "checkpoint", "ckpt-12.data-00000-of-00001", "ckpt-12.index", "ckpt-8.data-00000-of-00001", "ckpt-8.index",
-        "history.json", "partial_epoch.json"]  # partial_epoch.json: the resumed epoch's running means
+        "checkpoint", "checkpoint_versions.json", "ckpt-12.data-00000-of-00001", "ckpt-12.index",
+        "ckpt-8.data-00000-of-00001", "ckpt-8.index", "history.json", "partial_epoch.json"]
 
 
 # ------------------------------------------------------------------ two workers on localhost
@@ -229,8 +231,8 @@ def test_two_workers_end_with_identical_weights_and_one_checkpoint_directory(tmp
     assert max(np.abs(w - w0).max() for w0, w in zip(weights[0][:n], weights[0][n:])) > 1e-3  # it trained
     # Only the chief's files remain: the non-chief's temporary folder was removed after every save.
     assert sorted(os.listdir(directory)) == [
-        "checkpoint", "ckpt-6.data-00000-of-00001", "ckpt-6.index", "ckpt-8.data-00000-of-00001", "ckpt-8.index",
-        "history.json", "partial_epoch.json"]
+        "checkpoint", "checkpoint_versions.json", "ckpt-6.data-00000-of-00001", "ckpt-6.index",
+        "ckpt-8.data-00000-of-00001", "ckpt-8.index", "history.json", "partial_epoch.json"]
     with open(directory / "history.json") as f:
         assert json.load(f)["epochs"] == 2
 

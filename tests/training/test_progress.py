@@ -12,6 +12,7 @@ import keras
 import numpy as np
 import pytest
 
+import sphere_tf
 from sphere_tf.training import progress
 from sphere_tf_cli import _quiet_logs
 
@@ -127,7 +128,7 @@ def test_epoch_logger_line_in_process():
 
 def test_epoch_logger_config_round_trip():
     logger = progress.EpochLogger(precision=6)
-    assert logger.get_config() == {"precision": 6}
+    assert logger.get_config() == {"precision": 6, "sphere_tf_version": sphere_tf.__version__}
     restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(logger))
     assert isinstance(restored, progress.EpochLogger) and restored.precision == 6
 
