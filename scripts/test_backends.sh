@@ -11,7 +11,7 @@ if [ ! -x "$PYTHON" ]; then
 fi
 # The suites of the backend-neutral core: maths, layers, losses, regularizers, energy, metrics, models,
 # optimizers, callbacks, the training paradigms, the degenerate-input property tests, the `.keras` files of an
-# earlier release (saved on TensorFlow) and the documentation's Python blocks (those needing TensorFlow are skipped,
+# earlier release (saved on TensorFlow), the release recorded in files and checkpoints, and the documentation's Python blocks (those needing TensorFlow are skipped,
 # and tests/test_docs.py checks how many ran); and the runner without TensorFlow: the Grain pipeline and its NumPy
 # augmentations, step checkpoints (recovery from a corrupt one), short runs and exact resume after kill -9; the
 # FGSM/BIM/PGD attacks in keras.ops, FGSM adversarial training, the white/black-box evaluation and the adversarial
@@ -31,7 +31,7 @@ CORE_SUITES=(
   tests/ops tests/layers tests/losses tests/regularizers tests/metrics tests/models tests/optimizers
   tests/callbacks tests/test_energy.py tests/test_initializers.py tests/test_registry.py
   tests/training/test_model.py tests/training/test_pretrain.py tests/backends/jax_plugin tests/test_saved_files.py
-  tests/test_docs.py "${RUNNER_SUITES[@]}"
+  tests/test_versioned_files.py tests/test_docs.py "${RUNNER_SUITES[@]}"
   # JAX past one device (keras.distribution): 2 and 4 CPU devices, two processes, a kill -9 and the resume.
   tests/training/test_multi_device.py tests/runners/test_runner_multi_device.py
 )
@@ -39,8 +39,8 @@ CORE_SUITES=(
 TORCH_SUITES=(
   tests/ops tests/layers tests/losses tests/regularizers tests/metrics tests/models tests/optimizers
   tests/callbacks tests/test_energy.py tests/test_initializers.py tests/test_registry.py
-  tests/training/test_model.py tests/training/test_pretrain.py tests/test_saved_files.py tests/test_docs.py
-  "${RUNNER_SUITES[@]}"
+  tests/training/test_model.py tests/training/test_pretrain.py tests/test_saved_files.py tests/test_versioned_files.py
+  tests/test_docs.py "${RUNNER_SUITES[@]}"
 )
 status=0
 for backend in "${@:-jax torch}"; do

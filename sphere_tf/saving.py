@@ -122,9 +122,14 @@ def check_keras_file(path):
     `keras.saving.load_model` raises the same error from the first such object it rebuilds, unless the object
     is nested in one of Keras's own layers (a sphere_tf regularizer or initializer of a `keras.layers.Dense`):
     Keras re-raises any error from a layer's constructor as a `TypeError` ("Error when deserializing class
-    'Dense' ...") whose message ends with this one. Call this first to get the error itself.
+    'Dense' ...") whose message ends with this one. Call this first to get the error itself. A path that is not a
+    `.keras` archive is left to `load_model`'s own error.
     """
+    if not zipfile.is_zipfile(path):
+        return  # not a `.keras` archive (a missing file, a SavedModel folder): `load_model` reports it
     with zipfile.ZipFile(path) as archive:
+        if "config.json" not in archive.namelist():
+            return
         config = json.loads(archive.read("config.json"))
     check_config(config, what=os.fspath(path))
 

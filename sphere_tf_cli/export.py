@@ -80,6 +80,7 @@ def main(argv):
     from sphere_tf import layers  # noqa: PLC0415
 
     config, model_path = read_workdir(_WORKDIR.value)
+    saving.check_keras_file(model_path)  # a newer release's file: its one clear error
     model = keras.saving.load_model(model_path, compile=False)
     model_name = _MODEL_NAME.value or config.get("model", {}).get("name") or "model"
     if layers.model_normalization(model) is not None:  # the model normalises its pixels: export reads it there

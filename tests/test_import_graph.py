@@ -40,8 +40,9 @@ TIERS = (
     # 4. Runs and their products: training (paradigms, checkpoints, strategies), evaluation, the adversarial
     #    toolkit, export; test helpers; the old import paths of moved names (`deprecation`).
     ("training", "evaluation", "adversarial", "export", "testing", "deprecation"),
-    # 5. The runner: configs in, runs out (the schema, the tasks, the sweep). Nothing below reads a config.
-    ("runners",),
+    # 5. The runner: configs in, runs out (the schema, the tasks, the sweep), and the papers' configs it reads
+    #    by name (`configs`). Nothing below reads a config.
+    ("runners", "configs"),
 )
 
 # The only imports allowed inside functions: optional libraries, imported by the one function that needs them.
@@ -71,6 +72,8 @@ LAZY_IMPORTS = {
     "sphere_tf.testing": {"tensorflow", "jax", "torch", "sphere_tf.backends.tensorflow.kernels.build"},
     # TensorFlow through the runner: a sweep aggregates without TensorFlow (bench/gpu) and trains with it.
     "sphere_tf.runners.sweep": {"sphere_tf.runners.classifier"},
+    # The adversarial configs build on the task's defaults when a config is built, not when listed by name.
+    "sphere_tf.configs.adversarial._base": {"sphere_tf.runners.adversarial"},
     # The TF Serving export (TensorFlow) only when the config asks for it: the run itself needs no TensorFlow.
     "sphere_tf.runners.classifier": {"sphere_tf.export"},
 }

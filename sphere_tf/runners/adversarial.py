@@ -41,6 +41,7 @@ from sphere_tf import json_files
 from sphere_tf import layers
 from sphere_tf import losses as losses_lib
 from sphere_tf import models as models_lib
+from sphere_tf import saving
 from sphere_tf import validation
 from sphere_tf.adversarial import evaluation
 from sphere_tf.adversarial import gradient_attacks
@@ -410,7 +411,9 @@ def run_experiment(config, workdir):
                 continue
             path = config["black_box"][f"{kind}_source"]
             if path:
-                sources[kind] = _raw_pixel_model(keras.models.load_model(_source_file(path)), base_cfg, info)
+                source_file = _source_file(path)
+                saving.check_keras_file(source_file)
+                sources[kind] = _raw_pixel_model(keras.models.load_model(source_file), base_cfg, info)
             else:
                 source_seed = seed + config["black_box"]["source_seed_offset"]
                 cfg = classifier.validate(classifier_config(config, "baseline", source_seed))

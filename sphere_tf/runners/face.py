@@ -32,6 +32,7 @@ from sphere_tf import dependencies
 from sphere_tf import json_files
 from sphere_tf import layers
 from sphere_tf import models as models_lib
+from sphere_tf import saving
 from sphere_tf import validation
 from sphere_tf.data import datasets as datasets_lib
 from sphere_tf.data import faces
@@ -193,6 +194,7 @@ def evaluate_workdir(workdir, pairs, images, *, image_pattern=None, batch_size=6
     if image_pattern is None:
         image_pattern = _run_image_pattern(workdir)
     parsed = faces.read_ytf_splits(pairs) if protocol == "ytf" else faces.read_pairs(pairs, image_pattern=image_pattern)
+    saving.check_keras_file(model_path)
     model = keras.models.load_model(model_path)
     roc_path = os.path.join(workdir, "roc.png")
     if not dependencies.installed("matplotlib"):

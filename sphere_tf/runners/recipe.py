@@ -21,6 +21,7 @@ from sphere_tf import losses as losses_lib
 from sphere_tf import models as models_lib
 from sphere_tf import optimizers as optimizers_lib
 from sphere_tf import regularizers as regularizers_lib
+from sphere_tf import saving
 from sphere_tf import validation
 from sphere_tf.ops import pixel_normalization as normalization_lib
 from sphere_tf.layers import kernels as kernels_lib
@@ -132,7 +133,9 @@ def build_model(config, info, num_shards=None):
         energy_layer_names(config["train"]["energy_layers"], model, {})
     paradigm = config["paradigm"]
     if paradigm["pretrained"]:
-        source = keras.models.load_model(pretrained_model_path(paradigm["pretrained"]))
+        source_path = pretrained_model_path(paradigm["pretrained"])
+        saving.check_keras_file(source_path)
+        source = keras.models.load_model(source_path)
         pretrain.initialize_from_pretrained(model, source, match=paradigm["pretrained_match"], verbose=False)
     if paradigm["weight_projection_every"] or paradigm["weighted_gradients"]:
         model = sphere_model_lib.wrap(

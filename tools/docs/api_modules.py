@@ -15,8 +15,8 @@ import os
 
 PACKAGE = "sphere_tf"
 
-# Experiment config files (`python -m sphere_tf.cli... --config sphere_tf/configs/...`): not API. They are listed on
-# one generated page (`CONFIGS_PAGE`) instead of one page per file.
+# Experiment config files (`sphere-tf run --config NAME`): not API. They are listed on one generated page
+# (`CONFIGS_PAGE`) instead of one page per file.
 CONFIGS_PACKAGE = "sphere_tf.configs"
 # The TensorFlow plug-in's C++ kernel build (compiler flags, cache, loader): an internal of
 # `sphere_tf.backends.tensorflow.fused`, run as `python -m sphere_tf.backends.tensorflow.kernels`.
@@ -26,6 +26,9 @@ EXCLUDED = (CONFIGS_PACKAGE, KERNELS_PACKAGE)
 # Site paths (relative to docs_dir) of the generated pages.
 API_DIR = "api"
 CONFIGS_PAGE = f"{API_DIR}/configs.md"
+# The `sphere-tf` command (the package `sphere_tf_cli`, beside `sphere_tf`): one page of its commands' usage.
+CLI_PACKAGE = "sphere_tf_cli"
+CLI_PAGE = f"{API_DIR}/cli.md"
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -4,11 +4,14 @@
 * `api/...`: one page per public module of `sphere_tf` (`api_modules.public_modules()`: the package tree walked
   as it is now, so new, moved or removed modules need no edit here), each rendered by mkdocstrings from the
   docstrings (a package's page lists its modules, and links each name it re-exports to the object's page);
-* `api/configs.md`: the experiment config files (`sphere_tf/configs/`, or the top-level `configs/` before that
-  move), one line each, instead of API pages;
+* `api/configs.md`: the experiment config files (`sphere_tf/configs/`), one line each by name, instead of API
+  pages;
+* `api/cli.md`: the `sphere-tf` command (`sphere_tf_cli`): its command list and each command's usage, from the
+  mains' module docstrings;
 * `api/SUMMARY.md`: the API section of the navigation (mkdocs-literate-nav), the module tree.
 """
 
+import ast
 import os
 import re
 import sys
@@ -98,23 +101,50 @@ def module_pages(modules, configs_page):
 
 def configs_page():
     """The list of experiment config files; returns False when there are none."""
-    package = api_modules.CONFIGS_PACKAGE
-    files = api_modules.config_files(ROOT, package)
-    if not files:  # before the move of `configs/` into the package
-        package = "configs"
-        files = api_modules.config_files(ROOT, package)
+    files = api_modules.config_files(ROOT, api_modules.CONFIGS_PACKAGE)
     if not files:
         return False
+    folder = api_modules.CONFIGS_PACKAGE.replace(".", "/") + "/"
     with mkdocs_gen_files.open(api_modules.CONFIGS_PAGE, "w") as f:
         f.write("# Experiment configs\n\n")
-        f.write(f"The `ml_collections` config files of the papers' experiments, below `{package.replace('.', '/')}/`"
-                " (what each table runs, with commands and the papers' numbers: "
-                f"[Experiments]({_relative(api_modules.CONFIGS_PAGE, 'experiments.md')})). They are experiment "
-                "recipes, not API, so they have no reference pages.\n\n")
-        f.write("| File | What it runs |\n| --- | --- |\n")
+        f.write(f"The `ml_collections` config files of the papers' experiments, below `{folder}` in the package "
+                "(what each table runs, with commands and the papers' numbers: "
+                f"[Experiments]({_relative(api_modules.CONFIGS_PAGE, 'experiments.md')})). Run one by its name: "
+                "`sphere-tf run --config NAME --workdir DIR` ([command line]"
+                f"({_relative(api_modules.CONFIGS_PAGE, api_modules.CLI_PAGE)})). They are experiment recipes, not "
+                "API, so they have no reference pages; files that hold what configs share have no name.\n\n")
+        f.write("| Name | What it runs |\n| --- | --- |\n")
         for path in files:
-            summary = api_modules.first_docstring_line(os.path.join(ROOT, path)).replace("|", "\\|")
-            f.write(f"| `{path}` | {summary} |\n")
+            source = os.path.join(ROOT, path)
+            with open(source, encoding="utf-8") as config:
+                if not re.search(r"^def get_config\(", config.read(), re.M):
+                    continue
+            summary = api_modules.first_docstring_line(source).replace("|", "\\|")
+            f.write(f"| `{path[len(folder):-len('.py')]}` | {summary} |\n")
+    return True
+
+
+def cli_page():
+    """The `sphere-tf` command's page: the package docstring, then each command's usage (its main's docstring)."""
+    package = api_modules.CLI_PACKAGE
+    init = api_modules.module_path(package)
+    if not os.path.isfile(init):
+        return False
+    with open(init, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    commands = {}
+    for node in tree.body:  # COMMANDS = {"run": ("sphere_tf_cli.run", "..."), ...}: read, not imported
+        if isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["COMMANDS"]:
+            commands = ast.literal_eval(node.value)
+    with mkdocs_gen_files.open(api_modules.CLI_PAGE, "w") as f:
+        f.write("# Command line: `sphere-tf`\n\n```text\n" + (ast.get_docstring(tree) or "") + "\n```\n")
+        for command, (module, summary) in commands.items():
+            f.write(f"\n## `sphere-tf {command}`\n\n{summary}.\n")
+            if module is None:
+                continue
+            with open(api_modules.module_path(module), encoding="utf-8") as source:
+                doc = ast.get_docstring(ast.parse(source.read())) or ""
+            f.write(f"\n```text\n{doc}\n```\n")
     return True
 
 
@@ -122,8 +152,11 @@ def main():
     """Writes every generated page."""
     readme_page()
     has_configs = configs_page()
+    has_cli = cli_page()
     nav_lines = module_pages(api_modules.public_modules(), has_configs)
     summary = f"{api_modules.API_DIR}/SUMMARY.md"
+    if has_cli:
+        nav_lines.insert(0, f"* [Command line: sphere-tf]({_relative(summary, api_modules.CLI_PAGE)})")
     if has_configs:
         nav_lines.append(f"* [Experiment configs]({_relative(summary, api_modules.CONFIGS_PAGE)})")
     with mkdocs_gen_files.open(summary, "w") as f:
