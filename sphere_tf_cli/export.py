@@ -78,6 +78,7 @@ def main(argv):
     from sphere_tf import export as export_lib  # noqa: PLC0415 (imports sphere_tf: registers its layers)
 
     from sphere_tf import layers  # noqa: PLC0415
+    from sphere_tf import saving  # noqa: PLC0415
 
     config, model_path = read_workdir(_WORKDIR.value)
     saving.check_keras_file(model_path)  # a newer release's file: its one clear error

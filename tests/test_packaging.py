@@ -48,3 +48,20 @@ def test_extras_and_python():
     assert any(r.startswith("tensorflow-cpu") for r in extras["tensorflow"])
     assert not any("tensorflow" in r for r in project["dependencies"])
     assert project["requires-python"] == ">=3.11"
+
+
+def test_readme_first_command_runs_a_packaged_config_with_the_installed_command():
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    from sphere_tf import configs  # noqa: PLC0415
+
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        first = [line for line in f.read().splitlines()[:6] if line.startswith("bash scripts/setup.sh")][0]
+    words = first.split()
+    assert words[3:5] == [".venv/bin/sphere-tf", "train-classifier"], first
+    assert words[words.index("--config") + 1] in configs.names()
+    # setup.sh's editable install puts the console script beside the interpreter, as a wheel install does.
+    command = os.path.join(os.path.dirname(sys.executable), "sphere-tf")
+    out = subprocess.run([command, "--version"], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == f"sphere-tf {sphere_tf.__version__}"

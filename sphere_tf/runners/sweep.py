@@ -22,6 +22,7 @@ import math
 import os
 import time
 
+from sphere_tf import configs
 from sphere_tf import json_files
 from sphere_tf import validation
 from sphere_tf.runners import tasks

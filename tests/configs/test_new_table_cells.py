@@ -40,7 +40,7 @@ CELLS = [
 
 @pytest.mark.parametrize("module,variants", CELLS, ids=lambda v: str(v))
 def test_quick_cell_trains_two_steps(module, variants, archives, tmp_path):
-    config = importlib.import_module(f"configs.{module}").get_config(f"quick,{variants}")
+    config = importlib.import_module(f"sphere_tf.configs.{module}").get_config(f"quick,{variants}")
     folder, labels_file = archives[config.data.name]
     config.data.manual_dir = folder
     if config.data.name == "imagenet2012":
@@ -51,20 +51,20 @@ def test_quick_cell_trains_two_steps(module, variants, archives, tmp_path):
 
 
 def test_the_cells_build_what_the_tables_name():
-    hinge = classifier.validate(importlib.import_module("configs.losses.lsoftmax_table2_1").get_config(
+    hinge = classifier.validate(importlib.import_module("sphere_tf.configs.losses.lsoftmax_table2_1").get_config(
         "data=cifar10,loss=hinge"))
     assert isinstance(recipe.build_loss(hinge), losses.SparseHinge) and hinge["model"].get("head") is None
-    softmax = classifier.validate(importlib.import_module("configs.losses.lsoftmax_table2_1").get_config(
+    softmax = classifier.validate(importlib.import_module("sphere_tf.configs.losses.lsoftmax_table2_1").get_config(
         "data=cifar10,loss=softmax"))
     # The hinge row differs from the softmax row in the loss only.
     assert {k: v for k, v in hinge.items() if k != "loss"} == {k: v for k, v in softmax.items() if k != "loss"}
     assert isinstance(recipe.build_loss(softmax), losses.SparseCrossentropy)
 
-    comhe = importlib.import_module("configs.comhe.table6_7_imagenet")
+    comhe = importlib.import_module("sphere_tf.configs.comhe.table6_7_imagenet")
     assert comhe.get_config("model=resnet50").model.name == "resnet50"
     assert tuple(comhe.get_config("model=resnet50").model.blocks_per_stage) == (3, 4, 6, 3)
 
-    mlp = importlib.import_module("configs.opt.table7_3_mnist_mlp")
+    mlp = importlib.import_module("sphere_tf.configs.opt.table7_3_mnist_mlp")
     config = mlp.get_config("method=gs,init=normal")
     assert config.model.name == "opt_mlp" and config.model.operator.orthogonalization == "gram_schmidt"
     assert config.model.operator.fixed_kernel_initializer.config.stddev == 1.0
@@ -85,7 +85,7 @@ def test_opt_baseline_with_norm_is_the_baseline_with_unit_norm_initial_neurons()
 
     from sphere_tf import models  # noqa: PLC0415
 
-    module = importlib.import_module("configs.opt.table7_7_unit_norm")
+    module = importlib.import_module("sphere_tf.configs.opt.table7_7_unit_norm")
     on = classifier.validate(module.get_config("method=baseline,norm=on"))
     off = classifier.validate(module.get_config("method=baseline,norm=off"))
     assert {k: v for k, v in on.items() if k != "model"} == {k: v for k, v in off.items() if k != "model"}

@@ -57,7 +57,7 @@ QUICK_DATA = {}  # filled by the `archives` fixture: data set name -> (folder, v
 
 
 def _module(relpath):
-    return importlib.import_module("configs." + relpath[:-3].replace("/", "."))
+    return importlib.import_module("sphere_tf.configs." + relpath[:-3].replace("/", "."))
 
 
 def _config(relpath, arg=None):
@@ -116,8 +116,8 @@ def test_bad_variant_values_name_the_argument_and_choices(relpath):
 @pytest.mark.parametrize("relpath", sorted(CELLS))
 def test_docstring_names_the_run_command(relpath):
     doc = _module(relpath).__doc__
-    assert f"--config sphere_tf/configs/{relpath}:" in doc
-    assert "python -m sphere_tf_cli.train_classifier" in doc and "quick" in doc
+    assert f"--config {relpath[:-len('.py')]}:" in doc
+    assert "sphere-tf train-classifier" in doc and "quick" in doc
 
 
 # -- the papers' recipes (values typed from the papers) ------------------------------------------------------------

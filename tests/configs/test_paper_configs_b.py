@@ -70,8 +70,8 @@ def test_there_are_configs_for_every_paper():
 def test_every_variant_validates(path):
     """Every cell of the table validates; the cells the paper marks N/A raise, naming why."""
     module = _load(path)
-    assert module.__doc__ and "python -m sphere_tf_cli.train_classifier" in module.__doc__
-    assert f"sphere_tf/configs/{_ids(path)}" in module.__doc__  # the command names this file
+    assert module.__doc__ and "sphere-tf train-classifier" in module.__doc__
+    assert f"--config {_ids(path)[:-len('.py')]}" in module.__doc__  # the command names this config
     assert module.VARIANTS and all(module.VARIANTS.values())
     # `validate` builds no model: it checks every key, the model name, its options and operator specs
     # (`_check_model`) and every regularizer entry; the quick runs below build and train each config's default cell.

@@ -47,7 +47,7 @@ def test_every_config_has_axes():
 @pytest.mark.parametrize("path", CONFIG_FILES, ids=os.path.basename)
 def test_every_variant_validates(path):
     module = sweep.load_config_module(path)
-    assert "python -m sphere_tf_cli.sweep" in module.__doc__
+    assert "sphere-tf sweep" in module.__doc__
     variants = list(_variants(path))
     for variant in variants + [v + ",quick" for v in variants]:
         config = classifier.validate(module.get_config(variant))

@@ -115,7 +115,7 @@ def test_table2_11_row_a_variant():
     from sphere_tf.runners import face  # noqa: PLC0415
     from sphere_tf.runners import classifier  # noqa: PLC0415
 
-    module = importlib.import_module("configs.face.table2_11_depth")
+    module = importlib.import_module("sphere_tf.configs.face.table2_11_depth")
     row_a = module.get_config("depth=4,loss=softmax,last_relu=true")
     row_b = module.get_config("depth=4,loss=softmax")
     assert row_a.model.embedding_relu is True and "embedding_relu" not in row_b.model

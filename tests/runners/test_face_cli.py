@@ -172,7 +172,7 @@ def test_evaluate_workdir_without_a_model_is_named(tmp_path):
 @pytest.mark.parametrize("path", CONFIGS, ids=os.path.basename)
 def test_face_configs_validate(path):
     module = _load(path)
-    assert module.__doc__ and "python -m sphere_tf_cli.train_face" in module.__doc__
+    assert module.__doc__ and "sphere-tf train-face" in module.__doc__
     # The quick variant is validated (the model probe at full width costs seconds per config); the full
     # variant differs in sizes, steps and schedule only, checked below.
     runner_config, section = face.split_config(module.get_config("quick"))
