@@ -15,7 +15,6 @@ reads the runner's schema).
 """
 
 import ast
-import importlib.util
 import os
 import sys
 
@@ -71,16 +70,12 @@ def load_config_file(spec):
     path, _, arg = spec.partition(":")
     try:
         path = configs.config_path(path)
+        folder = os.path.dirname(os.path.abspath(path))
+        if folder not in sys.path:
+            sys.path.append(folder)  # last: never shadows an installed module
+        module = configs.load_module(path, module_name="sphere_tf_config_file")
     except configs.ConfigNotFoundError as error:
         raise ConfigFlagError(str(error)) from None
-    folder = os.path.dirname(os.path.abspath(path))
-    if folder not in sys.path:
-        sys.path.append(folder)  # last: never shadows an installed module
-    module_spec = importlib.util.spec_from_file_location("sphere_tf_config_file", path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    if not hasattr(module, "get_config"):
-        raise ConfigFlagError(f"--config: {path!r} has no get_config().")
     config = module.get_config(arg) if arg else module.get_config()
     return to_plain(config)
 

@@ -52,6 +52,17 @@ def test_config_path_refuses_what_is_not_a_config(spec):
         configs.config_path(spec)
 
 
+def test_load_module_imports_a_config_and_refuses_a_file_without_get_config(tmp_path):
+    path = tmp_path / "mine.py"
+    path.write_text("def get_config(arg=None):\n    return {'arg': arg}\n")
+    assert configs.load_module(str(path)).get_config("x") == {"arg": "x"}
+    helper = tmp_path / "helper.py"
+    helper.write_text("VALUE = 1\n")
+    with pytest.raises(configs.ConfigNotFoundError, match="defines no get_config"):
+        configs.load_module(str(helper))
+    assert configs.load_module("dcnet/fashion_mnist_tanh_cosine").__name__ == "fashion_mnist_tanh_cosine"
+
+
 def test_summary_is_the_docstring_first_line():
     with open(os.path.join(CONFIG_DIR, "dcnet", "table4_resnet32_adam.py"), encoding="utf-8") as f:
         text = f.read()

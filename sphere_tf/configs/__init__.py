@@ -14,6 +14,7 @@ Nothing here is imported by the library: the runner reads a config by name or pa
 """
 
 import ast
+import importlib.util
 import os
 
 FOLDER = os.path.dirname(os.path.abspath(__file__))
@@ -67,6 +68,22 @@ def config_path(spec):
                               "(`sphere-tf configs` lists them).")
 
 
+def load_module(spec, module_name=None):
+    """Imports the config `spec` (a file or a packaged config's name, `config_path`) and returns the module.
+
+    Raises:
+        ConfigNotFoundError: `spec` is not a config, or its file defines no callable `get_config`.
+    """
+    path = config_path(spec)
+    name = module_name or os.path.splitext(os.path.basename(path))[0]
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    if not callable(getattr(module, "get_config", None)):
+        raise ConfigNotFoundError(f"--config: {path!r} defines no get_config(arg).")
+    return module
+
+
 def summary(name):
     """The first line of the packaged config `name`'s docstring (read without importing it)."""
     with open(config_path(name), encoding="utf-8") as f:
@@ -74,4 +91,4 @@ def summary(name):
     return docstring.strip().splitlines()[0] if docstring.strip() else ""
 
 
-__all__ = ["ConfigNotFoundError", "FOLDER", "config_path", "names", "summary"]
+__all__ = ["ConfigNotFoundError", "FOLDER", "config_path", "load_module", "names", "summary"]

@@ -16,7 +16,6 @@ before anything trains or is written: the recipe keys each variant changes, ever
 estimate) and the estimated time of the whole sweep, the sum over its runs.
 """
 
-import importlib.util
 import json
 import math
 import os
@@ -47,15 +46,10 @@ def load_config_module(path):
         ValueError: the module has no `get_config`.
     """
     try:
-        path = configs.config_path(path)
+        configs.config_path(path)
     except configs.ConfigNotFoundError as error:
         raise FileNotFoundError(str(error)) from None
-    spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    if not callable(getattr(module, "get_config", None)):
-        raise ValueError(f"--config: {path!r} defines no get_config(arg).")
-    return module
+    return configs.load_module(path)  # a ValueError (ConfigNotFoundError) without get_config
 
 
 def variant_dirname(variant):
