@@ -5,7 +5,8 @@ Tables 7/8), `ops` (the maths: angles, angular and magnitude functions, margins,
 orthogonalisations, the layers' fused hot path), `backends` (backend plug-ins: the TensorFlow accelerator with its C++ training-path kernels), `layers`, `losses`, `regularizers`, `optimizers`,
 `metrics`, `evaluation` (face verification), `callbacks`, `energy`, `initializers`, `training`, `models`, `data`,
 `export`, `registry` (name registries), `validation` (argument checks), `walk` (a model's layers and calls)
-and `testing` (reference helpers for tests).
+`testing` (reference helpers for tests), `runners` (configs in, runs out), `configs` (the papers' experiments as
+runner configs, by name), `saving` (the release recorded in serialized objects) and `version`.
 
 Docstrings cite equations by key: `[S-n]` SphereNet (Deep Hyperspherical
 Learning, NIPS 2017) eq. n, `[D-n]` DCNet (Decoupled Networks, CVPR 2018) eq. n,
@@ -37,8 +38,8 @@ from sphere_tf import regularizers  # noqa: E402
 from sphere_tf import training  # noqa: E402
 from sphere_tf import version  # noqa: E402
 
-_LAZY_SUBMODULES = ("adversarial", "backends", "data", "energy", "evaluation", "export", "json_files", "models",
-                    "ops", "registry", "testing", "validation", "walk")
+_LAZY_SUBMODULES = ("adversarial", "backends", "configs", "data", "energy", "evaluation", "export", "json_files",
+                    "models", "ops", "registry", "runners", "saving", "testing", "validation", "walk")
 
 __version__ = version.__version__  # written once, in sphere_tf/version.py
 
