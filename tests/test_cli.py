@@ -46,7 +46,8 @@ def test_config_path_keeps_an_existing_file(tmp_path):
     assert configs.config_path(str(path)) == str(path)
 
 
-@pytest.mark.parametrize("spec", ["dcnet/no_such_table", "face/recipe", "common", "", "/nonexistent/x.py"])
+@pytest.mark.parametrize("spec", ["dcnet/no_such_table", "face/recipe", "common", "", "/nonexistent/x.py",
+                                  "../configs/dcnet/fashion_mnist_tanh_cosine", "adversarial/_base", "dcnet"])
 def test_config_path_refuses_what_is_not_a_config(spec):
     with pytest.raises(configs.ConfigNotFoundError, match=re.escape(repr(spec)) + ".*sphere-tf configs"):
         configs.config_path(spec)

@@ -62,8 +62,12 @@ def config_path(spec):
             name = name[len(prefix):]
     if name.endswith(".py"):
         name = name[:-3]
-    if name in names():
-        return os.path.join(FOLDER, *name.split("/")) + ".py"
+    parts = name.split("/")
+    candidate = os.path.join(FOLDER, *parts) + ".py"
+    # The same test as `names()` for this one file (no walk of the folder); `..` and private files are no names.
+    if all(part and not part.startswith(("_", ".")) for part in parts) and os.path.isfile(candidate) \
+            and _defines_get_config(candidate):
+        return candidate
     raise ConfigNotFoundError(f"--config: {spec!r} is neither a config file nor a packaged config's name "
                               "(`sphere-tf configs` lists them).")
 
