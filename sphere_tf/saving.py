@@ -134,6 +134,13 @@ def check_keras_file(path):
     check_config(config, what=os.fspath(path))
 
 
+def load_model(path, **kwargs):
+    """`keras.saving.load_model(path, **kwargs)` after `check_keras_file(path)`: a `.keras` file of a newer
+    sphere_tf release fails with its `NewerFileError` alone, wherever its sphere_tf objects sit."""
+    check_keras_file(path)
+    return keras.saving.load_model(path, **kwargs)
+
+
 def _with_version(obj, config):
     """`config` with the version key, when `obj`'s class reads it back: its `from_config` is a wrapper of this
     module (a user's subclass that overrides `from_config` gets the config it always got)."""

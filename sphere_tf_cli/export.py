@@ -73,7 +73,6 @@ def _channel_mean(config):
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    import keras  # noqa: PLC0415 (after flag parsing: --help is fast)
 
     from sphere_tf import export as export_lib  # noqa: PLC0415 (imports sphere_tf: registers its layers)
 
@@ -81,8 +80,7 @@ def main(argv):
     from sphere_tf import saving  # noqa: PLC0415
 
     config, model_path = read_workdir(_WORKDIR.value)
-    saving.check_keras_file(model_path)  # a newer release's file: its one clear error
-    model = keras.saving.load_model(model_path, compile=False)
+    model = saving.load_model(model_path, compile=False)  # a newer release's file: its one clear error
     model_name = _MODEL_NAME.value or config.get("model", {}).get("name") or "model"
     if layers.model_normalization(model) is not None:  # the model normalises its pixels: export reads it there
         normalization = channel_mean = None

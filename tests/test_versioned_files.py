@@ -541,3 +541,15 @@ def test_array_checkpoints_refuse_a_newer_archive_and_a_newer_index_format(tmp_p
         json.dump(index, f)
     with pytest.raises(saving.NewerFileError, match=re.escape(f">= {upgrade}")):
         array_checkpoint.latest(directory)
+
+
+def test_load_model_refuses_a_newer_file_before_keras_rebuilds_it(tmp_path):
+    """`saving.load_model`: a sphere_tf regularizer inside a Keras layer gives the NewerFileError itself."""
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, kernel_regularizer=regularizers.MHE())])
+    path, out = str(tmp_path / "m.keras"), str(tmp_path / "newer.keras")
+    model.save(path)
+    _rewrite(path, out, f"{MAJOR}.{MINOR + 1}.0")
+    with pytest.raises(saving.NewerFileError, match=re.escape(out)):
+        saving.load_model(out)
+    x = np.ones((2, 4), "float32")
+    np.testing.assert_allclose(saving.load_model(path).predict(x, verbose=0), model.predict(x, verbose=0), rtol=1e-6)

@@ -67,8 +67,7 @@ def export_model_file(model_path, export_base, verify_inputs=None, timeout=1800,
     if unknown:
         raise ValueError(f"Unknown argument(s) {unknown} of export_model_file; expected {list(_JSON_ARGUMENTS)}.")
     if keras.backend.backend() == "tensorflow":
-        saving.check_keras_file(model_path)
-        model = keras.saving.load_model(model_path, compile=False)
+        model = saving.load_model(model_path, compile=False)
         return serving.export_model(model, export_base, verify_inputs=verify_inputs, **kwargs)
     with tempfile.TemporaryDirectory(prefix="sphere_tf_export_") as folder:
         request = {"model_path": os.path.abspath(model_path), "export_base": os.path.abspath(export_base),
@@ -96,8 +95,7 @@ def _main(request_path, result_path):
     with open(request_path) as f:
         request = json.load(f)
     # Running as `python -m sphere_tf.export.reload` imported `sphere_tf` first: every sphere_tf class is registered.
-    saving.check_keras_file(request["model_path"])
-    model = keras.saving.load_model(request["model_path"], compile=False)
+    model = saving.load_model(request["model_path"], compile=False)
     verify_inputs = np.load(request["verify_inputs"]) if request.get("verify_inputs") else None
     result = serving.export_model(model, request["export_base"], verify_inputs=verify_inputs, **request["kwargs"])
     with open(result_path, "w") as f:

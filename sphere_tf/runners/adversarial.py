@@ -411,9 +411,7 @@ def run_experiment(config, workdir):
                 continue
             path = config["black_box"][f"{kind}_source"]
             if path:
-                source_file = _source_file(path)
-                saving.check_keras_file(source_file)
-                sources[kind] = _raw_pixel_model(keras.models.load_model(source_file), base_cfg, info)
+                sources[kind] = _raw_pixel_model(saving.load_model(_source_file(path)), base_cfg, info)
             else:
                 source_seed = seed + config["black_box"]["source_seed_offset"]
                 cfg = classifier.validate(classifier_config(config, "baseline", source_seed))

@@ -194,8 +194,7 @@ def evaluate_workdir(workdir, pairs, images, *, image_pattern=None, batch_size=6
     if image_pattern is None:
         image_pattern = _run_image_pattern(workdir)
     parsed = faces.read_ytf_splits(pairs) if protocol == "ytf" else faces.read_pairs(pairs, image_pattern=image_pattern)
-    saving.check_keras_file(model_path)
-    model = keras.models.load_model(model_path)
+    model = saving.load_model(model_path)
     roc_path = os.path.join(workdir, "roc.png")
     if not dependencies.installed("matplotlib"):
         # The plot is optional (matplotlib is not a core dependency); the figures are the same without it.

@@ -133,9 +133,7 @@ def build_model(config, info, num_shards=None):
         energy_layer_names(config["train"]["energy_layers"], model, {})
     paradigm = config["paradigm"]
     if paradigm["pretrained"]:
-        source_path = pretrained_model_path(paradigm["pretrained"])
-        saving.check_keras_file(source_path)
-        source = keras.models.load_model(source_path)
+        source = saving.load_model(pretrained_model_path(paradigm["pretrained"]))
         pretrain.initialize_from_pretrained(model, source, match=paradigm["pretrained_match"], verbose=False)
     if paradigm["weight_projection_every"] or paradigm["weighted_gradients"]:
         model = sphere_model_lib.wrap(
