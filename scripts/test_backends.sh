@@ -15,7 +15,7 @@ fi
 # and tests/test_docs.py checks how many ran); and the runner without TensorFlow: the Grain pipeline and its NumPy
 # augmentations, step checkpoints (recovery from a corrupt one), short runs and exact resume after kill -9; the
 # FGSM/BIM/PGD attacks in keras.ops, FGSM adversarial training, the white/black-box evaluation and the adversarial
-# task; face verification (LFW/YTF protocols, flip embeddings) and the face task.
+# task; face verification (LFW/YTF protocols, flip embeddings) and the face task; the fault suite's fast subset.
 # TensorFlow-only modules and tests in them are deselected by tests/conftest.py.
 RUNNER_SUITES=(
   tests/data/test_grain_pipeline.py tests/data/test_numpy_preprocessing.py tests/training/test_checkpoint_recovery.py
@@ -26,6 +26,9 @@ RUNNER_SUITES=(
   tests/runners/test_adversarial_without_tensorflow.py
   # Every module outside sphere_tf/backends and export imports here, where TensorFlow is not installed.
   tests/test_import_graph.py
+  # The fault-injection and fuzzing suite's fast subset (kill -9, damaged checkpoints, a full disk, non-finite
+  # batches, the workdir lock, fuzzed constructors and configs, untrusted files); scripts/test_faults.sh runs all.
+  tests/faults
 )
 CORE_SUITES=(
   tests/ops tests/layers tests/losses tests/regularizers tests/metrics tests/models tests/optimizers

@@ -141,9 +141,10 @@ class MeanShifted(keras.initializers.Initializer):
 
     def __init__(self, mean, base=None, seed=None):
         self.mean = validation.real(mean, "mean")
+        seed = validation.integer(seed, "seed", minimum=0, allow_none=True, maximum=validation.MAX_INT32)
         if base is None:
             base = keras.initializers.VarianceScaling(2.0, "fan_in", "untruncated_normal", seed=seed)
-        self.base = keras.initializers.get(base)
+        self.base = validation.keras_object(keras.initializers.get, base, "base", "initializer")
 
     def __call__(self, shape, dtype=None):
         return ops.add(self.base(shape, dtype=dtype), ops.cast(self.mean, dtype or "float32"))
@@ -174,17 +175,18 @@ class UnitNormNeurons(keras.initializers.Initializer):
             (`VarianceScaling(2, 'fan_in', 'untruncated_normal')`, the thesis's
             initialisation of the CNN-6 neurons).
         seed: int or None, the seed of the default base (ignored when `base` is given).
-        epsilon: float >= 0, added to each norm (0: exact; a base that can draw a zero
-            neuron, e.g. 'zeros', then gives NaN).
+        epsilon: float >= 0, added to each norm (0: exact). A zero neuron (a base that
+            can draw one, e.g. 'zeros') stays zero.
 
     Raises:
         ValueError: `epsilon` not a float >= 0 (named).
     """
 
     def __init__(self, base=None, seed=None, epsilon=0.0):
+        seed = validation.integer(seed, "seed", minimum=0, allow_none=True, maximum=validation.MAX_INT32)
         if base is None:
             base = keras.initializers.VarianceScaling(2.0, "fan_in", "untruncated_normal", seed=seed)
-        self.base = keras.initializers.get(base)
+        self.base = validation.keras_object(keras.initializers.get, base, "base", "initializer")
         self.epsilon = validation.non_negative_float(epsilon, "epsilon")
 
     def __call__(self, shape, dtype=None):
@@ -194,6 +196,8 @@ class UnitNormNeurons(keras.initializers.Initializer):
         kernel = ops.cast(self.base(shape, dtype="float32"), "float32")
         neurons = ops.reshape(kernel, (-1, shape[-1]))
         norms = ops.sqrt(ops.sum(ops.square(neurons), axis=0, keepdims=True)) + self.epsilon
+        # A zero neuron has no direction: it stays zero (0/0 would make the whole kernel's training NaN).
+        norms = ops.where(norms > 0.0, norms, 1.0)
         return ops.cast(ops.reshape(neurons / norms, shape), dtype)
 
     def get_config(self):

@@ -82,9 +82,19 @@ def write_json(path, value, indent=2):
     converted = strict_json_value(value)
     text = json.dumps(converted, indent=indent, allow_nan=False)
     temporary = f"{path}.tmp"
-    with open(temporary, "w") as f:
-        f.write(text + "\n")
-    os.replace(temporary, path)
+    try:
+        with open(temporary, "w") as f:
+            f.write(text + "\n")
+        os.replace(temporary, path)
+    except OSError as error:
+        # A write that failed (a full disk: ENOSPC) leaves `path` as it was and gives the partial file's space back.
+        try:
+            os.remove(temporary)
+        except OSError:
+            pass
+        if error.filename is None:  # a failed write() names no file: name it
+            raise OSError(error.errno, error.strerror, temporary) from error
+        raise
     return converted
 
 

@@ -137,6 +137,20 @@ def apply_overrides(config, overrides, defaults=None):
     return config
 
 
+def user_errors():
+    """The errors a run reports as one `Error:` line (`exit_with`) rather than a traceback: their messages name
+    the config key, the file, the workdir or the step and what to do (a bad config, a workdir of another run or
+    held by a running one, missing or damaged data, lost or unreadable checkpoints, a full disk, a diverged run)."""
+    from sphere_tf import runners  # noqa: PLC0415  (after the backend is chosen: these import Keras)
+    from sphere_tf.data import errors as data_errors  # noqa: PLC0415
+    from sphere_tf.training import checkpoint  # noqa: PLC0415
+    from sphere_tf.training import workdir_lock  # noqa: PLC0415
+
+    return (ConfigFlagError, runners.ConfigError, checkpoint.ConfigMismatchError, workdir_lock.WorkdirLockedError,
+            data_errors.DataNotFoundError, data_errors.CorruptDataError, checkpoint.CorruptCheckpointError,
+            checkpoint.DiskFullError, checkpoint.NonFiniteError)
+
+
 def exit_with(error):
     """Ends the program with `error`'s message on one line of stderr (no traceback) and status 1."""
     message = " ".join(str(error).split("\n"))

@@ -25,7 +25,8 @@ reported on one line (with the valid choices) and leaves no workdir behind.
 The resolved config is written to `<workdir>/config.json` (a workdir holding a
 different config is refused, naming the differing keys); an interrupted run
 resumes from its last step checkpoint in `<workdir>/checkpoints/train`, and a
-finished one is not trained again.
+finished one is not trained again. A second run on a workdir that a live run holds (`<workdir>/run.lock`) is
+refused on one line naming that run's pid and host.
 
 TensorFlow's C++ and absl INFO lines (oneDNN notices, XLA cluster messages, ...)
 are not printed; `--verbosity=0` brings them back. On a terminal Keras shows its
@@ -155,9 +156,7 @@ def main(argv, overrides=(), expected_task=None):
         # where oneDNN does not pool CPU memory already (AVX2 hosts) asking afterwards is too late.
         runtime.request_bfc_cpu_allocator()
     from sphere_tf import runners  # noqa: PLC0415
-    from sphere_tf.data import errors as data_errors  # noqa: PLC0415
     from sphere_tf.runners import classifier  # noqa: PLC0415
-    from sphere_tf.training import checkpoint  # noqa: PLC0415
 
     try:
         task_name, config = runners.split_task(_config_flags.load_config_file(_CONFIG.value))
@@ -195,8 +194,10 @@ def main(argv, overrides=(), expected_task=None):
             results = classifier.train_and_evaluate(config, _WORKDIR.value, strategy=strategy)
         else:
             results = task.run(config, _WORKDIR.value)
-    except (_config_flags.ConfigFlagError, runners.ConfigError, checkpoint.ConfigMismatchError,
-            data_errors.DataNotFoundError) as error:
+    except _config_flags.user_errors() as error:
+        # A bad config, a busy workdir, lost or unreadable checkpoints, a full disk, a diverged run, a damaged data
+        # file or an out-of-range label: the message names the key, file or step and what to do, which a
+        # traceback would bury.
         _config_flags.exit_with(error)
     for line in task.result_lines(results):
         print(line)

@@ -31,6 +31,7 @@ it fails the sweep, before any model is built.
 
 import os
 
+from sphere_tf_cli import _config_flags
 from sphere_tf_cli import _quiet_logs
 
 if __name__ == "__main__":
@@ -70,7 +71,10 @@ def main(argv):
         plan = sweep.dry_run(_CONFIG.value, variants, _SEEDS.value, probe_steps=_DRY_RUN_STEPS.value)
         print("\n".join(sweep.dry_run_lines(plan)))
         return
-    summary = sweep.run_sweep(_CONFIG.value, variants, _SEEDS.value, _WORKDIR.value)
+    try:
+        summary = sweep.run_sweep(_CONFIG.value, variants, _SEEDS.value, _WORKDIR.value)
+    except _config_flags.user_errors() as error:  # one `Error:` line, as `sphere-tf run` prints it
+        _config_flags.exit_with(error)
     path = _SUMMARY.value or os.path.join(_WORKDIR.value, "summary.json")
     sweep.write_summary(summary, path)
     print(sweep.markdown_table(summary))

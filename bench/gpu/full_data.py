@@ -18,6 +18,7 @@ from sphere_tf.runners import classifier
 from sphere_tf.runners import recipe
 from sphere_tf.runners import schema
 from sphere_tf.runners import sweep
+from sphere_tf.training import array_checkpoint
 
 # Training-accuracy intervals recorded at the start of a run (SphereNet Fig. 3(b): early convergence).
 EARLY_INTERVAL = 25
@@ -81,7 +82,10 @@ def run_one(config_path, variant, seed, mode, data_dir, workdir):
     config["evaluation"]["eval_every_steps"] = plan["steps_per_epoch"]  # the test curve, pass by pass
     accuracy_name = recipe.training_accuracy(config["model"]).name
     early = EarlyTrainingCurve(accuracy_name)
-    results = classifier.train_and_evaluate(config, workdir, callbacks=[early])
+    try:
+        results = classifier.train_and_evaluate(config, workdir, callbacks=[early])
+    except array_checkpoint.NonFiniteError as error:  # the runner stops at the first NaN/inf loss: a divergence
+        return _diverged_record(config_path, variant, seed, mode, workdir, plan, error, started, cpu_started)
     model = early.model  # the run's model, as it was evaluated
     test_curve = [point["test_accuracy"] for point in results["test_curve"]]
     history = results["history"]
@@ -102,6 +106,19 @@ def run_one(config_path, variant, seed, mode, data_dir, workdir):
     record["wall_seconds"] = time.time() - started
     record["cpu_seconds"] = time.process_time() - cpu_started
     return record
+
+
+def _diverged_record(config_path, variant, seed, mode, workdir, plan, error, started, cpu_started):
+    """The record of a seed that diverged: its statistics NaN (counted under `<key>_nonfinite` by `summarize`),
+    the runner's message (the global step of the first non-finite loss) under `diverged`."""
+    nan = float("nan")
+    return {
+        "config": config_path, "claim": claim_name(config_path), "variant": variant, "seed": int(seed), "mode": mode,
+        "backend": keras.backend.backend(), "device": _device_name(), "workdir": workdir,
+        "train_size": plan["train_images"], "steps": plan["total_steps"], "diverged": str(error),
+        "test_accuracy": nan, "best_pass_test_accuracy": nan, "train_accuracy_last_pass": nan, "history_last": {},
+        "wall_seconds": time.time() - started, "cpu_seconds": time.process_time() - cpu_started,
+    }
 
 
 def _feature_statistics(model, data_cfg):
@@ -151,7 +168,7 @@ def summarize(records):
         entry = {"seeds": sorted(r["seed"] for r in rows), "device": rows[0]["device"], "steps": rows[0]["steps"]}
         for key in keys:
             _add_mean_std(entry, key, [r[key] for r in rows if r.get(key) is not None])
-        for name in rows[0]["history_last"]:
-            _add_mean_std(entry, name, [r["history_last"][name] for r in rows])
+        for name in sorted({name for r in rows for name in r["history_last"]}):
+            _add_mean_std(entry, name, [r["history_last"].get(name, float("nan")) for r in rows])
         summary.setdefault(claim, {})[variant] = entry
     return summary

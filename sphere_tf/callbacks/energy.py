@@ -73,18 +73,22 @@ class HypersphericalEnergy(keras.callbacks.Callback):
                  update_freq="epoch", log_dir=None, prefix="energy/"):
         super().__init__()
         energy_lib.check_energy_args(power, distance)
-        frequency = validation.positive_int(frequency, "frequency")
+        frequency = validation.positive_int(frequency, "frequency", maximum=validation.MAX_INT32)
         update_freq = validation.one_of(update_freq, "update_freq", ("epoch", "batch"))
-        self.power = power
-        self.half_space = bool(half_space)
+        self.power = validation.plain_number(power)  # a NumPy scalar would not serialize
+        self.half_space = validation.boolean(half_space, "half_space")
         self.distance = distance
+        # A str is iterable too: 'conv' would become the names 'c', 'o', 'n', 'v'.
+        if layer_names is not None and not (
+                isinstance(layer_names, (list, tuple)) and all(isinstance(n, str) and n for n in layer_names)):
+            raise validation.invalid_argument("layer_names", "None or a list of layer names (str)", layer_names)
         self.layer_names = None if layer_names is None else list(layer_names)
         self.frequency = frequency
         self.update_freq = update_freq
         self.log_dir = tensorboard.check_log_dir(log_dir, allow_none=True)
         if self.log_dir is not None:
             tensorboard.require_tensorboardx(f"HypersphericalEnergy(log_dir={self.log_dir!r})")
-        self.prefix = prefix
+        self.prefix = validation.text(prefix, "prefix", allow_empty=True)
         self._writer = None
         self._batches = 0
 
@@ -94,7 +98,9 @@ class HypersphericalEnergy(keras.callbacks.Callback):
             by_name = {layer.name: layer for layer in layers}
             missing = [n for n in self.layer_names if n not in by_name]
             if missing:
-                raise ValueError(f"HypersphericalEnergy: no kernel layer named {missing}; have {sorted(by_name)}.")
+                raise validation.invalid_argument(
+                    "layer_names", f"names of the model's layers with a kernel ({sorted(by_name)}); no kernel layer "
+                    f"named {missing}", self.layer_names)
             layers = [by_name[n] for n in self.layer_names]
         return layers
 

@@ -18,6 +18,7 @@ import keras
 from keras import ops
 
 from sphere_tf import saving
+from sphere_tf import validation
 
 
 def evaluation_freq(eval_every_steps, steps_per_epoch):
@@ -45,8 +46,9 @@ class TestErrorLog(keras.callbacks.Callback):
 
     def __init__(self, accuracy_name, steps_per_epoch):
         super().__init__()
-        self.accuracy_name = accuracy_name
-        self.steps_per_epoch = int(steps_per_epoch)
+        self.accuracy_name = validation.text(accuracy_name, "accuracy_name")
+        self.steps_per_epoch = validation.positive_int(steps_per_epoch, "steps_per_epoch",
+                                                       maximum=validation.MAX_INT32)
 
     def on_epoch_end(self, epoch, logs=None):
         key = f"val_{self.accuracy_name}"
@@ -75,6 +77,9 @@ class BestCheckpoint(keras.callbacks.ModelCheckpoint):
     """
 
     def __init__(self, filepath, monitor):
+        # Keras's ModelCheckpoint fails on a non-str path with an AttributeError from `filepath.endswith`.
+        filepath = validation.path(filepath, "filepath")
+        monitor = validation.text(monitor, "monitor")
         super().__init__(filepath, monitor=monitor, mode="max", save_best_only=True, save_weights_only=True,
                          verbose=0)
         self._best = keras.Variable(-math.inf, dtype="float32", trainable=False, name="best_monitored")

@@ -92,12 +92,12 @@ class SOPTEpisodes(keras.callbacks.Callback):
     def __init__(self, episode_length=DEFAULT_EPISODE_LENGTH, seed=None, reset_optimizer_state=True,
                  merge_on_train_end=False):
         super().__init__()
-        self.episode_length = validation.positive_int(episode_length, "episode_length")
-        self.seed = validation.integer(seed, "seed", minimum=0, allow_none=True)
+        self.episode_length = validation.positive_int(episode_length, "episode_length", maximum=validation.MAX_INT32)
+        self.seed = validation.integer(seed, "seed", minimum=0, allow_none=True, maximum=validation.MAX_INT32)
         if self.seed is not None and self.seed > _MAX_SEED:
             raise validation.invalid_argument("seed", f"None or an int in [0, {_MAX_SEED}]", seed)
-        self.reset_optimizer_state = bool(reset_optimizer_state)
-        self.merge_on_train_end = bool(merge_on_train_end)
+        self.reset_optimizer_state = validation.boolean(reset_optimizer_state, "reset_optimizer_state")
+        self.merge_on_train_end = validation.boolean(merge_on_train_end, "merge_on_train_end")
         if self.seed is None:  # drawn once, then saved and restored with the rest of the state
             drawn = int(np.random.SeedSequence().generate_state(1, np.uint32)[0] >> 1)
         else:

@@ -24,7 +24,7 @@ _LAZY = {
 }
 _SUBMODULES = ("archive_writers", "cifar", "datasets", "errors", "faces", "fashion_mnist", "grain_pipeline", "imagenet",
                "label_noise", "mnist", "normalization", "numpy_preprocessing", "pipeline", "preprocessing", "splits",
-               "tf_pipeline", "tfds_source")
+               "tf_pipeline", "tfds_source", "untrusted")
 
 
 def __getattr__(name):

@@ -12,14 +12,25 @@ fixed-length records, so they are parsed with NumPy straight from the tarball
 (the whole of CIFAR is about 180 MB of pixels). An already extracted folder
 (`cifar-10-batches-bin/` or `cifar-100-binary/` inside `manual_dir`) is read
 when the tarball is absent.
+
+The archive is untrusted input (`untrusted`): a member name or link that leaves
+the archive's folder is refused, a member declaring more bytes than the
+published file holds (`PUBLISHED_RECORDS`) is refused before it is read, and
+the decompressed archive is bounded (`MAX_ARCHIVE_BYTES`). The python version
+(`cifar-10-python.tar.gz`, `cifar-10-batches-py/`, which `keras.datasets`
+caches) is never read: its batches are pickles, and unpickling a file runs
+whatever code it names. When only that version is found, the error says so.
 """
 
+import lzma
 import os
 import tarfile
+import zlib
 
 import numpy as np
 
 from sphere_tf import validation
+from sphere_tf.data import untrusted
 from sphere_tf.data.errors import CorruptDataError
 from sphere_tf.data.errors import DataNotFoundError
 
@@ -35,6 +46,16 @@ CIFAR10_FILES = {
 CIFAR100_ARCHIVE = "cifar-100-binary.tar.gz"
 CIFAR100_FOLDER = "cifar-100-binary"
 CIFAR100_FILES = {"train": ("train.bin",), "test": ("test.bin",)}
+# Records in each published file: a file (or archive member) larger than these records is refused unread.
+PUBLISHED_RECORDS = {**{name: 10000 for name in CIFAR10_FILES["train"] + CIFAR10_FILES["test"]},
+                     "train.bin": 50000, "test.bin": 10000}
+# The published archives expand to about 185 MB (and hold under ten members): a bound on the decompression and the
+# headers read, with room for a repacked archive.
+MAX_ARCHIVE_BYTES = 512 * 2**20
+MAX_ARCHIVE_MEMBERS = 1000
+# The python version, which is not read (pickles): named in the error when it is what `manual_dir` holds.
+PICKLED_VERSIONS = {CIFAR10_ARCHIVE: ("cifar-10-python.tar.gz", "cifar-10-batches-py"),
+                    CIFAR100_ARCHIVE: ("cifar-100-python.tar.gz", "cifar-100-python")}
 
 
 def decode_records(data, label_bytes, path, label_index=0, num_classes=None):
@@ -70,20 +91,33 @@ def decode_records(data, label_bytes, path, label_index=0, num_classes=None):
     return np.ascontiguousarray(images), labels
 
 
-def _read_members(manual_dir, archive, folder, names):
-    """The bytes of `folder/name` for each name, from `manual_dir/archive` or the extracted folder."""
+def _size_limit(name, record):
+    """The bytes of the published file `name` of `record`-byte records, and the phrase naming that bound."""
+    records = PUBLISHED_RECORDS[name]
+    return records * record, f"the published {name} ({records} records of {record} bytes)"
+
+
+def _read_members(manual_dir, archive, folder, names, record):
+    """The bytes of `folder/name` for each name, from `manual_dir/archive` or the extracted folder.
+
+    `record` is the record size: no file may hold more than its published records (`PUBLISHED_RECORDS`).
+    """
     archive_path = os.path.join(manual_dir, archive)
     folder_path = os.path.join(manual_dir, folder)
     if os.path.isfile(archive_path):
         wanted = {f"{folder}/{name}": name for name in names}
+        largest = max(_size_limit(name, record)[0] for name in names)
         found = {}
         try:
-            with tarfile.open(archive_path, "r:*") as tar:
-                for member in tar:
-                    name = wanted.get(member.name.lstrip("./"))
-                    if name is not None and member.isfile():
-                        found[name] = tar.extractfile(member).read()
-        except (tarfile.TarError, OSError, EOFError) as e:
+            with untrusted.open_tar(archive_path, max_read=largest, max_total=MAX_ARCHIVE_BYTES) as tar:
+                for member in untrusted.members(tar, archive_path, MAX_ARCHIVE_MEMBERS):
+                    name = wanted.get(untrusted.member_name(member))
+                    if name is None:
+                        continue
+                    untrusted.check_regular(archive_path, member)
+                    untrusted.check_member_size(archive_path, member, *_size_limit(name, record))
+                    found[name] = tar.extractfile(member).read()
+        except (tarfile.TarError, OSError, EOFError, zlib.error, lzma.LZMAError) as e:
             raise CorruptDataError(f"{archive_path}: cannot read the tar.gz archive ({e}).") from e
         missing = [f"{folder}/{name}" for name in names if name not in found]
         if missing:
@@ -95,13 +129,22 @@ def _read_members(manual_dir, archive, folder, names):
     paths = [os.path.join(folder_path, name) for name in names]
     if all(os.path.isfile(p) for p in paths):
         result = []
-        for p in paths:
+        for name, p in zip(names, paths):
+            limit, why = _size_limit(name, record)
+            if os.path.getsize(p) > limit:  # before reading it: a file of many GB would be read whole
+                raise CorruptDataError(f"{p}: {os.path.getsize(p):,} bytes, more than {why} ({limit:,} bytes); "
+                                       "refused unread.")
             with open(p, "rb") as f:
                 result.append((p, f.read()))
         return result
+    pickled = [name for name in PICKLED_VERSIONS[archive] if os.path.exists(os.path.join(manual_dir, name))]
+    hint = (f" {manual_dir!r} holds {' and '.join(pickled)}, the python version, which is not read: its batches "
+            "are pickles, and loading a pickle runs the code it names. Download the binary version "
+            "(https://www.cs.toronto.edu/~kriz/cifar.html)." if pickled else "")
     raise DataNotFoundError(
         f"{archive} not found in {manual_dir!r} (nor an extracted {folder}/ folder holding "
         f"{', '.join(names)}). Put the published archive there or pass the folder holding it as manual_dir."
+        + hint
     )
 
 
@@ -112,12 +155,15 @@ def load_cifar10(manual_dir, split):
 
     Raises:
         DataNotFoundError: neither the archive nor the extracted folder is in `manual_dir`.
-        CorruptDataError: a file is truncated or not in the binary CIFAR-10 format.
+        CorruptDataError: a file is truncated or not in the binary CIFAR-10 format, or the archive is refused as
+            untrusted input (a member name leaving its folder, a member larger than the published file, a
+            decompression bomb: the module docstring).
     """
     split = validation.one_of(split, "split", ("train", "test"))
     chunks = [
         decode_records(data, 1, path, num_classes=10)
-        for path, data in _read_members(manual_dir, CIFAR10_ARCHIVE, CIFAR10_FOLDER, CIFAR10_FILES[split])
+        for path, data in _read_members(manual_dir, CIFAR10_ARCHIVE, CIFAR10_FOLDER, CIFAR10_FILES[split],
+                                        1 + _IMAGE_BYTES)
     ]
     return np.concatenate([c[0] for c in chunks]), np.concatenate([c[1] for c in chunks])
 
@@ -132,12 +178,14 @@ def load_cifar100(manual_dir, split, label_mode="fine"):
 
     Raises:
         DataNotFoundError: neither the archive nor the extracted folder is in `manual_dir`.
-        CorruptDataError: a file is truncated or not in the binary CIFAR-100 format.
+        CorruptDataError: a file is truncated or not in the binary CIFAR-100 format, or the archive is refused as
+            untrusted input (as `load_cifar10`).
     """
     split = validation.one_of(split, "split", ("train", "test"))
     label_mode = validation.one_of(label_mode, "label_mode", ("fine", "coarse"))
     index, classes = (1, 100) if label_mode == "fine" else (0, 20)
-    ((path, data),) = _read_members(manual_dir, CIFAR100_ARCHIVE, CIFAR100_FOLDER, CIFAR100_FILES[split])
+    ((path, data),) = _read_members(manual_dir, CIFAR100_ARCHIVE, CIFAR100_FOLDER, CIFAR100_FILES[split],
+                                    2 + _IMAGE_BYTES)
     images, labels = decode_records(data, 2, path, label_index=index, num_classes=classes)
     if index == 1:  # the coarse byte is checked too, whichever label is returned
         coarse = np.frombuffer(data, np.uint8).reshape(-1, 2 + _IMAGE_BYTES)[:, 0]

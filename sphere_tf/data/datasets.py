@@ -49,6 +49,7 @@ from sphere_tf.data import mnist
 from sphere_tf.data import numpy_preprocessing
 from sphere_tf.data import splits
 from sphere_tf.data import tfds_source
+from sphere_tf.data.errors import CorruptDataError
 from sphere_tf.data.errors import DataNotFoundError
 from sphere_tf.data.splits import Examples
 from sphere_tf.data.splits import Stream
@@ -288,6 +289,41 @@ def _class_subset(arrays, limits, rng):
     return tuple(a[index] if isinstance(a, np.ndarray) else tuple(a[j] for j in index) for a in arrays)
 
 
+def check_labels(labels, num_classes, what):
+    """Refuses class labels that are not integers in 0..num_classes-1, naming `what`, the first one and its index.
+
+    Such a label is not an error every backend reports during training: TensorFlow's sparse softmax
+    cross-entropy raises on a CPU but returns NaN on a GPU (its documentation says so), Keras on JAX one-hot
+    encodes it as a row of zeros, so that the example adds a loss of 0 and trains nothing, and PyTorch raises an
+    IndexError from inside the step. The labels are therefore checked once, when the data is read, the same way
+    on every backend.
+
+    Args:
+        labels: array of class labels (integers; integral floats are accepted).
+        num_classes: int, the data set's class count.
+        what: str, the data named in the message (a file, or a split of a data set and its folder).
+
+    Raises:
+        CorruptDataError: (a `ValueError`) a label is out of range, not an integer, or the labels are not numbers.
+    """
+    labels = np.asarray(labels).reshape(-1)
+    if not labels.size:
+        return
+    if labels.dtype.kind in "iu":
+        bad = (labels < 0) | (labels >= num_classes)
+    elif labels.dtype.kind == "f":
+        bad = ~np.isfinite(labels) | (labels != np.round(labels)) | (labels < 0) | (labels >= num_classes)
+    else:
+        raise CorruptDataError(f"{what}: the labels are of dtype {labels.dtype}, not integer class indices.")
+    if bad.any():
+        index = int(np.flatnonzero(bad)[0])
+        value = labels[index].item()
+        raise CorruptDataError(
+            f"{what}: label {value!r} of example {index} is not a class index of the {num_classes} classes "
+            f"(0..{num_classes - 1}); {int(bad.sum())} of the {labels.size} labels are not. Fix the labels (or the "
+            "data set's class count) before training.")
+
+
 def _with_noisy_labels(arrays, noisy):
     """`arrays` (labels last) with the labels replaced by `noisy(labels)`."""
     return tuple(arrays[:-1]) + (noisy(np.asarray(arrays[-1])),)
@@ -435,6 +471,11 @@ def get_datasets(
     train, test = (_as_split(split, name, spec, what) for split, what in zip(read[:2], ("training", "test")))
     if len(read) == 3 and read[2] is not None:
         num_classes = validation.positive_int(read[2], "num_classes")
+    folder = manual_dir if source == "manual" else data_dir
+    for split, what in ((train, "training"), (test, "test")):
+        if isinstance(split, Examples):  # a Stream's labels are read while it runs (ImageNet: indices of its own)
+            check_labels(split.arrays[-1], num_classes, f"the {what} split of data set {name!r}"
+                         + (f" read from {folder}" if folder else ""))
     streamed = isinstance(train, Stream)
     if streamed != isinstance(test, Stream):
         raise TypeError(f"the reader of data set {name!r} returned one Stream split; both splits must be streams "

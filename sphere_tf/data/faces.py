@@ -46,6 +46,7 @@ import numpy as np
 from sphere_tf import dependencies
 from sphere_tf import validation
 from sphere_tf.data import numpy_preprocessing
+from sphere_tf.data import untrusted
 from sphere_tf.data.errors import CorruptDataError
 from sphere_tf.data.errors import DataNotFoundError
 
@@ -141,7 +142,8 @@ def image_shape(path):
 
     Raises:
         DataNotFoundError: no such file.
-        CorruptDataError: not a readable image (the message names the file).
+        CorruptDataError: not a readable image, or its header declares more pixels than Pillow's `MAX_IMAGE_PIXELS`
+            (`untrusted.check_image_pixels`); the message names the file.
     """
     if not os.path.isfile(path):
         raise DataNotFoundError(f"image {path!r} does not exist.")
@@ -153,8 +155,12 @@ def image_shape(path):
         with Image.open(path) as opened:  # reads the header only
             width, height = opened.size
             channels = _header_channels(opened)
+    except Image.DecompressionBombError as error:  # above twice MAX_IMAGE_PIXELS Pillow refuses in `open`
+        raise CorruptDataError(f"image {path!r}: {str(error).rstrip('.')}; refused before decoding it.") from None
     except (OSError, SyntaxError, ValueError) as error:  # UnidentifiedImageError is an OSError
         raise CorruptDataError(f"image {path!r} is not a readable image: {error}") from None
+    # The shape every image of a folder must have: a header declaring a huge one is refused here, not decoded.
+    untrusted.check_image_pixels(width, height, f"image {path!r}", Image)
     return int(height), int(width), int(channels)
 
 
@@ -185,6 +191,9 @@ def decode_image(path, shape):
 def decode_image_numpy(path, shape):
     """`decode_image` for the Grain pipeline: the image file `path` as a uint8 NumPy array of `shape`.
 
+    The size is checked from the file's header before it is decoded (an image declaring 100000x100000 pixels
+    is refused unread).
+
     Raises:
         CorruptDataError: not a readable image, or not of `shape`; the message names the file.
     """
@@ -193,7 +202,7 @@ def decode_image_numpy(path, shape):
     with open(path, "rb") as f:
         data = f.read()
     try:
-        image = numpy_preprocessing.decode_image(data, channels=channels, what=path)
+        image = numpy_preprocessing.decode_image(data, channels=channels, what=path, size=(height, width))
     except ValueError as error:
         raise CorruptDataError(str(error)) from None
     if image.shape[:2] != (height, width):
@@ -229,6 +238,14 @@ class Pairs:
     def num_folds(self):
         """The number of folds."""
         return int(self.fold.max()) + 1 if len(self.fold) else 0
+
+
+def _check_name(name, path, number):
+    """Raises `CorruptDataError` for a name of a pair list (`path`, line `number`) that is not one folder name: a
+    list naming `../../etc` or `/home` would make the evaluation read images outside the image folder."""
+    if name in (".", "..") or "/" in name or "\\" in name:
+        raise CorruptDataError(f"{path}:{number}: name {name!r} is not a folder name (it would leave the image "
+                               "folder); refused.")
 
 
 def _parse_index(token, path, number):
@@ -297,6 +314,8 @@ def read_pairs(path, image_pattern=LFW_IMAGE_PATTERN):
                 )
             name1, index1, name2, index2 = fields
         index1, index2 = _parse_index(index1, path, number), _parse_index(index2, path, number)
+        _check_name(name1, path, number)
+        _check_name(name2, path, number)
         left.append(image_pattern.format(name=name1, index=index1))
         right.append(image_pattern.format(name=name2, index=index2))
         same.append(matched)
@@ -356,6 +375,8 @@ def read_ytf_splits(path):
             parts = video.split("/")
             if len(parts) != 2 or not all(parts):
                 raise CorruptDataError(f"{path}:{number}: video {video!r} is not 'identity/video'.")
+            for part in parts:
+                _check_name(part, path, number)
         if fold and int(split) - 1 not in (fold[-1], fold[-1] + 1):
             raise CorruptDataError(f"{path}:{number}: split {split} follows split {fold[-1] + 1}; splits must "
                                    "come in order 1, 2, ...")

@@ -8,12 +8,15 @@ if both fail the error names both places.
 """
 
 import gzip
+import math
 import os
 import struct
+import zlib
 
 import keras
 import numpy as np
 
+from sphere_tf.data import untrusted
 from sphere_tf.data.errors import CorruptDataError
 from sphere_tf.data.errors import DataNotFoundError
 
@@ -31,40 +34,49 @@ CLASS_NAMES = (
 # idx magic numbers: 0x0803 = unsigned byte, 3 dims; 0x0801 = unsigned byte, 1 dim.
 _IMAGES_MAGIC = 2051
 _LABELS_MAGIC = 2049
+# The most data an idx header may declare: MNIST's largest file holds 47 MB. A header declaring more (2^31
+# images, say) is refused before anything of that size is allocated.
+MAX_IDX_BYTES = 2**30
 
 
-def read_idx(path):
+def read_idx(path, max_bytes=MAX_IDX_BYTES):
     """Reads one (optionally gzipped) idx file of unsigned bytes into a NumPy array.
 
+    The file is untrusted input: the header's shape is checked against `max_bytes` before anything is allocated,
+    and the data are decompressed in 1 MiB chunks into an array of the size the header declares; a file holding
+    more (a decompression bomb's gigabytes after a small header) is refused after that many bytes.
+
     Raises:
-        CorruptDataError: (a `ValueError`) the file is not an idx file of the expected size.
+        CorruptDataError: (a `ValueError`) the file is not an idx file of the size its header declares, or the
+            header declares more than `max_bytes`; the message names the file.
     """
     opener = gzip.open if path.endswith(".gz") else open
     try:
         with opener(path, "rb") as f:
-            data = f.read()
-    except (OSError, EOFError) as e:
+            head = f.read(4)
+            if len(head) < 4:
+                raise CorruptDataError(f"{path}: {len(head)} bytes is too short for an idx header.")
+            magic = struct.unpack(">I", head)[0]
+            if magic not in (_IMAGES_MAGIC, _LABELS_MAGIC):
+                raise CorruptDataError(
+                    f"{path}: bad idx magic number {magic:#x}; expected {_IMAGES_MAGIC:#x} (images) "
+                    f"or {_LABELS_MAGIC:#x} (labels)."
+                )
+            ndim = magic & 0xFF
+            header = f.read(4 * ndim)
+            if len(header) < 4 * ndim:
+                raise CorruptDataError(f"{path}: {4 + len(header)} bytes is too short for a {ndim}-d idx header.")
+            dims = struct.unpack(">" + "I" * ndim, header)
+            expected = math.prod(dims)  # Python ints: NumPy's int64 product would wrap for 2^32-sized dimensions
+            if expected > max_bytes:
+                raise CorruptDataError(
+                    f"{path}: the header declares shape {dims} ({expected:,} bytes), more than the "
+                    f"{max_bytes:,} bytes an idx file may hold here; refused before reading it."
+                )
+            payload = untrusted.read_exactly(f, expected, path)
+    except (OSError, EOFError, zlib.error) as e:
         raise CorruptDataError(f"{path}: cannot read an idx file ({e}).") from e
-    if len(data) < 8:
-        raise CorruptDataError(f"{path}: {len(data)} bytes is too short for an idx header.")
-    magic = struct.unpack(">I", data[:4])[0]
-    if magic not in (_IMAGES_MAGIC, _LABELS_MAGIC):
-        raise CorruptDataError(
-            f"{path}: bad idx magic number {magic:#x}; expected {_IMAGES_MAGIC:#x} (images) "
-            f"or {_LABELS_MAGIC:#x} (labels)."
-        )
-    ndim = magic & 0xFF
-    if len(data) < 4 + 4 * ndim:
-        raise CorruptDataError(f"{path}: {len(data)} bytes is too short for a {ndim}-d idx header.")
-    dims = struct.unpack(">" + "I" * ndim, data[4 : 4 + 4 * ndim])
-    payload = data[4 + 4 * ndim :]
-    expected = int(np.prod(dims))
-    if len(payload) != expected:
-        raise CorruptDataError(
-            f"{path}: header says shape {dims} ({expected} bytes) but the file holds "
-            f"{len(payload)} bytes; the file is truncated or corrupt."
-        )
-    return np.frombuffer(payload, dtype=np.uint8).reshape(dims)
+    return payload.reshape(dims)
 
 
 def load_idx_dir(data_dir):

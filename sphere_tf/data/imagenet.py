@@ -17,6 +17,14 @@ validation tar carries no labels; `read_val_labels` takes one of two files:
   (the `validation_labels.txt` format of tensorflow-datasets' `imagenet2012`);
 - a CSV with header `ImageId,PredictionString` whose second column starts with
   the WordNet id (`LOC_val_solution.csv` of the ImageNet localisation release).
+
+The tars are untrusted input (`untrusted`): a member name or link that leaves
+the archive's folder is refused, a member (or an inner tar's member) whose
+declared size runs past the end of the tar holding it is refused before it is
+indexed, headers are read through a `BoundedReader` (no pax header larger than
+the archive is read), and the member counts are bounded (`MAX_*_MEMBERS`, well
+above the published 1000 class tars of at most 1300 images and 50,000
+validation images).
 """
 
 import csv
@@ -25,12 +33,17 @@ import tarfile
 
 import numpy as np
 
+from sphere_tf.data import untrusted
 from sphere_tf.data.errors import CorruptDataError
 from sphere_tf.data.errors import DataNotFoundError
 
 TRAIN_ARCHIVE = "ILSVRC2012_img_train.tar"
 VAL_ARCHIVE = "ILSVRC2012_img_val.tar"
 _JPEG_SUFFIXES = (".jpeg", ".jpg")
+# Bounds on the headers an index reads (`tarfile` keeps each one): ten times the published counts and more.
+MAX_TRAIN_MEMBERS = 10_000
+MAX_CLASS_MEMBERS = 100_000
+MAX_VAL_MEMBERS = 500_000
 
 
 def _require(manual_dir, name):
@@ -47,6 +60,15 @@ def _is_jpeg(name):
     return name.lower().endswith(_JPEG_SUFFIXES)
 
 
+def _check_within(what, member, offset, size):
+    """Raises `CorruptDataError` when `member`'s data (at `offset` of the tar `what`) run past its `size` bytes:
+    a declared size the tar does not hold, which `read_bytes` would otherwise try to read."""
+    if offset + member.size > size:
+        raise CorruptDataError(
+            f"{what}: member {member.name!r} declares {member.size:,} bytes at byte {offset:,}, past the end of the "
+            f"{size:,}-byte tar; refused (a truncated, corrupt or hostile archive).")
+
+
 def index_train_tar(manual_dir):
     """Offsets of every JPEG in `ILSVRC2012_img_train.tar`.
 
@@ -57,13 +79,16 @@ def index_train_tar(manual_dir):
 
     Raises:
         DataNotFoundError: the archive is not in `manual_dir`.
-        CorruptDataError: it is not a tar of per-class tars of JPEGs.
+        CorruptDataError: it is not a tar of per-class tars of JPEGs, or it is refused as untrusted input (a
+            member name leaving its folder, a declared size past its end: the module docstring).
     """
     path = _require(manual_dir, TRAIN_ARCHIVE)
+    archive_bytes = os.path.getsize(path)
     per_class = []
     try:
-        with tarfile.open(path, "r:") as outer:
-            for member in outer:
+        with untrusted.open_tar(path, max_read=archive_bytes, max_total=archive_bytes,
+                                compressed=False) as outer:
+            for member in untrusted.members(outer, path, MAX_TRAIN_MEMBERS):
                 if not member.isfile():
                     continue
                 if not member.name.endswith(".tar"):
@@ -71,10 +96,15 @@ def index_train_tar(manual_dir):
                         f"{path}: member {member.name!r} is not a per-class .tar; the train archive "
                         "holds one tar per WordNet id."
                     )
+                _check_within(path, member, member.offset_data, archive_bytes)
                 wnid = os.path.basename(member.name)[: -len(".tar")]
+                what = f"{path}:{member.name}"
                 entries = []
-                with tarfile.open(fileobj=outer.extractfile(member), mode="r:") as inner:
-                    for item in inner:
+                inner_file = untrusted.BoundedReader(outer.extractfile(member), what, member.size, member.size)
+                with tarfile.open(fileobj=inner_file, mode="r:") as inner:
+                    for item in untrusted.members(inner, what, MAX_CLASS_MEMBERS):
+                        if item.isfile():
+                            _check_within(what, item, item.offset_data, member.size)
                         if item.isfile() and _is_jpeg(item.name):
                             entries.append((member.offset_data + item.offset_data, item.size, item.name))
                 per_class.append((wnid, entries))
@@ -143,13 +173,18 @@ def index_val_tar(manual_dir, labels_file, wnids):
 
     Raises:
         DataNotFoundError: the archive or the labels file is missing.
-        CorruptDataError: the tar is unreadable, or a label is not one of `wnids`.
+        CorruptDataError: the tar is unreadable or refused as untrusted input (as `index_train_tar`), or a
+            label is not one of `wnids`.
     """
     path = _require(manual_dir, VAL_ARCHIVE)
+    archive_bytes = os.path.getsize(path)
     entries = []
     try:
-        with tarfile.open(path, "r:") as tar:
-            for member in tar:
+        with untrusted.open_tar(path, max_read=archive_bytes, max_total=archive_bytes,
+                                compressed=False) as tar:
+            for member in untrusted.members(tar, path, MAX_VAL_MEMBERS):
+                if member.isfile():
+                    _check_within(path, member, member.offset_data, archive_bytes)
                 if member.isfile() and _is_jpeg(member.name):
                     entries.append((member.offset_data, member.size, member.name))
     except tarfile.TarError as e:

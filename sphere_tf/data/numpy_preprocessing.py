@@ -44,6 +44,8 @@ import io
 import numpy as np
 
 from sphere_tf import registry
+from sphere_tf.data import untrusted
+from sphere_tf.data.errors import CorruptDataError
 
 IMAGENET_RESIZE = 256
 IMAGENET_CROP = 224
@@ -309,18 +311,21 @@ def _eight_bit(opened, image_module):
     return image_module.fromarray(high.astype(np.uint8), "L")
 
 
-def decode_image(data, channels=3, what=None):
+def decode_image(data, channels=3, what=None, size=None):
     """Encoded image bytes (JPEG, PNG, anything Pillow reads) -> uint8 `(H, W, channels)`, channels 1, 3 or 4.
 
     Converts as `tf.io.decode_image` does: grey to RGB by repetition, an alpha channel dropped for 3, 16-bit
     grey to its high byte; the EXIF orientation is not applied (TensorFlow ignores it too). JPEGs decode with
     libjpeg's accurate integer DCT, as `tf.io.decode_jpeg(..., dct_method='INTEGER_ACCURATE')` does; TensorFlow's
     default (fast) DCT differs from it by about one grey level on average. `what` (a file name, say) names the data
-    in errors.
+    in errors. The data are untrusted: the size the header declares is checked before anything is decoded, against
+    Pillow's `MAX_IMAGE_PIXELS` (`untrusted.check_image_pixels`) and against `size`, (height, width), when given.
 
     Raises:
         ImportError: Pillow is not installed.
         ValueError: `channels` is not 1, 3 or 4, or Pillow cannot decode the data (the message names `what`).
+        CorruptDataError: (a `ValueError`) the header declares more pixels than Pillow's `MAX_IMAGE_PIXELS`, or
+            another size than `size`.
     """
     if channels not in _PIL_MODES:
         raise ValueError(f"channels must be one of {sorted(_PIL_MODES)}; got {channels!r}.")
@@ -330,10 +335,20 @@ def decode_image(data, channels=3, what=None):
         from PIL import Image  # noqa: PLC0415 (optional: only the Grain pipeline decodes with Pillow)
     except ImportError as error:
         raise ImportError("sphere_tf.data.numpy_preprocessing.decode_image needs Pillow: pip install pillow") from error
+    described = _describe(data, what)
     try:
-        with Image.open(io.BytesIO(bytes(data))) as opened:
+        with Image.open(io.BytesIO(bytes(data))) as opened:  # reads the header only
+            width, height = opened.size
+            untrusted.check_image_pixels(width, height, described, Image)
+            if size is not None and (height, width) != tuple(size):
+                raise CorruptDataError(f"{described} is not {size[0]}x{size[1]}x{channels}: height, width "
+                                       f"({height}, {width}) (its header; not decoded)")
             opened.load()
             pixels = np.asarray(_eight_bit(opened, Image).convert(_PIL_MODES[channels]), dtype=np.uint8)
+    except CorruptDataError:
+        raise
+    except Image.DecompressionBombError as error:  # above twice MAX_IMAGE_PIXELS Pillow refuses in `open`
+        raise CorruptDataError(f"{described}: {str(error).rstrip('.')}; refused before decoding it.") from None
     except (OSError, SyntaxError, ValueError) as error:  # UnidentifiedImageError is an OSError; truncated: OSError
-        raise ValueError(f"Cannot decode {_describe(data, what)} as an image: {error}") from error
+        raise ValueError(f"Cannot decode {described} as an image: {error}") from error
     return pixels.reshape(pixels.shape[0], pixels.shape[1], channels)

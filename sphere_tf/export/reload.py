@@ -12,8 +12,10 @@ Run as a module (what the parent starts): ``python -m sphere_tf.export.reload
 REQUEST.json RESULT.json``.
 """
 
+import ctypes
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -71,7 +73,7 @@ def export_model_file(model_path, export_base, verify_inputs=None, timeout=1800,
         return serving.export_model(model, export_base, verify_inputs=verify_inputs, **kwargs)
     with tempfile.TemporaryDirectory(prefix="sphere_tf_export_") as folder:
         request = {"model_path": os.path.abspath(model_path), "export_base": os.path.abspath(export_base),
-                   "kwargs": {key: _plain(value) for key, value in kwargs.items()}}
+                   "kwargs": {key: _plain(value) for key, value in kwargs.items()}, "parent_pid": os.getpid()}
         if verify_inputs is not None:
             request["verify_inputs"] = os.path.join(folder, "verify_inputs.npy")
             np.save(request["verify_inputs"], np.asarray(verify_inputs))
@@ -91,9 +93,26 @@ def export_model_file(model_path, export_base, verify_inputs=None, timeout=1800,
             return serving.ExportResult(**json.load(f))
 
 
+def _die_with_parent(parent_pid):
+    """Ends this child when the process that started it dies (Linux: `prctl(PR_SET_PDEATHSIG, SIGKILL)`).
+
+    A run killed with `kill -9` while its export runs here would otherwise leave this export going on alone,
+    renaming its version folder into place beside the export of the resumed run (or into it while the resumed run
+    clears what the killed one left). Elsewhere (no prctl) nothing changes.
+    """
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return
+    prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    if parent_pid is not None and os.getppid() != parent_pid:  # the parent died before the prctl
+        os._exit(1)
+
+
 def _main(request_path, result_path):
     with open(request_path) as f:
         request = json.load(f)
+    _die_with_parent(request.get("parent_pid"))  # before anything is written
     # Running as `python -m sphere_tf.export.reload` imported `sphere_tf` first: every sphere_tf class is registered.
     model = saving.load_model(request["model_path"], compile=False)
     verify_inputs = np.load(request["verify_inputs"]) if request.get("verify_inputs") else None

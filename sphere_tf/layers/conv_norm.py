@@ -157,24 +157,32 @@ class ConvNorm2D(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.filters = validation.positive_int(filters, "filters")
+        self.filters = validation.positive_int(filters, "filters", maximum=validation.MAX_INT32)
         self.kernel_size = validation.int_pair(kernel_size, "kernel_size")
         self.strides = validation.int_pair(strides, "strides")
         self.padding = validation.padding(padding)
-        self.affine = bool(affine)
-        self.batch_norm = bool(batch_norm)
+        self.affine = validation.boolean(affine, "affine")
+        self.batch_norm = validation.boolean(batch_norm, "batch_norm")
         self.epsilon = validation.positive_float(epsilon, "epsilon")
         self.momentum = validation.unit_interval(momentum, "momentum", allow_none=True)
-        self.rampdown_steps = validation.positive_int(rampdown_steps, "rampdown_steps")
+        self.rampdown_steps = validation.positive_int(rampdown_steps, "rampdown_steps", maximum=validation.MAX_INT32)
         self.bn_momentum = validation.real(bn_momentum, "bn_momentum", low=0.0, high=1.0, low_open=True, high_open=True)
         self.bn_epsilon = validation.positive_float(bn_epsilon, "bn_epsilon")
-        self.kernel_initializer = keras.initializers.get(kernel_initializer)
+        self.kernel_initializer = validation.keras_object(
+            keras.initializers.get, kernel_initializer, "kernel_initializer", "initializer")
         upstream_init = _upstream_depthwise_initializer(self.kernel_size)
-        self.affine_initializer = keras.initializers.get(affine_initializer or upstream_init)
-        self.affine_bias_initializer = keras.initializers.get(affine_bias_initializer or upstream_init)
-        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
-        self.affine_regularizer = keras.regularizers.get(affine_regularizer)
-        self.kernel_constraint = keras.constraints.get(kernel_constraint)
+        self.affine_initializer = validation.keras_object(
+            keras.initializers.get, upstream_init if affine_initializer is None else affine_initializer,
+            "affine_initializer", "initializer")
+        self.affine_bias_initializer = validation.keras_object(
+            keras.initializers.get, upstream_init if affine_bias_initializer is None else affine_bias_initializer,
+            "affine_bias_initializer", "initializer")
+        self.kernel_regularizer = validation.keras_object(
+            keras.regularizers.get, kernel_regularizer, "kernel_regularizer", "regularizer")
+        self.affine_regularizer = validation.keras_object(
+            keras.regularizers.get, affine_regularizer, "affine_regularizer", "regularizer")
+        self.kernel_constraint = validation.keras_object(
+            keras.constraints.get, kernel_constraint, "kernel_constraint", "constraint")
         self._is_1x1 = self.kernel_size == (1, 1)
         if self.batch_norm:
             self.bn = keras.layers.BatchNormalization(
@@ -215,23 +223,26 @@ class ConvNorm2D(keras.layers.Layer):
         else:
             self._input_size = None
             running_shape = (self.filters,)
-        self.kernel = self.add_weight(
-            name="kernel",
-            shape=(*self.kernel_size, in_channels, self.filters),
-            initializer=self.kernel_initializer,
-            regularizer=self.kernel_regularizer,
-            constraint=self.kernel_constraint,
-        )
+        with validation.argument_errors("kernel_initializer"):
+            self.kernel = self.add_weight(
+                name="kernel",
+                shape=(*self.kernel_size, in_channels, self.filters),
+                initializer=self.kernel_initializer,
+                regularizer=self.kernel_regularizer,
+                constraint=self.kernel_constraint,
+            )
         if self.affine:
-            self.affine_kernel = self.add_weight(
-                name="affine_kernel",
-                shape=(*self.kernel_size, self.filters, 1),
-                initializer=self.affine_initializer,
-                regularizer=self.affine_regularizer,
-            )
-            self.affine_bias = self.add_weight(
-                name="affine_bias", shape=(self.filters,), initializer=self.affine_bias_initializer
-            )
+            with validation.argument_errors("affine_initializer"):
+                self.affine_kernel = self.add_weight(
+                    name="affine_kernel",
+                    shape=(*self.kernel_size, self.filters, 1),
+                    initializer=self.affine_initializer,
+                    regularizer=self.affine_regularizer,
+                )
+            with validation.argument_errors("affine_bias_initializer"):
+                self.affine_bias = self.add_weight(
+                    name="affine_bias", shape=(self.filters,), initializer=self.affine_bias_initializer
+                )
         # autocast=False: under mixed policies Keras would read these float32 buffers in the compute dtype,
         # so inference's `ops.cond` would mix float16 and float32 branches, the running average would lose
         # precision, and the step counter would stop at 2048 (float16) or 256 (bfloat16): n + 1 rounds to n.
@@ -273,6 +284,14 @@ class ConvNorm2D(keras.layers.Layer):
         )
 
     def call(self, inputs, training=None):
+        # Integer inputs (uint8 pixels) in the layer's float dtype: the kernel below takes the inputs' dtype, and an
+        # int kernel would round the weights to 0.
+        if not keras.backend.is_float_dtype(inputs.dtype):
+            inputs = ops.cast(inputs, self.compute_dtype)
+        if inputs.shape[0] == 0:
+            # An empty batch: nothing to convolve (an FFT of no images fails on PyTorch's MKL), and no statistic
+            # (the running averages, BatchNormalization's moments) is updated from no samples.
+            return ops.zeros(self.compute_output_shape(tuple(inputs.shape)), self.compute_dtype)
         kernel = ops.cast(self.kernel, inputs.dtype)
         v = self._normalizer(bool(training))
         if self._is_1x1:

@@ -143,7 +143,7 @@ class _HypersphericalOperator(keras.layers.Layer):
         self.alpha = validation.positive_float(alpha, "alpha")
         self.beta = _check_beta(beta, magnitude, self._magnitude)
         self.rho = validation.positive_float(rho, "rho")
-        self.learnable_rho = bool(learnable_rho)
+        self.learnable_rho = validation.boolean(learnable_rho, "learnable_rho")
         self.weighted = validation.one_of(weighted, "weighted", operator.WEIGHTINGS)
         if weighted in operator.NONLINEAR_WEIGHTINGS and magnitude != "tanh":
             raise validation.invalid_argument(
@@ -153,7 +153,7 @@ class _HypersphericalOperator(keras.layers.Layer):
                 weighted,
             )
         self.k = validation.positive_float(k, "k")
-        self.learnable_k = bool(learnable_k)
+        self.learnable_k = validation.boolean(learnable_k, "learnable_k")
         if self.learnable_k and angular not in angular_lib.USES_K:
             raise validation.invalid_argument(
                 "learnable_k",
@@ -163,18 +163,27 @@ class _HypersphericalOperator(keras.layers.Layer):
         self.learnable_k_init = validation.real(
             learnable_k_init, "learnable_k_init", low=K_MIN if self.learnable_k else 0.0, low_open=True
         )
-        self.use_bias = bool(use_bias)
-        self.activation = keras.activations.get(activation)
+        self.use_bias = validation.boolean(use_bias, "use_bias")
+        self.activation = validation.keras_object(
+            keras.activations.get, activation, "activation", "activation")
         self.epsilon = validation.non_negative_float(epsilon, "epsilon")
         self.norm_momentum = validation.real(norm_momentum, "norm_momentum", low=0.0, high=1.0, high_open=True)
-        self.zero_debias = bool(zero_debias)
-        self.rescale = bool(rescale)
-        self.kernel_initializer = keras.initializers.get(kernel_initializer or _upstream_kernel_initializer())
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
-        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
-        self.kernel_constraint = keras.constraints.get(kernel_constraint)
-        self.bias_constraint = keras.constraints.get(bias_constraint)
+        self.zero_debias = validation.boolean(zero_debias, "zero_debias")
+        self.rescale = validation.boolean(rescale, "rescale")
+        if kernel_initializer is None:
+            kernel_initializer = _upstream_kernel_initializer()
+        self.kernel_initializer = validation.keras_object(
+            keras.initializers.get, kernel_initializer, "kernel_initializer", "initializer")
+        self.bias_initializer = validation.keras_object(
+            keras.initializers.get, bias_initializer, "bias_initializer", "initializer")
+        self.kernel_regularizer = validation.keras_object(
+            keras.regularizers.get, kernel_regularizer, "kernel_regularizer", "regularizer")
+        self.bias_regularizer = validation.keras_object(
+            keras.regularizers.get, bias_regularizer, "bias_regularizer", "regularizer")
+        self.kernel_constraint = validation.keras_object(
+            keras.constraints.get, kernel_constraint, "kernel_constraint", "constraint")
+        self.bias_constraint = validation.keras_object(
+            keras.constraints.get, bias_constraint, "bias_constraint", "constraint")
 
     # -- properties -------------------------------------------------------------------
 
@@ -281,14 +290,16 @@ class _HypersphericalOperator(keras.layers.Layer):
     def build(self, input_shape):
         units = self._units
         # Creation order fixes the order of the variables in `.keras` files: keep it.
-        self.kernel = self.add_weight(
-            name="kernel",
-            shape=self._kernel_shape(input_shape),
-            initializer=self.kernel_initializer,
-            regularizer=self.kernel_regularizer,
-            constraint=self.kernel_constraint,
-            autocast=False,  # the kernel is normalised in float32
-        )
+        kernel_shape = self._kernel_shape(input_shape)  # checks the input's shape: its errors name the shape
+        with validation.argument_errors("kernel_initializer"):
+            self.kernel = self.add_weight(
+                name="kernel",
+                shape=kernel_shape,
+                initializer=self.kernel_initializer,
+                regularizer=self.kernel_regularizer,
+                constraint=self.kernel_constraint,
+                autocast=False,  # the kernel is normalised in float32
+            )
         if self.has_radius:
             self.rho_raw = self.add_weight(
                 name="rho",
@@ -316,10 +327,11 @@ class _HypersphericalOperator(keras.layers.Layer):
                 autocast=False,
             )
         if self.use_bias:
-            self.bias = self.add_weight(
-                name="bias", shape=(units,), initializer=self.bias_initializer,
-                regularizer=self.bias_regularizer, constraint=self.bias_constraint, autocast=False,
-            )
+            with validation.argument_errors("bias_initializer"):
+                self.bias = self.add_weight(
+                    name="bias", shape=(units,), initializer=self.bias_initializer,
+                    regularizer=self.bias_regularizer, constraint=self.bias_constraint, autocast=False,
+                )
         if self.rescale:
             self.rescale_scale = self.add_weight(
                 name="rescale_scale", shape=(units,), initializer="ones", autocast=False
@@ -352,6 +364,10 @@ class _HypersphericalOperator(keras.layers.Layer):
     _use_training_fusion = True
 
     def call(self, inputs, training=None):
+        # Integer inputs (uint8 pixels) in the layer's float dtype: Keras's autocast converts float inputs only,
+        # and a backend's conv of int32 by float32 fails inside the op.
+        if not keras.backend.is_float_dtype(inputs.dtype):
+            inputs = ops.cast(inputs, self.compute_dtype)
         w_hat, w_norm = angles.normalize_kernel(self.kernel, self._sqrt_epsilon)
         need_norm = not response.norm_cancels(self._magnitude, self.angular, self.weighted)
         # The hot path's implementation (the keras.ops reference, or the backend's accelerator), chosen once.
@@ -498,7 +514,7 @@ class _Conv2DOperator(_HypersphericalOperator):
 
     def __init__(self, filters, kernel_size, strides, padding, data_format, dilation_rate, groups, **kwargs):
         super().__init__(**kwargs)
-        self.filters = validation.positive_int(filters, "filters")
+        self.filters = validation.positive_int(filters, "filters", maximum=validation.MAX_INT32)
         self.kernel_size = validation.int_pair(kernel_size, "kernel_size")
         self.strides = validation.int_pair(strides, "strides")
         self.padding = validation.padding(padding)
@@ -506,7 +522,7 @@ class _Conv2DOperator(_HypersphericalOperator):
             data_format or keras.config.image_data_format(), "data_format", ("channels_last", "channels_first")
         )
         self.dilation_rate = validation.int_pair(dilation_rate, "dilation_rate")
-        self.groups = validation.positive_int(groups, "groups")
+        self.groups = validation.positive_int(groups, "groups", maximum=validation.MAX_INT32)
         if self.filters % self.groups:
             raise validation.invalid_argument(
                 "groups", f"a divisor of filters={self.filters}", groups
@@ -557,6 +573,9 @@ class _Conv2DOperator(_HypersphericalOperator):
         return keras.layers.InputSpec(ndim=4, axes={self._channel_axis: input_shape[self._channel_axis]})
 
     def call(self, inputs, training=None):
+        # The input spec checks the rank and channels only: a later input smaller than the window would fail
+        # inside the backend's conv ("Computed output size would be negative"), without its shape.
+        self.compute_output_shape(tuple(inputs.shape))
         if self.data_format == "channels_first":
             out = super().call(ops.transpose(inputs, (0, 2, 3, 1)), training=training)
             return ops.transpose(out, (0, 3, 1, 2))
@@ -600,7 +619,7 @@ class _DenseOperator(_HypersphericalOperator):
 
     def __init__(self, units, **kwargs):
         super().__init__(**kwargs)
-        self.units = validation.positive_int(units, "units")
+        self.units = validation.positive_int(units, "units", maximum=validation.MAX_INT32)
 
     @property
     def _units(self):

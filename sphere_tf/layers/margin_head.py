@@ -274,7 +274,7 @@ class MarginHead(keras.layers.Layer):
     ):
         kwargs["autocast"] = False  # inputs are not cast down; the maths is float32
         super().__init__(**kwargs)
-        num_classes = validation.positive_int(num_classes, "num_classes")
+        num_classes = validation.positive_int(num_classes, "num_classes", maximum=validation.MAX_INT32)
         validation.one_of(loss_type, "loss_type", margin_lib.LOSS_TYPES)
         if angular is None:
             angular = DEFAULT_ANGULAR.get(loss_type, "cosine")
@@ -307,37 +307,47 @@ class MarginHead(keras.layers.Layer):
         self.k = k
         self.scale = scale
         self.annealing, self._annealing = _resolve_annealing(annealing)
-        self.use_bias = bool(use_bias)
+        self.use_bias = validation.boolean(use_bias, "use_bias")
         self.label_penalty = label_penalty
         self.epsilon = epsilon
-        self.kernel_initializer = keras.initializers.get(kernel_initializer or _upstream_kernel_initializer())
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
-        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
-        self.kernel_constraint = keras.constraints.get(kernel_constraint)
-        self.bias_constraint = keras.constraints.get(bias_constraint)
+        if kernel_initializer is None:
+            kernel_initializer = _upstream_kernel_initializer()
+        self.kernel_initializer = validation.keras_object(
+            keras.initializers.get, kernel_initializer, "kernel_initializer", "initializer")
+        self.bias_initializer = validation.keras_object(
+            keras.initializers.get, bias_initializer, "bias_initializer", "initializer")
+        self.kernel_regularizer = validation.keras_object(
+            keras.regularizers.get, kernel_regularizer, "kernel_regularizer", "regularizer")
+        self.bias_regularizer = validation.keras_object(
+            keras.regularizers.get, bias_regularizer, "bias_regularizer", "regularizer")
+        self.kernel_constraint = validation.keras_object(
+            keras.constraints.get, kernel_constraint, "kernel_constraint", "constraint")
+        self.bias_constraint = validation.keras_object(
+            keras.constraints.get, bias_constraint, "bias_constraint", "constraint")
         self.input_spec = keras.layers.InputSpec(ndim=2)
 
     def build(self, input_shape):
         _check_features_shape(type(self).__name__, input_shape)
         feature_dim = input_shape[-1]
-        self.kernel = self.add_weight(
-            name="kernel",
-            shape=(feature_dim, self.num_classes),
-            initializer=self.kernel_initializer,
-            regularizer=self.kernel_regularizer,
-            constraint=self.kernel_constraint,
-            autocast=False,  # float32 maths under mixed policies (see the class docstring)
-        )
-        if self.use_bias:
-            self.bias = self.add_weight(
-                name="bias",
-                shape=(self.num_classes,),
-                initializer=self.bias_initializer,
-                regularizer=self.bias_regularizer,
-                constraint=self.bias_constraint,
-                autocast=False,
+        with validation.argument_errors("kernel_initializer"):
+            self.kernel = self.add_weight(
+                name="kernel",
+                shape=(feature_dim, self.num_classes),
+                initializer=self.kernel_initializer,
+                regularizer=self.kernel_regularizer,
+                constraint=self.kernel_constraint,
+                autocast=False,  # float32 maths under mixed policies (see the class docstring)
             )
+        if self.use_bias:
+            with validation.argument_errors("bias_initializer"):
+                self.bias = self.add_weight(
+                    name="bias",
+                    shape=(self.num_classes,),
+                    initializer=self.bias_initializer,
+                    regularizer=self.bias_regularizer,
+                    constraint=self.bias_constraint,
+                    autocast=False,
+                )
         else:
             self.bias = None
         self._add_step_state()

@@ -56,6 +56,7 @@ OGD starts at R = I.  Orthogonalisation runs in float32 under any dtype policy a
 ``R·V`` is cast to the compute dtype for the convolution / matmul.
 """
 
+import contextlib
 import inspect
 
 import keras
@@ -146,37 +147,44 @@ class OPTLayer(keras.layers.Layer):
         super().__init__(**kwargs)
         self.orthogonalization = validation.one_of(orthogonalization, "orthogonalization", ORTHOGONALIZATIONS)
         self._orth_fn = orthogonal.ORTHOGONALIZATION_FNS.get(orthogonalization)
-        self.activation = keras.activations.get(activation)
-        self.use_bias = bool(use_bias)
-        self.seed = validation.integer(seed, "seed", allow_none=True)
-        self.fixed_kernel_initializer = keras.initializers.get(
-            fixed_kernel_initializer or _fixed_kernel_initializer(self.seed)
-        )
-        self.rotation_initializer = (
-            None if rotation_initializer is None else keras.initializers.get(rotation_initializer)
-        )
-        self.bias_initializer = keras.initializers.get(bias_initializer)
-        self.rotation_regularizer = keras.regularizers.get(rotation_regularizer)
-        self.bias_regularizer = keras.regularizers.get(bias_regularizer)
-        self.num_blocks = validation.positive_int(num_blocks, "num_blocks")
-        self.share_blocks = bool(share_blocks)
-        self.stochastic_dims = validation.positive_int(stochastic_dims, "stochastic_dims", allow_none=True)
+        self.activation = validation.keras_object(
+            keras.activations.get, activation, "activation", "activation")
+        self.use_bias = validation.boolean(use_bias, "use_bias")
+        self.seed = validation.integer(seed, "seed", minimum=0, allow_none=True, maximum=validation.MAX_INT32)
+        self.fixed_kernel_initializer = validation.keras_object(
+            keras.initializers.get,
+            _fixed_kernel_initializer(self.seed) if fixed_kernel_initializer is None else fixed_kernel_initializer,
+            "fixed_kernel_initializer", "initializer")
+        self.rotation_initializer = None if rotation_initializer is None else validation.keras_object(
+            keras.initializers.get, rotation_initializer, "rotation_initializer", "initializer")
+        self.bias_initializer = validation.keras_object(
+            keras.initializers.get, bias_initializer, "bias_initializer", "initializer")
+        self.rotation_regularizer = validation.keras_object(
+            keras.regularizers.get, rotation_regularizer, "rotation_regularizer", "regularizer")
+        self.bias_regularizer = validation.keras_object(
+            keras.regularizers.get, bias_regularizer, "bias_regularizer", "regularizer")
+        self.num_blocks = validation.positive_int(num_blocks, "num_blocks", maximum=validation.MAX_INT32)
+        self.share_blocks = validation.boolean(share_blocks, "share_blocks")
+        self.stochastic_dims = validation.positive_int(
+            stochastic_dims, "stochastic_dims", allow_none=True, maximum=validation.MAX_INT32)
         if self.stochastic_dims is not None and self.num_blocks != 1:
             raise validation.invalid_argument(
                 "stochastic_dims", f"None when PE-OPT blocks are used (num_blocks={self.num_blocks})", stochastic_dims
             )
-        self.newton_schulz_iters = validation.positive_int(newton_schulz_iters, "newton_schulz_iters", allow_none=True)
+        self.newton_schulz_iters = validation.positive_int(
+            newton_schulz_iters, "newton_schulz_iters", allow_none=True, maximum=validation.MAX_INT32)
         if self.newton_schulz_iters is not None and orthogonalization != "lowdin":
             raise validation.invalid_argument(
                 "newton_schulz_iters", "None unless orthogonalization='lowdin'", newton_schulz_iters
             )
         self.soft_penalty = validation.non_negative_float(soft_penalty, "soft_penalty")
-        self.soft_squared = bool(soft_squared)
-        self.normalize_fixed_kernel = bool(normalize_fixed_kernel)
+        self.soft_squared = validation.boolean(soft_squared, "soft_squared")
+        self.normalize_fixed_kernel = validation.boolean(normalize_fixed_kernel, "normalize_fixed_kernel")
         self.learnable_fixed_kernel = validation.one_of(learnable_fixed_kernel, "learnable_fixed_kernel",
                                                         (True, False))
         self.energy_init = validation.one_of(energy_init, "energy_init", (None,) + ENERGY_INITS)
-        self.energy_init_steps = validation.positive_int(energy_init_steps, "energy_init_steps")
+        self.energy_init_steps = validation.positive_int(
+            energy_init_steps, "energy_init_steps", maximum=validation.MAX_INT32)
         self.energy_init_lr = validation.positive_float(energy_init_lr, "energy_init_lr")
         self.energy_power = validation.non_negative_float(energy_power, "energy_power")
 
@@ -202,10 +210,11 @@ class OPTLayer(keras.layers.Layer):
         kernel_shape = self._kernel_shape(input_shape)
         self._d = int(np.prod(kernel_shape[:-1]))
         rotation_shape = self._raw_rotation_shape(self._d)
-        self.fixed_kernel = self.add_weight(
-            name="fixed_kernel", shape=kernel_shape, initializer=self._fixed_kernel_init(kernel_shape),
-            trainable=self.learnable_fixed_kernel,
-        )
+        with validation.argument_errors("fixed_kernel_initializer"):
+            self.fixed_kernel = self.add_weight(
+                name="fixed_kernel", shape=kernel_shape, initializer=self._fixed_kernel_init(kernel_shape),
+                trainable=self.learnable_fixed_kernel,
+            )
         if self.rotation_initializer is not None:
             rotation_init = self.rotation_initializer
         elif self.orthogonalization == "ogd" or self.stochastic_dims is not None:
@@ -218,12 +227,15 @@ class OPTLayer(keras.layers.Layer):
         regularizer = None
         if beta or self.rotation_regularizer is not None:
             regularizer = _RotationPenalty(beta, self.soft_squared, self.rotation_regularizer)
-        self.rotation_param = self.add_weight(
-            name=OGD_VARIABLE_NAME if self.orthogonalization == "ogd" else "rotation",
-            shape=rotation_shape,
-            initializer=rotation_init,
-            regularizer=regularizer,
-        )
+        # A given `rotation_initializer` that cannot fill the rotation's shape is named (not the package's own).
+        with (validation.argument_errors("rotation_initializer") if self.rotation_initializer is not None
+              else contextlib.nullcontext()):
+            self.rotation_param = self.add_weight(
+                name=OGD_VARIABLE_NAME if self.orthogonalization == "ogd" else "rotation",
+                shape=rotation_shape,
+                initializer=rotation_init,
+                regularizer=regularizer,
+            )
         if self.stochastic_dims is not None:
             rng = np.random.default_rng(self.seed)
             self.stochastic_indices = self.add_weight(
@@ -234,9 +246,11 @@ class OPTLayer(keras.layers.Layer):
                 trainable=False,
             )
         if self.use_bias:
-            self.bias = self.add_weight(
-                name="bias", shape=(self._units,), initializer=self.bias_initializer, regularizer=self.bias_regularizer
-            )
+            with validation.argument_errors("bias_initializer"):
+                self.bias = self.add_weight(
+                    name="bias", shape=(self._units,), initializer=self.bias_initializer,
+                    regularizer=self.bias_regularizer,
+                )
         else:
             self.bias = None
 
@@ -294,6 +308,10 @@ class OPTLayer(keras.layers.Layer):
         return ops.reshape(self._rotate(self._fixed_matrix()), self.fixed_kernel.shape)
 
     def call(self, inputs):
+        # Integer inputs (uint8 pixels) in the layer's float dtype, as the operator layers take them.
+        if not keras.backend.is_float_dtype(inputs.dtype):
+            inputs = ops.cast(inputs, self.compute_dtype)
+        self.compute_output_shape(tuple(inputs.shape))  # a later input smaller than the window: its shape named
         kernel = ops.cast(self.effective_kernel(), self.compute_dtype)
         outputs = self._linear(inputs, kernel)
         if self.use_bias:
@@ -489,7 +507,7 @@ class OPTConv2D(OPTLayer):
         **kwargs,
     ):
         super().__init__(**_opt_options(locals()), **kwargs)
-        self.filters = validation.positive_int(filters, "filters")
+        self.filters = validation.positive_int(filters, "filters", maximum=validation.MAX_INT32)
         self.kernel_size = validation.int_pair(kernel_size, "kernel_size")
         self.strides = validation.int_pair(strides, "strides")
         self.dilation_rate = validation.int_pair(dilation_rate, "dilation_rate")
@@ -609,7 +627,7 @@ class OPTDense(OPTLayer):
         **kwargs,
     ):
         super().__init__(**_opt_options(locals()), **kwargs)
-        self.units = validation.positive_int(units, "units")
+        self.units = validation.positive_int(units, "units", maximum=validation.MAX_INT32)
         self.input_spec = keras.layers.InputSpec(min_ndim=2)
 
     @property

@@ -359,13 +359,13 @@ class PartialFCHead(margin_head.MarginHead):
     def __init__(self, num_classes, *args, sample_rate=1.0, num_shards=1, seed=None, **kwargs):
         super().__init__(num_classes, *args, **kwargs)
         self.sample_rate = validation.unit_interval(sample_rate, "sample_rate")
-        num_shards = validation.positive_int(num_shards, "num_shards")
+        num_shards = validation.positive_int(num_shards, "num_shards", maximum=validation.MAX_INT32)
         if num_shards > self.num_classes:
             raise validation.invalid_argument(
                 "num_shards", f"an int in [1, num_classes={self.num_classes}]", num_shards
             )
         self.num_shards = num_shards
-        self.seed = validation.integer(seed, "seed", minimum=0, allow_none=True)
+        self.seed = validation.integer(seed, "seed", minimum=0, allow_none=True, maximum=validation.MAX_INT32)
         self.num_padded_classes = sampling.padded_num_classes(self.num_classes, num_shards)
         self.block_size = self.num_padded_classes // num_shards
         if self.num_padded_classes != self.num_classes:
@@ -393,24 +393,26 @@ class PartialFCHead(margin_head.MarginHead):
         if padded:
             kernel_initializer = _PaddedInitializer(kernel_initializer, self.num_classes, axis=1)
             bias_initializer = _PaddedInitializer(bias_initializer, self.num_classes, axis=0)
-        self.kernel = self.add_weight(
-            name="kernel",
-            shape=(self.num_padded_classes, feature_dim),
-            initializer=_ClassMajorInitializer(kernel_initializer),
-            regularizer=self.kernel_regularizer,
-            constraint=self.kernel_constraint,
-            autocast=False,
-        )
-        setattr(self.kernel, partial_fc_optimizer.COLUMNS_ATTRIBUTE, (weakref.ref(self), 0))
-        if self.use_bias:
-            self.bias = self.add_weight(
-                name="bias",
-                shape=(self.num_padded_classes,),
-                initializer=bias_initializer,
-                regularizer=self.bias_regularizer,
-                constraint=self.bias_constraint,
+        with validation.argument_errors("kernel_initializer"):
+            self.kernel = self.add_weight(
+                name="kernel",
+                shape=(self.num_padded_classes, feature_dim),
+                initializer=_ClassMajorInitializer(kernel_initializer),
+                regularizer=self.kernel_regularizer,
+                constraint=self.kernel_constraint,
                 autocast=False,
             )
+        setattr(self.kernel, partial_fc_optimizer.COLUMNS_ATTRIBUTE, (weakref.ref(self), 0))
+        if self.use_bias:
+            with validation.argument_errors("bias_initializer"):
+                self.bias = self.add_weight(
+                    name="bias",
+                    shape=(self.num_padded_classes,),
+                    initializer=bias_initializer,
+                    regularizer=self.bias_regularizer,
+                    constraint=self.bias_constraint,
+                    autocast=False,
+                )
             setattr(self.bias, partial_fc_optimizer.COLUMNS_ATTRIBUTE, (weakref.ref(self), 0))
         else:
             self.bias = None

@@ -278,7 +278,7 @@ class CosFaceLoss(_CosineMarginLoss):
         self, scale=COSFACE_SCALE, margin=COSFACE_MARGIN, reduction="sum_over_batch_size", name="cosface_loss",
         dtype=None,
     ):
-        super().__init__(reduction=reduction, name=name, dtype=dtype)
+        super().__init__(**margin_softmax.loss_arguments(reduction, name, dtype))
         self.scale = _check_scale(scale, allow_none=False)
         self.margin = margin_lib.check_margin("cosface", margin)
 
@@ -319,7 +319,7 @@ class ArcFaceLoss(_CosineMarginLoss):
         self, scale=ARCFACE_SCALE, margin=ARCFACE_MARGIN, reduction="sum_over_batch_size", name="arcface_loss",
         dtype=None,
     ):
-        super().__init__(reduction=reduction, name=name, dtype=dtype)
+        super().__init__(**margin_softmax.loss_arguments(reduction, name, dtype))
         self.scale = _check_scale(scale, allow_none=False)
         self.margin = margin_lib.check_margin("arcface", margin)
 
@@ -358,7 +358,7 @@ class CombinedMarginLoss(_CosineMarginLoss):
         self, scale=COMBINED_SCALE, margin=COMBINED_MARGIN, reduction="sum_over_batch_size",
         name="combined_margin_loss", dtype=None,
     ):
-        super().__init__(reduction=reduction, name=name, dtype=dtype)
+        super().__init__(**margin_softmax.loss_arguments(reduction, name, dtype))
         self.scale = _check_scale(scale, allow_none=False)
         self.margin = margin_lib.check_margin("combined", margin)
 
@@ -408,7 +408,7 @@ class SphereFaceLoss(_CosineMarginLoss):
         self, margin=SPHEREFACE_MARGIN, scale=None, lam=0.0, reduction="sum_over_batch_size", name="sphereface_loss",
         dtype=None,
     ):
-        super().__init__(reduction=reduction, name=name, dtype=dtype)
+        super().__init__(**margin_softmax.loss_arguments(reduction, name, dtype))
         self.margin = margin_lib.check_margin("asoftmax", margin)
         self.scale = _check_scale(scale, allow_none=True)
         self.lam = _check_lam(lam)
@@ -460,7 +460,7 @@ class GASoftmaxLoss(_CosineMarginLoss):
         self, margin=GA_MARGIN, angular=GA_ANGULAR, k=0.3, scale=None, lam=0.0, reduction="sum_over_batch_size",
         name="ga_softmax_loss", dtype=None,
     ):
-        super().__init__(reduction=reduction, name=name, dtype=dtype)
+        super().__init__(**margin_softmax.loss_arguments(reduction, name, dtype))
         self.angular = validation.one_of(angular, "angular", margin_lib.GA_ANGULAR)
         self.margin = margin_lib.check_margin("gasoftmax", margin, angular)
         self.k = validation.positive_float(k, "k")

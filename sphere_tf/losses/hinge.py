@@ -26,6 +26,7 @@ from keras import ops
 
 from sphere_tf import saving
 from sphere_tf import validation
+from sphere_tf.losses import margin_softmax
 
 NORMS = ("l1", "l2")
 
@@ -77,7 +78,7 @@ class SparseHinge(keras.losses.Loss):
     """
 
     def __init__(self, norm="l1", reduction="sum_over_batch_size", name="sparse_hinge", dtype=None):
-        super().__init__(reduction=reduction, name=name, dtype=dtype)
+        super().__init__(**margin_softmax.loss_arguments(reduction, name, dtype))
         self.norm = validation.one_of(norm, "norm", NORMS)
 
     def call(self, y_true, y_pred):

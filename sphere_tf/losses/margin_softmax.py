@@ -25,6 +25,35 @@ from sphere_tf import saving
 from sphere_tf import validation
 
 
+# `keras.losses.Loss`'s reductions.
+REDUCTIONS = ("sum_over_batch_size", "sum", "mean", "mean_with_sample_weight", "none", None)
+
+
+def loss_arguments(reduction, name, dtype):
+    """The `keras.losses.Loss` arguments of the package's losses, checked naming each: Keras raises a bare
+    "unhashable type" for a list `reduction`, and computes the loss in an integer `dtype` (rounding it).
+
+    Returns:
+        dict, the keyword arguments for `keras.losses.Loss.__init__`.
+
+    Raises:
+        ValueError: a `reduction` not in `REDUCTIONS`, a `name` that is not a non-empty str, or a `dtype` that
+            is not a float dtype or a dtype policy (name) computing in one.
+    """
+    validation.one_of(reduction, "reduction", REDUCTIONS)
+    validation.text(name, "name")
+    if dtype is not None:
+        expected = "None, a float dtype or a dtype policy computing in one ('mixed_float16')"
+        try:
+            # (Keras returns a config dict's class name as is: no policy, no compute dtype.)
+            compute_dtype = getattr(keras.dtype_policies.get(dtype), "compute_dtype", None)
+        except (ValueError, TypeError) as error:
+            raise ValueError(f"{validation.invalid_argument('dtype', expected, dtype)}: {error}") from None
+        if not isinstance(compute_dtype, str) or "float" not in compute_dtype:
+            raise validation.invalid_argument("dtype", expected, dtype)
+    return {"reduction": reduction, "name": name, "dtype": dtype}
+
+
 def sparse_crossentropy(y_true, logits, label_smoothing=0.0):
     """Per-sample smoothed cross-entropy from integer labels and logits (float32).
 
@@ -66,7 +95,7 @@ class SparseCrossentropy(keras.losses.Loss):
     """
 
     def __init__(self, label_smoothing=0.0, reduction="sum_over_batch_size", name="sparse_crossentropy", dtype=None):
-        super().__init__(reduction=reduction, name=name, dtype=dtype)
+        super().__init__(**loss_arguments(reduction, name, dtype))
         self.label_smoothing = validation.real(label_smoothing, "label_smoothing", low=0.0, high=1.0, high_open=True)
 
     def call(self, y_true, y_pred):

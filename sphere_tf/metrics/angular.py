@@ -18,6 +18,7 @@ from keras import ops
 from sphere_tf import saving
 from sphere_tf import validation
 from sphere_tf.ops import angles
+from sphere_tf.ops import runtime_checks
 
 # ε inside the norms (zero features and empty classes stay finite).
 EPSILON = 1e-12
@@ -113,14 +114,30 @@ class _BatchAverage(keras.metrics.Metric):
     _fn = None
 
     def __init__(self, num_classes, name=None, dtype=None):
+        # Keras's own checks fail with an AttributeError on a non-str name; the statistic is a float.
+        validation.text(name, "name", allow_none=True)
+        if dtype is not None:
+            try:
+                compute_dtype = getattr(keras.dtype_policies.get(dtype), "compute_dtype", None)
+            except (ValueError, TypeError):
+                compute_dtype = None
+            if not isinstance(compute_dtype, str) or "float" not in compute_dtype:
+                raise validation.invalid_argument("dtype", "None or a float dtype (policy)", dtype)
         super().__init__(name=name, dtype=dtype)
-        self.num_classes = validation.integer(num_classes, "num_classes", minimum=2)
+        self.num_classes = validation.integer(num_classes, "num_classes", minimum=2, maximum=validation.MAX_INT32)
         self.total = self.add_variable(shape=(), initializer="zeros", dtype="float32", name="total")
         self.count = self.add_variable(shape=(), initializer="zeros", dtype="float32", name="count")
 
     def update_state(self, y_true, y_pred, sample_weight=None):
         """`y_true`: integer labels; `y_pred`: the features `(N, d)`; `sample_weight` ignored."""
         del sample_weight
+        # A label past `num_classes` would be a zero one-hot row (TensorFlow, JAX) or a RuntimeError from inside
+        # PyTorch's one_hot: refused here, naming the range (eagerly and in graphs; see `runtime_checks`).
+        y_true = runtime_checks.assert_all(
+            ops.logical_and(ops.greater_equal(y_true, 0), ops.less(y_true, self.num_classes)),
+            lambda labels: (f"{type(self).__name__}: labels must be class ids in [0, num_classes={self.num_classes})"
+                            + ("" if labels is None else f"; received labels {sorted(set(labels.ravel().tolist()))}")),
+            ops.convert_to_tensor(y_true))
         value = type(self)._fn(y_pred, y_true, self.num_classes)
         valid = ops.isfinite(value)
         self.total.assign_add(ops.where(valid, value, 0.0))

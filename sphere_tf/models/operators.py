@@ -25,6 +25,7 @@ Fig. 5) is cosine SphereConv used in place of BatchNorm:
 rescaled variant adds ``'rescale': True``.
 """
 
+import re
 import zlib
 
 import keras
@@ -126,8 +127,16 @@ def validate_operator(operator, name="operator", dense=False):
         ValueError: an unknown kind (naming `name['layer']` and the kinds) or a bad option.
     """
     kind_, options = _split(operator, name)
-    if dense:
-        if kind_ != "conv_norm":
-            _DENSE[kind_](1, **options)
-    else:
-        _CONV[kind_](1, 1, **options)
+    try:
+        if dense:
+            if kind_ != "conv_norm":
+                _DENSE[kind_](1, **options)
+        else:
+            _CONV[kind_](1, 1, **options)
+    except (ValueError, TypeError) as error:
+        # The layer names its own argument (`magnitude`, or a keyword it does not take): name the spec's key,
+        # as the config or caller wrote it, and the kind it was given to.
+        message = str(error)
+        keys = [key for key in options if re.search(rf"(?<![\w.]){re.escape(key)}(?!\w)", message)]
+        named = ", ".join(f"{name}[{key!r}]" for key in keys) or name
+        raise ValueError(f"Invalid value for {named} ({name}['layer']={kind_!r}): {message}") from None

@@ -108,9 +108,14 @@ class CayleySGD(keras.optimizers.Optimizer):
     def __init__(self, learning_rate=DEFAULT_LEARNING_RATE, momentum=DEFAULT_MOMENTUM,
                  fixed_point_iters=DEFAULT_FIXED_POINT_ITERS, reorthogonalize_every=None,
                  name="cayley_sgd", **kwargs):
+        if not (isinstance(learning_rate, keras.optimizers.schedules.LearningRateSchedule) or callable(learning_rate)):
+            learning_rate = validation.positive_float(learning_rate, "learning_rate")
+        validation.text(name, "name")
         momentum = validation.real(momentum, "momentum", low=0.0, high=1.0, high_open=True)
-        fixed_point_iters = validation.positive_int(fixed_point_iters, "fixed_point_iters", allow_none=True)
-        reorthogonalize_every = validation.positive_int(reorthogonalize_every, "reorthogonalize_every", allow_none=True)
+        fixed_point_iters = validation.positive_int(
+            fixed_point_iters, "fixed_point_iters", allow_none=True, maximum=validation.MAX_INT32)
+        reorthogonalize_every = validation.positive_int(
+            reorthogonalize_every, "reorthogonalize_every", allow_none=True, maximum=validation.MAX_INT32)
         if kwargs.get("weight_decay"):  # decay would pull the variables off the orthogonal group
             raise validation.invalid_argument("weight_decay", "None or 0 for CayleySGD", kwargs["weight_decay"])
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)

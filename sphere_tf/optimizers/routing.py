@@ -52,7 +52,8 @@ class OPTOptimizer(wrapping.WrappingOptimizer):
             )
         super().__init__(optimizer, name=name)
         self.rotation_optimizer = (
-            cayley_sgd.CayleySGD() if rotation_optimizer is None else keras.optimizers.get(rotation_optimizer)
+            cayley_sgd.CayleySGD() if rotation_optimizer is None
+            else wrapping.resolve_optimizer(rotation_optimizer, "rotation_optimizer")
         )
         if self.optimizer is self.rotation_optimizer:
             raise ValueError("Invalid value for argument `rotation_optimizer`: must differ from `optimizer`.")

@@ -399,19 +399,23 @@ class CoMHE(keras.regularizers.Regularizer):
     ):
         factor, power, epsilon = check_energy_regularizer_args(factor, power, "euclidean", log_form, epsilon)
         validation.one_of(projection, "projection", PROJECTIONS)
-        projection_dim = validation.integer(projection_dim, "projection_dim", minimum=1)
+        projection_dim = validation.integer(
+            projection_dim, "projection_dim", minimum=1, maximum=validation.MAX_INT32)
         if num_projections is None:
             num_projections = DEFAULT_NUM_PROJECTIONS[projection]
         if projection != "group":
-            num_projections = validation.integer(num_projections, "num_projections", minimum=1)
+            num_projections = validation.integer(
+                num_projections, "num_projections", minimum=1, maximum=validation.MAX_INT32)
         validation.one_of(aggregation, "aggregation", AGGREGATIONS)
-        resample_every = validation.integer(resample_every, "resample_every", minimum=1)
-        group_size = validation.integer(group_size, "group_size", minimum=1)
+        resample_every = validation.integer(
+            resample_every, "resample_every", minimum=1, maximum=validation.MAX_INT32)
+        group_size = validation.integer(group_size, "group_size", minimum=1, maximum=validation.MAX_INT32)
         inner_lr = validation.positive_float(inner_lr, "inner_lr")
         projection_lr = validation.positive_float(projection_lr, "projection_lr", allow_none=True)
         if projection_steps is None:
             projection_steps = DEFAULT_PROJECTION_STEPS.get(projection, 0)
-        projection_steps = validation.integer(projection_steps, "projection_steps", minimum=0)
+        projection_steps = validation.integer(
+            projection_steps, "projection_steps", minimum=0, maximum=validation.MAX_INT32)
         projection_decay = validation.non_negative_float(projection_decay, "projection_decay")
         self.factor = factor
         self.projection = projection
@@ -419,19 +423,23 @@ class CoMHE(keras.regularizers.Regularizer):
         self.num_projections = num_projections
         self.aggregation = aggregation
         self.resample_every = resample_every
-        self.share_projections = bool(share_projections)
+        self.share_projections = validation.boolean(share_projections, "share_projections")
         self.power = power
-        self.half_space = bool(half_space)
+        self.half_space = validation.boolean(half_space, "half_space")
         self.group_size = group_size
         self.inner_lr = inner_lr
         self.projection_lr = projection_lr if projection_lr is not None else inner_lr
         self.projection_steps = projection_steps
         self.projection_decay = projection_decay
-        self.unroll = bool(unroll)
-        self.seed = int(seed)
+        self.unroll = validation.boolean(unroll, "unroll")
+        self.seed = validation.integer(seed, "seed", minimum=0, maximum=validation.MAX_INT32)
         self.log_form = log_form
         self.epsilon = epsilon
-        self._initial_step = validation.integer(step, "step", minimum=0)
+        self._initial_step = validation.integer(step, "step", minimum=0, maximum=validation.MAX_INT32)
+        if projection_state is not None and not (
+                isinstance(projection_state, dict) and all(isinstance(k, str) for k in projection_state)):
+            raise validation.invalid_argument(
+                "projection_state", "None or a dict of learned projections by key (a config's own)", projection_state)
         self._initial_state = dict(projection_state or {})
         self._algorithm = PROJECTIONS[projection](self)
         self._kernels = random_state.KernelRegistry()

@@ -108,23 +108,29 @@ class MHE(keras.regularizers.Regularizer):
                 "half_space", "False for role='output' (the output layer always uses full-space MHE)", half_space
             )
         if beta is not None:
+            if not isinstance(beta, (list, tuple)) or not beta:
+                raise validation.invalid_argument("beta", "None or a non-empty list of floats > 0 (one per neuron)",
+                                                  beta)
             beta = [validation.positive_float(b, "beta") for b in beta]
             if distance != "euclidean":
                 raise validation.invalid_argument("beta", "None unless distance='euclidean'", beta)
-        num_samples = validation.integer(num_samples, "num_samples", minimum=2, allow_none=True)
+        num_samples = validation.integer(
+            num_samples, "num_samples", minimum=2, allow_none=True, maximum=validation.MAX_INT32)
         if beta is not None and num_samples is not None:
             raise validation.invalid_argument("num_samples", "None when `beta` is given", num_samples)
         self.factor = factor
         self.power = power
         self.distance = distance
-        self.half_space = bool(half_space)
+        self.half_space = validation.boolean(half_space, "half_space")
         self.role = role
         self.log_form = log_form
         self.beta = beta
         self.num_samples = num_samples
-        self.seed = int(seed)
+        self.seed = validation.integer(seed, "seed", minimum=0, maximum=validation.MAX_INT32)
         self.epsilon = epsilon
-        self._counter = random_state.StepCounter(step) if num_samples is not None else None
+        # Without sampling (`num_samples` None) no counter runs; the config keeps the step it was given.
+        self._step = validation.integer(step, "step", minimum=0, maximum=validation.MAX_INT32)
+        self._counter = random_state.StepCounter(self._step) if num_samples is not None else None
         self._draws = random_state.SeededDraws() if num_samples is not None else None
         self._kernels = random_state.KernelRegistry()
 
@@ -193,7 +199,7 @@ class MHE(keras.regularizers.Regularizer):
             "beta": self.beta,
             "num_samples": self.num_samples,
             "seed": self.seed,
-            "step": self._counter.numpy_value() if self._counter is not None else 0,
+            "step": self._counter.numpy_value() if self._counter is not None else self._step,
             "epsilon": self.epsilon,
         }
 

@@ -48,8 +48,8 @@ class Orthogonality(keras.regularizers.Regularizer):
                  epsilon=energy.DEFAULT_EPSILON):
         self.factor = validation.non_negative_float(factor, "factor")
         self.mode = validation.one_of(mode, "mode", MODES)
-        self.normalized = bool(normalized)
-        self.l2_loss_convention = bool(l2_loss_convention)
+        self.normalized = validation.boolean(normalized, "normalized")
+        self.l2_loss_convention = validation.boolean(l2_loss_convention, "l2_loss_convention")
         self.epsilon = validation.non_negative_float(epsilon, "epsilon")
 
     def __call__(self, x):

@@ -173,10 +173,11 @@ class SRIP(keras.regularizers.Regularizer):
                  gram="smaller", seed=0, schedule=None):
         self.factor = validation.non_negative_float(factor, "factor")
         self.schedule = check_schedule(schedule)
-        self.power_iterations = validation.positive_int(power_iterations, "power_iterations")
+        self.power_iterations = validation.positive_int(
+            power_iterations, "power_iterations", maximum=validation.MAX_INT32)
         self.squared = bool(validation.one_of(squared, "squared", (True, False)))
         self.gram = validation.one_of(gram, "gram", GRAMS)
-        self.seed = validation.integer(seed, "seed", minimum=0)
+        self.seed = validation.integer(seed, "seed", minimum=0, maximum=validation.MAX_INT32)
         # λ of the current epoch under a schedule, set by `SRIPSchedule` (created with the regularizer).
         self._factor_variable = None
         if self.schedule is not None:

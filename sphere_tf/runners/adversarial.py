@@ -54,6 +54,7 @@ from sphere_tf.runners import tasks
 from sphere_tf.training import checkpoint as checkpoint_lib
 from sphere_tf.training import optimization
 from sphere_tf.training import progress
+from sphere_tf.training import workdir_lock
 
 # DCNet §6.2 operators; the angular function of the adversarial models is not stated, cosine is inferred.
 PAPER_OPERATORS = {
@@ -134,6 +135,9 @@ def validate(config):
             raise validation.invalid_argument("operators", f"an entry for every model in `models` ({model!r})",
                                               sorted(config["operators"]))
     for model in sorted(set(config["models"]) | {"baseline"}):
+        # The spec itself first, so that its errors name `operators.<model>['<key>']` (the classifier's own check
+        # below names it `model.operator`).
+        models_lib.operators.validate_operator(config["operators"][model], f"operators.{model}")
         try:
             classifier.validate(classifier_config(config, model, config["seeds"][0]))
         except ValueError as error:
@@ -143,7 +147,9 @@ def validate(config):
     validation.real(adv["mix"], "adversarial_training.mix", low=0.0, high=1.0)
     attack = config["attack"]
     validation.non_negative_float(attack["epsilon"], "attack.epsilon")
-    validation.real(attack["step"], "attack.step", low=0.0, high=attack["epsilon"])
+    if not 0.0 <= validation.non_negative_float(attack["step"], "attack.step") <= attack["epsilon"]:
+        raise validation.invalid_argument("attack.step", f"a float in [0, attack.epsilon={attack['epsilon']:g}] (a "
+                                          "BIM step is at most the perturbation's budget)", attack["step"])
     validation.positive_int(attack["iterations"], "attack.iterations")
     validation.positive_int(attack["batch_size"], "attack.batch_size")
     if not isinstance(attack["extra"], list):
@@ -155,6 +161,7 @@ def validate(config):
     validation.one_of(box["source_training"], "black_box.source_training", SOURCE_TRAININGS)
     validation.integer(box["source_seed_offset"], "black_box.source_seed_offset", minimum=1)
     for key in ("natural_source", "fgsm_source"):
+        validation.text(box[key], f"black_box.{key}", allow_empty=True)  # a file or a workdir, '' for none
         if box[key] and not os.path.isfile(_source_file(box[key])):
             raise validation.invalid_argument(
                 f"black_box.{key}", "a .keras model file or the workdir of a finished train_classifier run",
@@ -357,6 +364,7 @@ def _measure(cfg, training, config, probe_steps):
 
 
 @evaluation.per_model_tracing()  # one trace per model and attack, not "retracing" (PER_MODEL_FUNCTIONS)
+@workdir_lock.held_while_running  # the workdir's lock, taken below before the first write, ends with the run
 def run_experiment(config, workdir):
     """Runs DCNet's white-box / black-box adversarial experiment; writes and returns `results.json`.
 
@@ -382,6 +390,8 @@ def run_experiment(config, workdir):
         schema.ConfigError (a ValueError): a bad config (before any data is read).
         DataNotFoundError: the data set's files are missing (before anything is written).
         checkpoint.ConfigMismatchError: `workdir` holds another config's run.
+        workdir_lock.WorkdirLockedError (a ValueError): another live process runs in `workdir` (named in the
+            message).
     """
     started = time.time()
     config = validate(config)
@@ -400,6 +410,7 @@ def run_experiment(config, workdir):
         base_cfg = classifier.validate(classifier_config(config, "baseline", seed))
         _, test_ds, info = data_lib.get_datasets(base_cfg["data"]["name"], batch_size=batch, seed=seed,
                                                  **classifier.data_kwargs(base_cfg["data"]))
+        workdir_lock.acquire(workdir)  # one run per workdir (docs/training.md); again for later seeds: a no-op
         checkpoint_lib.record_config(workdir, config)  # after the data are found: missing archives leave no workdir
         images, labels = _test_arrays(test_ds)
         sizes = {"train_size": info["train_size"], "test_size": int(len(labels))}

@@ -27,6 +27,7 @@ from sphere_tf import json_files
 from sphere_tf import layers
 from sphere_tf import losses as losses_lib
 from sphere_tf import models as models_lib
+from sphere_tf import saving
 from sphere_tf import validation
 from sphere_tf.data import datasets as datasets_lib
 from sphere_tf.data import label_noise as label_noise_lib
@@ -43,6 +44,7 @@ from sphere_tf.runners import recipe
 from sphere_tf.runners import schema
 from sphere_tf.runners import tasks
 from sphere_tf.training import regularization
+from sphere_tf.training import workdir_lock
 from sphere_tf.runners.schema import DEFAULTS
 from sphere_tf.runners.schema import FIT_VERBOSITY
 from sphere_tf.runners.schema import MIXED_PRECISION
@@ -64,7 +66,10 @@ _EMPTY_IS_NONE = ("manual_dir", "data_dir", "eval_augmentation", "val_labels_fil
 def _check_model(model_cfg):
     model_cfg = dict(model_cfg)
     name = model_cfg.pop("name", None)
-    fn = models_lib.get_model_fn(name)
+    try:
+        fn = models_lib.get_model_fn(name)
+    except (ValueError, TypeError) as error:  # the registry's "Unknown model ..." names the registry, not the key
+        raise ValueError(f"Invalid config key 'model.name': {error}") from None
     if model_cfg.get("bn_momentum") is not None:  # create_model's own argument
         validation.real(model_cfg.pop("bn_momentum"), "model.bn_momentum", low=0.0, high=1.0, high_open=True)
     # Every option the builder takes, through the functions its `**kwargs` go on to: checked here without
@@ -151,6 +156,8 @@ def validate(config):
     config = merge_config(DEFAULTS, tasks.without_task_key(config, "classification"))
     validation.integer(config["seed"], "seed", minimum=0)
     data = config["data"]
+    for key in ("manual_dir", "data_dir", "val_labels_file", "eval_augmentation"):  # '' for none
+        validation.text(data[key], f"data.{key}", allow_empty=True)
     validation.one_of(data["name"], "data.name", tuple(sorted(datasets_lib.DATASETS)))
     validation.one_of(data["source"], "data.source", ("auto",) + datasets_lib.SOURCES)
     if data["source"] == "manual" and data["data_dir"]:
@@ -169,10 +176,14 @@ def validate(config):
             f"backend {keras.backend.backend()!r})", data["pipeline"])
     source = ("tfds" if data["data_dir"] else "manual") if data["source"] == "auto" else data["source"]
     if pipeline == "grain" and source == "tfds":
+        # With source='auto' it is data.data_dir (a tensorflow-datasets folder) that asks for tfds.
+        key, value = ("data.data_dir", data["data_dir"]) if data["source"] == "auto" else ("data.source",
+                                                                                          data["source"])
         raise validation.invalid_argument(
-            "data.source", f"'manual' on the Grain pipeline (Keras backend {keras.backend.backend()!r}: "
-            "tensorflow-datasets folders are read with tf.data; set data.pipeline='tf_data' with TensorFlow "
-            "installed, or read the published archives from data.manual_dir)", data["source"])
+            key, f"'manual' data (data.source='manual', data.data_dir='') on the Grain pipeline (Keras backend "
+            f"{keras.backend.backend()!r}: tensorflow-datasets folders are read with tf.data; set "
+            "data.pipeline='tf_data' with TensorFlow installed, or read the published archives from "
+            "data.manual_dir)", value)
     augmentations = datasets_lib.augmentation_names(pipeline)
     validation.one_of(data["augmentation"], "data.augmentation", augmentations)
     if data["eval_augmentation"]:
@@ -215,6 +226,7 @@ def validate(config):
     validation.one_of(paradigm["weighted_gradients"], "paradigm.weighted_gradients", (True, False))
     validation.one_of(paradigm["opt_optimizer"], "paradigm.opt_optimizer", (True, False))
     validation.integer(paradigm["sopt_episode_length"], "paradigm.sopt_episode_length", minimum=0)
+    validation.text(paradigm["pretrained"], "paradigm.pretrained", allow_empty=True)  # a workdir, '' for none
     if paradigm["pretrained"] and not os.path.isfile(pretrained_model_path(paradigm["pretrained"])):
         raise validation.invalid_argument(
             "paradigm.pretrained", f"the workdir of a finished run (expected {pretrained_model_path('WORKDIR')})",
@@ -384,6 +396,23 @@ def _export(model, model_path, export_base, config, info):
     kwargs = {"model_name": config["model"]["name"] or "model", "class_matrix": config["export_class_matrix"]}
     from sphere_tf import export as export_lib  # noqa: PLC0415 (TensorFlow; `validate` checked it is installed)
 
+    # The run holds its workdir's lock (`workdir_lock`), so nothing else exports into `export_base`: a `.tmp-*`
+    # folder or file there is what a run killed inside an export left, and a version folder is this run's own
+    # export (the rename into place is an export's last step), made before a kill that came ahead of
+    # results.json. A resumed run removes the one and keeps the other, so it ends with the one version an
+    # uninterrupted run has, not a second copy.
+    model_dir = os.path.join(export_base, kwargs["model_name"])
+    for folder in (export_base, model_dir):
+        for name in os.listdir(folder) if os.path.isdir(folder) else ():
+            path = os.path.join(folder, name)
+            if ".tmp-" in name and os.path.isdir(path):
+                shutil.rmtree(path)
+            elif ".tmp-" in name:
+                os.remove(path)
+    versions = export_lib.existing_versions(model_dir)
+    if versions:
+        export_lib.write_models_config(export_base)  # the kill may have come before it was written
+        return os.path.join(model_dir, str(versions[-1]))
     if keras.backend.backend() == "tensorflow":
         return export_lib.export_model(model, export_base, **kwargs).path
     return export_lib.export_model_file(model_path, export_base, **kwargs).path
@@ -531,6 +560,7 @@ def make_run_strategy(config):
     return distribute.make_strategy(name)
 
 
+@workdir_lock.held_while_running  # the workdir's lock, taken below before the first write, ends with the run
 def train_and_evaluate(config, workdir, strategy=None, callbacks=None):
     """Trains the configured classifier, evaluates it on the test split, exports it.
 
@@ -566,6 +596,8 @@ def train_and_evaluate(config, workdir, strategy=None, callbacks=None):
         ConfigError (a ValueError): a bad config (before any data is read).
         DataNotFoundError: the data set's files are missing (before anything is written).
         checkpoint.ConfigMismatchError: `workdir` holds another config's run.
+        workdir_lock.WorkdirLockedError (a ValueError): another live process runs in `workdir` (named in the
+            message); refused before anything is written.
     """
     started = time.time()
     if strategy is None:
@@ -627,6 +659,8 @@ def train_and_evaluate(config, workdir, strategy=None, callbacks=None):
         print(f"{workdir} already holds a finished run (step {total_steps}); "
               f"test accuracy {results['test_accuracy']:.2f}%. Not training again.")
         return results
+    _refuse_lost_checkpoints(workdir, state_dir, results_path, steps_per_epoch,
+                             train_cfg["checkpoint_every_steps"] or checkpoint_lib.DEFAULT_EVERY_STEPS)
     logging.info("Data: %s", info)
 
     previous_policy = keras.mixed_precision.global_policy().name
@@ -656,6 +690,9 @@ def train_and_evaluate(config, workdir, strategy=None, callbacks=None):
                 model.compile(optimizer=recipe.build_optimizer(config, total_steps, partial_fc=True), loss=None)
             model.optimizer.build(model.trainable_variables)  # its slots live on the strategy's devices
         if chief:  # after the model is built from the checked config: a model option it refuses leaves no workdir
+            # One run per workdir: a second one would interleave its checkpoints with this one's. Only the chief
+            # writes here, so only the chief (process 0) locks; it holds the lock until this function returns.
+            workdir_lock.acquire(workdir)
             checkpoint_lib.record_config(state_dir, config, defaults=DEFAULTS)
             checkpoint_lib.record_config(workdir, config, defaults=DEFAULTS)
             if plan is not None:
@@ -687,7 +724,7 @@ def train_and_evaluate(config, workdir, strategy=None, callbacks=None):
         run_callbacks += epoch_lines
         os.makedirs(os.path.join(local_dir, "checkpoints"), exist_ok=True)
         run_callbacks += [
-            keras.callbacks.ModelCheckpoint(os.path.join(local_dir, "checkpoints", "model.keras")),
+            _SaveModelEachEpoch(os.path.join(local_dir, "checkpoints", "model.keras")),
             callbacks_lib.tensorboard_callback(os.path.join(local_dir, "tensorboard")),
             *(callbacks or ()),
         ]
@@ -708,10 +745,14 @@ def train_and_evaluate(config, workdir, strategy=None, callbacks=None):
             print(f"Selected the weights of step {best['step']} (test accuracy {best['test_accuracy']:.2f}%).")
         bn_statistics = recipe.recompute_batch_statistics(model, evaluation_cfg, stream(0), total_steps,
                                                           info["steps_per_epoch"])
-        if (bn_statistics.startswith("precise") or selection != "final") and (chief or process_count > 1):
+        # A run resumed at its last step trained nothing here, so no epoch's end wrote model.keras: the file may
+        # predate that step (the run stopped between the checkpoint and the file: a kill, a full disk).
+        trained_nothing = fitted["initial_step"] == total_steps
+        if ((bn_statistics.startswith("precise") or selection != "final" or trained_nothing)
+                and (chief or process_count > 1)):
             # The saved model is the evaluated and exported one. Multi-process JAX: every process saves (reading
             # the replicated variables is a collective there), each into its own folder (`local_dir`).
-            model.save(os.path.join(local_dir, "checkpoints", "model.keras"))
+            saving.save_model(model, os.path.join(local_dir, "checkpoints", "model.keras"))
         if plan is not None:
             # Evaluation calls the head without sampling: plain logits over every class and their full
             # cross-entropy as the loss; the accuracy is now the plain-logit accuracy.
@@ -729,6 +770,9 @@ def train_and_evaluate(config, workdir, strategy=None, callbacks=None):
             export_dir = _export(model, os.path.join(local_dir, "checkpoints", "model.keras"),
                                  os.path.join(workdir, "export"), config, info)
             print(f"SavedModel exported to {export_dir}")
+    except Exception as error:
+        _raise_if_disk_full(error, workdir, state_dir)
+        raise
     finally:
         keras.mixed_precision.set_global_policy(previous_policy)
         if distribution is not None:
@@ -757,13 +801,73 @@ def train_and_evaluate(config, workdir, strategy=None, callbacks=None):
                                  "num_shards": plan.num_shards, "devices": plan.devices,
                                  "sharded": plan.distribution is not None}
     if chief:
-        json_files.write_json(results_path, results)
+        try:
+            json_files.write_json(results_path, results)
+        except OSError as error:
+            _raise_if_disk_full(error, workdir, state_dir)
+            raise
     else:
         shutil.rmtree(local_dir, ignore_errors=True)
     if distribute.in_multi_worker_mode(strategy):
         distribute.barrier(strategy)  # no worker leaves while the chief still exports and writes
     print("\n".join(summary_lines(config, info, results, time.time() - started, workdir)))
     return results
+
+
+def _refuse_lost_checkpoints(workdir, state_dir, results_path, steps_per_epoch, every_steps):
+    """Refuses to train afresh in a workdir whose run got further than its checkpoints show.
+
+    `results.json` and `export/` are written only after training, and `history.json` at the end of an epoch,
+    which follows the first checkpoint when `every_steps` ends before the epochs it counts: with no checkpoint beside
+    them the checkpoints were deleted or lost, and training again from step 0 would silently replace the run.
+    (`StepCheckpoint.restore` refuses the same from `partial_epoch.json`, which gains an entry before each save.)
+    """
+    if checkpoint_lib.latest_step(state_dir):
+        return
+    left = [path for path in (results_path, os.path.join(workdir, "export")) if os.path.exists(path)]
+    history = os.path.join(state_dir, checkpoint_lib.HISTORY_FILE)
+    try:
+        with open(history) as f:
+            epochs = int(json.load(f).get("epochs", 0))
+    except (OSError, ValueError, TypeError, AttributeError):
+        epochs = 0
+    # Strictly: the checkpoint of an epoch's last step is written after its history entry.
+    if epochs * steps_per_epoch > every_steps:
+        left.append(f"{history} ({epochs} epoch(s), past the first checkpoint at step {every_steps})")
+    if left:
+        raise checkpoint_lib.CorruptCheckpointError(
+            f"{workdir} holds the output of a run that trained ({', '.join(left)}) but no checkpoint in {state_dir}: "
+            "the checkpoints were deleted or lost. Not training afresh over it: restore the checkpoints, or use a "
+            "new --workdir.")
+
+
+def _raise_if_disk_full(error, workdir, state_dir):
+    """Raises `checkpoint.DiskFullError` naming the file when `error` is a full disk (not one `StepCheckpoint`
+    described already); returns otherwise. Every file of the workdir is replaced whole (a temporary name renamed
+    into place: checkpoints, `model.keras`, JSON files, the export), so what was there before stays valid."""
+    filename = checkpoint_lib.disk_full_file(error)
+    if filename is None or isinstance(error, checkpoint_lib.DiskFullError):
+        return
+    try:
+        latest = f"step {checkpoint_lib.latest_step(state_dir)}"
+    except ValueError:
+        latest = "unknown"
+    raise checkpoint_lib.DiskFullError(
+        f"No space left on device while the run wrote {filename or 'into ' + workdir}. Its earlier files are "
+        f"intact (each is replaced whole once written); the latest checkpoint is at {latest}. Free some space and "
+        "run the same command again: it resumes from there.", filename) from error
+
+
+class _SaveModelEachEpoch(keras.callbacks.Callback):
+    """`keras.callbacks.ModelCheckpoint(path)` (the whole model at the end of each epoch), written atomically with
+    `saving.save_model`: a full disk or a kill during the write leaves the previous epoch's file, not a part."""
+
+    def __init__(self, path):
+        super().__init__()
+        self.path = path
+
+    def on_epoch_end(self, epoch, logs=None):
+        saving.save_model(self.model, self.path)
 
 
 def _run(config, workdir):

@@ -44,6 +44,7 @@ from sphere_tf.runners import recipe
 from sphere_tf.runners import schema
 from sphere_tf.runners import tasks
 from sphere_tf.training import optimization
+from sphere_tf.training import workdir_lock
 
 # The `verification` section of a face config (not part of the runner's schema).
 VERIFICATION_DEFAULTS = {
@@ -66,9 +67,25 @@ TRAINING_SET_DEFAULTS = {
 FACE_SECTIONS = {"verification": VERIFICATION_DEFAULTS, "training_set": TRAINING_SET_DEFAULTS}
 
 
+def _check_verification(section):
+    """The `verification` section's values, named (`evaluate_workdir` reads them after the training: a bad one
+    would fail there, after hours)."""
+    for key in ("pairs", "images"):  # paths, '' for no verification
+        validation.text(section[key], f"verification.{key}", allow_empty=True)
+    validation.text(section["image_pattern"], "verification.image_pattern")
+    validation.positive_int(section["batch_size"], "verification.batch_size", maximum=validation.MAX_INT32)
+    targets = section["far_targets"]
+    if not isinstance(targets, (list, tuple)) or not targets:
+        raise validation.invalid_argument("verification.far_targets", "a non-empty list of FARs in (0, 1]", targets)
+    for i, target in enumerate(targets):
+        validation.real(target, f"verification.far_targets[{i}]", low=0.0, high=1.0, low_open=True)
+    return {**section, "far_targets": list(targets)}
+
+
 def _check_training_set(section):
-    validation.integer(section["images"], "training_set.images", minimum=0)
-    validation.integer(section["identities"], "training_set.identities", minimum=0)
+    validation.text(section["name"], "training_set.name", allow_empty=True)
+    validation.integer(section["images"], "training_set.images", minimum=0, maximum=validation.MAX_INT32)
+    validation.integer(section["identities"], "training_set.identities", minimum=0, maximum=validation.MAX_INT32)
     shape = section["image_shape"]
     if not isinstance(shape, (list, tuple)) or len(shape) not in (0, 3) or not all(
             isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in shape):
@@ -85,19 +102,23 @@ def face_sections(config):
     `embeddings` signature without the head's class matrix (`sphere_tf.export.export_model`'s `class_matrix`).
 
     Raises:
-        ValueError: an unknown key in a face section, or a bad `training_set` value (named).
+        ValueError: an unknown key in a face section, or a bad `training_set` or `verification` value (named).
     """
     config = copy.deepcopy(dict(tasks.without_task_key(config, "face")))
     # Face models serve embeddings: the export leaves the class matrix out unless the config keeps it.
     config.setdefault("export_class_matrix", False)
     sections = {}
     for name, defaults in FACE_SECTIONS.items():
-        section = dict(config.pop(name, None) or {})
+        section = config.pop(name, None) or {}
+        if not isinstance(section, dict):
+            raise validation.invalid_argument(name, "a dict (a section of the face config)", section)
+        section = dict(section)
         unknown = sorted(set(section) - set(defaults))
         if unknown:
             raise ValueError(f"Unknown config key '{name}.{unknown[0]}'; expected one of {sorted(defaults)}.")
         sections[name] = {**defaults, **section}
     sections["training_set"] = _check_training_set(sections["training_set"])
+    sections["verification"] = _check_verification(sections["verification"])
     return config, sections
 
 
@@ -213,6 +234,7 @@ def evaluate_workdir(workdir, pairs, images, *, image_pattern=None, batch_size=6
     return results
 
 
+@workdir_lock.held_while_running  # the workdir's lock, taken below before the first write, ends with the run
 def train_face(config, workdir):
     """Trains by config on a face folder (the runner), then verifies on the config's pair list.
 
@@ -229,14 +251,20 @@ def train_face(config, workdir):
     runner_config, section = split_config(config)
     new_workdir = not os.path.exists(workdir)
     os.makedirs(workdir, exist_ok=True)
+    # Before the record: a second run on the workdir is refused before it overwrites anything (the
+    # classification run inside re-acquires the lock this process holds).
+    if workdir_lock.is_writer(runner_config.get("strategy")):
+        workdir_lock.acquire(workdir)
     record = os.path.join(workdir, VERIFICATION_FILE)
     json_files.write_json(record, section)
     try:
         results = classifier.train_and_evaluate(runner_config, workdir)
     except BaseException:
         # What the runner refuses before it reads data (a bad config, what this backend cannot do, missing data)
-        # leaves no workdir behind, as a classification run's: only the record written above is there then.
-        if new_workdir and os.listdir(workdir) == [VERIFICATION_FILE]:
+        # leaves no workdir behind, as a classification run's: only the record written above (and the lock
+        # file) is there then.
+        if new_workdir and set(os.listdir(workdir)) <= {VERIFICATION_FILE, workdir_lock.LOCK_FILE}:
+            workdir_lock.release(workdir, remove=True)
             os.remove(record)
             os.rmdir(workdir)
         raise

@@ -91,6 +91,28 @@ def plain_config(value):
     return value
 
 
+def check_numbers(config, prefix=""):
+    """Refuses, naming the dotted key, every number of a config (a plain dict, lists and open sections included)
+    that no setting of the runner takes: NaN or an infinity, a float beyond float32's range, an int past int32
+    (a step count or seed the JAX backend holds as int32 without x64; a size no data set reaches). A config's
+    own checks then see only finite numbers in range, whichever keys they read.
+
+    Raises:
+        ValueError: naming the key (`train.steps`, `curve.epsilons[2]`).
+    """
+    if isinstance(config, dict):
+        for key, value in config.items():
+            check_numbers(value, f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(config, (list, tuple)):
+        for index, value in enumerate(config):
+            check_numbers(value, f"{prefix}[{index}]")
+    elif validation.is_int(config):
+        if abs(config) > validation.MAX_INT32:
+            raise validation.invalid_argument(prefix, f"an int of magnitude at most {validation.MAX_INT32}", config)
+    elif validation.is_real(config):
+        validation.real(config, prefix)
+
+
 def merge_config(defaults, config, open_sections=_OPEN_SECTIONS, replaced_sections=(), prefix=""):
     """`config` over the schema `defaults`; a key the schema does not have raises, naming it and the valid ones.
 
@@ -122,8 +144,10 @@ def merge_config(defaults, config, open_sections=_OPEN_SECTIONS, replaced_sectio
                 merged[key] = merge_config(defaults[key], value, prefix=dotted + ".")
         else:
             merged[key] = value
+    if not prefix:
+        check_numbers(merged)
     return merged
 
 
 __all__ = ["DEFAULTS", "FIT_VERBOSITY", "LOSSES", "MIXED_PRECISION", "SHARD_CLASSES_KEY", "ConfigError",
-           "config_errors", "merge_config", "plain_config"]
+           "check_numbers", "config_errors", "merge_config", "plain_config"]

@@ -31,6 +31,10 @@ from sphere_tf.training.pretrain import parameterised_layers
 # name -> the module that defines it (imported on first access).
 _LAZY = {
     "ConfigMismatchError": "sphere_tf.training.checkpoint",
+    "CorruptCheckpointError": "sphere_tf.training.checkpoint",
+    "DiskFullError": "sphere_tf.training.checkpoint",
+    "NonFiniteError": "sphere_tf.training.checkpoint",
+    "WorkdirLockedError": "sphere_tf.training.workdir_lock",
     "StepCheckpoint": "sphere_tf.training.checkpoint",
     "callback_states": "sphere_tf.training.checkpoint",
     "check_workdir_config": "sphere_tf.training.checkpoint",

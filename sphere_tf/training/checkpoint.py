@@ -54,13 +54,25 @@ raises `sphere_tf.saving.NewerFileError` naming the checkpoint; one of an older
 or newer-patch release, or without a record (written by sphere_tf 0.1.0), is
 restored.
 
+Damage is detected, never restored: TensorFlow's bundles carry CRC-32C checksums of every block and tensor,
+the array archives a SHA-256 recorded in their index. A damaged checkpoint is named in a warning and the previous
+one restored; a damaged list of them (TensorFlow's `checkpoint` file, which `tf.train.get_checkpoint_state` reads
+as "no checkpoint" when it does not parse, `checkpoint_versions.json`, the array index) is named and the checkpoint
+files in the folder are used instead; none readable is an error. A checkpoint is never written holding NaN or inf
+in a model or optimizer variable, and the first non-finite training loss stops the run (`NonFiniteError`, naming
+the step) before anything of its step is saved. A write that fails for lack of space raises `DiskFullError`
+naming the file; the previous checkpoint stays the latest.
+
 `check_workdir_config` / `record_config` refuse a workdir written by a
 different config, naming the keys that differ.
 """
 
+import errno
 import json
+import math
 import os
 import re
+import time
 
 import keras
 from absl import logging
@@ -84,11 +96,129 @@ def _tf():
     return dependencies.tensorflow(__name__)
 
 
+CorruptCheckpointError = array_checkpoint.CorruptCheckpointError
+NonFiniteCheckpointError = array_checkpoint.NonFiniteCheckpointError
+NonFiniteError = array_checkpoint.NonFiniteError
+_TF_CHECKPOINT = re.compile(r"^ckpt-(\d+)\.index$")
+
+
+class DiskFullError(OSError):
+    """A write of the run failed for lack of space (errno ENOSPC or EDQUOT); the message names the file and says
+    what stayed valid. `filename` is the file whose write failed (when the error named it)."""
+
+    def __init__(self, message, filename=None):
+        super().__init__(errno.ENOSPC, message, filename)
+        self.message = message
+
+    def __str__(self):
+        return self.message
+
+
+_FULL_DISK_TEXTS = ("No space left on device", "Disk quota exceeded")
+
+
+def disk_full_file(error):
+    """For an exception raised by a write: None if it is not a full disk, else the file it names ('' if none).
+
+    A full disk reaches Python as `OSError` with errno ENOSPC / EDQUOT, or as TensorFlow's
+    `ResourceExhaustedError` whose message is ``<file>; No space left on device`` (its C++ file system maps the
+    errno so), or as another error carrying that text (an export child process's output).
+    """
+    if isinstance(error, DiskFullError):
+        return error.filename or ""
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return error.filename or ""
+    text = str(error)
+    for reason in _FULL_DISK_TEXTS:
+        if reason in text:
+            match = re.search(r"(\S+); " + reason, text)
+            return match.group(1) if match else ""
+    return None
+
+
+def _tf_checkpoints_on_disk(directory):
+    """The prefixes of the ``ckpt-<step>.index`` files of `directory`, newest first."""
+    found = [(int(match.group(1)), os.path.join(directory, name[:-len(".index")]))
+             for name in os.listdir(directory) if (match := _TF_CHECKPOINT.match(name))]
+    return [prefix for _, prefix in sorted(found, reverse=True)]
+
+
+def _tf_state(directory):
+    """The prefixes TensorFlow's `checkpoint` file of `directory` names, newest first.
+
+    TensorFlow reads the file as a text protocol buffer and, when it does not parse, logs a warning and returns
+    None, so a damaged file would look like an empty folder; here every way it can be damaged is an error: not
+    parsed, no checkpoint named, names that are not ``<directory>/ckpt-<step>``, a latest that is not the last of
+    the list (a changed digit of the latest shows so; one of an older entry names a file that is not there, which
+    the restore of that entry, if it comes to it, reports). The list is in the order of the saves, not of the steps:
+    a run resumed from an older checkpoint saves its later steps again, at the end.
+
+    Raises:
+        CorruptCheckpointError: the file is damaged (named in the message).
+    """
+    path = os.path.join(directory, TF_INDEX_FILE)
+    try:
+        state = _tf().train.get_checkpoint_state(directory)
+        problem = None if state is not None else "not a CheckpointState text protocol buffer"
+    except ValueError as error:  # no latest checkpoint named; UnicodeDecodeError (a byte that is not UTF-8)
+        state, problem = None, str(error)
+    if state is not None:
+        paths = list(state.all_model_checkpoint_paths)
+        for prefix in paths:
+            if not re.fullmatch(r"ckpt-\d+", os.path.basename(prefix)) or \
+                    os.path.abspath(os.path.dirname(prefix)) != os.path.abspath(directory):
+                problem = f"it names {prefix!r}, not a ckpt-<step> of {directory}"
+                break
+        else:
+            if not paths or paths[-1] != state.model_checkpoint_path:
+                problem = (f"its latest checkpoint {state.model_checkpoint_path!r} is not the last of "
+                           f"{[os.path.basename(p) for p in paths]}")
+    if problem:
+        raise CorruptCheckpointError(f"TensorFlow's checkpoint list {path} is damaged ({problem[:200]})")
+    return list(reversed(paths))
+
+
+def _tf_checkpoints(directory, report=False):
+    """The tf.train checkpoint prefixes of `directory`, newest first ([] without any; no TensorFlow needed then).
+
+    TensorFlow's `checkpoint` file names them; where it is missing or damaged, the ``ckpt-<step>.index`` files
+    found in the folder do (`report`: say so, naming the file).
+
+    Raises:
+        CorruptCheckpointError: the `checkpoint` file is damaged and no checkpoint is left on disk.
+    """
+    if not os.path.isdir(directory):
+        return []
+    on_disk = _tf_checkpoints_on_disk(directory)
+    if not os.path.isfile(os.path.join(directory, TF_INDEX_FILE)):
+        if on_disk and report:
+            array_checkpoint.warn(f"{directory} holds checkpoints ({', '.join(map(os.path.basename, on_disk))}) "
+                                  f"but not TensorFlow's list of them, {TF_INDEX_FILE!r}; using them")
+        return on_disk
+    try:
+        return _tf_state(directory)
+    except CorruptCheckpointError as error:
+        if not on_disk:
+            raise CorruptCheckpointError(f"{error}, and {directory} holds no checkpoint (ckpt-<step>.index) to "
+                                         "use instead") from None
+        if report:
+            array_checkpoint.warn(f"{error}; using the checkpoints found in {directory} instead: "
+                                  f"{', '.join(map(os.path.basename, on_disk))}")
+        return on_disk
+
+
+def _tf_files(prefix):
+    """The files of the tf.train checkpoint `prefix`, by name ('ckpt-4.index, ckpt-4.data-00000-of-00001'), for
+    messages: TensorFlow's own error names a file only for some kinds of damage."""
+    directory, name = os.path.split(prefix)
+    files = sorted(f for f in os.listdir(directory) if f.startswith(name + ".")) if os.path.isdir(directory) else []
+    return ", ".join(files) or "no file left"
+
+
 def _tf_latest(directory):
     """The newest tf.train checkpoint prefix in `directory` (None when it holds none; no TensorFlow needed then)."""
-    if not os.path.isfile(os.path.join(directory, TF_INDEX_FILE)):
-        return None
-    return _tf().train.latest_checkpoint(directory)
+    found = _tf_checkpoints(directory)
+    return found[0] if found else None
 
 DEFAULT_EVERY_STEPS = 100
 DEFAULT_MAX_TO_KEEP = 2
@@ -97,6 +227,9 @@ HISTORY_FILE = "history.json"
 # The batch-averaged metrics of the epoch in progress at the latest save, so that a resumed epoch reports them
 # over all its steps, not only the ones after the resume.
 PARTIAL_FILE = "partial_epoch.json"
+# The checkpoint groups that must hold finite values (model weights and optimizer slots); callbacks' state may
+# legitimately hold inf (`BestCheckpoint`'s best value before the first evaluation is -inf).
+_FINITE_GROUPS = ("model_variables/", "optimizer_variables/")
 # Keys that change what a run prints or where it reads the same files from, not what it computes.
 RESUME_INSENSITIVE_KEYS = ("train.verbose", "data.data_dir", "data.manual_dir", "evaluation.precise_bn_batches",
                            "export_class_matrix")
@@ -133,7 +266,10 @@ class StepCheckpoint(keras.callbacks.Callback):
     entry must then be a variable).
 
     Put it last in `fit`'s callbacks, so that a save holds what the other
-    callbacks changed at that batch. Call `restore()` (after `set_model`)
+    callbacks changed at that batch. A save due at the last step of an epoch
+    is made at the epoch's end, after `fit`'s test evaluation and the other
+    callbacks' `on_epoch_end`, so that a run killed during that work resumes
+    before it and does it again. Call `restore()` (after `set_model`)
     before `fit` to continue from the latest checkpoint; `fit_resumable` does
     this and positions the data.
 
@@ -169,6 +305,9 @@ class StepCheckpoint(keras.callbacks.Callback):
         self._epoch = None
         self._batch_logs = {}
         self._carried = None
+        self._save_at_epoch_end = False  # a save due at an epoch's last step, made in `on_epoch_end`
+        self._diverged = False  # set when a non-finite loss stopped the run: nothing more is saved
+        self._skip_reported = False
 
     def set_model(self, model):
         if self._manager is not None and model is self.model:
@@ -185,10 +324,12 @@ class StepCheckpoint(keras.callbacks.Callback):
             self._manager = array_checkpoint.ArrayCheckpoints(
                 {**_named("model_variables", model.variables), **_named("optimizer_variables", optimizer.variables),
                  "step": self._step, **regularizers, **self.extra},
-                self.directory, self.max_to_keep)
+                self.directory, self.max_to_keep, finite=_FINITE_GROUPS)
             self._history = self._read_history()
             return
         tf = _tf()
+        if self._chief:
+            _repair_tf_state(self.directory)  # before the manager reads it (an empty one makes it raise)
         self._step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         checkpoint = tf.train.Checkpoint(
             model_variables=list(model.variables),  # Keras 3 variables are trackable on TensorFlow
@@ -235,9 +376,13 @@ class StepCheckpoint(keras.callbacks.Callback):
     def restore(self):
         """Loads the latest checkpoint (if any) into the model, optimizer, step and extras.
 
-        A checkpoint file that cannot be read (truncated, overwritten) is reported by name with a warning and
-        the previous complete one is restored instead; where none can be read the error names them all (a run
-        never starts afresh over a folder of checkpoints).
+        A checkpoint file that cannot be read (truncated, emptied, a flipped bit: TensorFlow's bundles carry
+        CRC-32C checksums, the array archives a SHA-256 in their index), or whose model or optimizer variables
+        hold NaN or inf, is reported by name with a warning and the previous complete one is restored instead;
+        where none can be read the error names them all. A damaged list of the checkpoints (TensorFlow's
+        `checkpoint` file, the array index) gives way, with a warning, to the checkpoint files found in the folder.
+        A run never starts afresh over a folder that held checkpoints: none left beside a `partial_epoch.json`
+        of two entries or more (it gains one before each save) is an error too.
 
         Returns:
             int, the restored global step (0 when the directory holds no checkpoint).
@@ -251,46 +396,52 @@ class StepCheckpoint(keras.callbacks.Callback):
         """
         self._require_model()
         _check_format(self.directory, keras.backend.backend())
-        candidates = self._checkpoints()
+        candidates = self._checkpoints(report=True)
         if not candidates:
+            partial = os.path.join(self.directory, PARTIAL_FILE)
+            if self._partial_shows_a_checkpoint():
+                raise CorruptCheckpointError(
+                    f"{self.directory} holds no checkpoint, yet {partial} shows that one was written (it gains an "
+                    "entry before each save, so two entries mean a save completed): the checkpoints were deleted "
+                    "or lost. Not starting afresh: restore them, or move the folder away to train from step 0.")
             self._step.assign(0)
             self._saved_step = None
             return 0
+        versions = {} if self._arrays else _read_tf_versions(self.directory, report=True)
         unreadable = []
         for path in candidates:  # newest first: a corrupt file gives way to the previous complete checkpoint
-            self._check_version(path)
+            self._check_version(path, versions)
             try:
                 self._restore_from(path)
             except array_checkpoint.CorruptCheckpointError as error:  # not a NewerFileError: that one is raised
                 unreadable.append(str(error))
-                logging.warning("%s; trying the previous checkpoint.", error)
-                print(f"Warning: {error}; trying the previous checkpoint.")
+                array_checkpoint.warn(f"{error}; trying the previous checkpoint.")
                 continue
             break
         else:
             raise array_checkpoint.CorruptCheckpointError(
                 f"no checkpoint in {self.directory} can be read ({'; '.join(unreadable)}). Not starting afresh: "
                 "move the folder away to train from step 0.")
+        if unreadable:
+            array_checkpoint.warn(f"resumed from {path} (step {self.step}), the newest checkpoint that could be "
+                                  f"read; the steps after it are trained again.")
         self._saved_step = self.step
         self._carried = self._read_partial(self._saved_step)
         return self.step
 
-    def _checkpoints(self):
-        """The complete checkpoints of `directory` (the chief's), newest first."""
+    def _checkpoints(self, report=False):
+        """The complete checkpoints of `directory` (the chief's), newest first (`report`: warn of a damaged list)."""
         if self._arrays:
-            return [path for _, path in array_checkpoint.checkpoints(self.directory)]
-        if not os.path.isfile(os.path.join(self.directory, TF_INDEX_FILE)):
-            return []
-        state = _tf().train.get_checkpoint_state(self.directory)
-        return list(reversed(state.all_model_checkpoint_paths)) if state else []
+            return [path for _, path in array_checkpoint.checkpoints(self.directory, report=report)]
+        return _tf_checkpoints(self.directory, report=report)
 
-    def _check_version(self, path):
-        """`NewerFileError` when a newer major or minor sphere_tf release wrote the checkpoint `path`."""
+    def _check_version(self, path, versions):
+        """`NewerFileError` when a newer major or minor sphere_tf release wrote the checkpoint `path` (`versions`:
+        TensorFlow's record, `_read_tf_versions`)."""
         if self._arrays:
             array_checkpoint.check_version(path)
         else:
-            recorded = _read_tf_versions(self.directory).get(os.path.basename(path))
-            saving.check_version(recorded, f"checkpoint {path}")
+            saving.check_version(versions.get(os.path.basename(path)), f"checkpoint {path}")
 
     def _restore_from(self, path):
         """Restores the checkpoint `path`; `CorruptCheckpointError` if it cannot be read, `ValueError` if it
@@ -306,7 +457,12 @@ class StepCheckpoint(keras.callbacks.Callback):
                 # for a data file shorter than its index says, IndexError ("Read less bytes than requested").
                 except (tf.errors.OpError, IndexError) as error:
                     raise array_checkpoint.CorruptCheckpointError(
-                        f"checkpoint {path} cannot be read ({type(error).__name__}: {str(error)[:200]})") from None
+                        f"checkpoint {path} ({_tf_files(path)}) cannot be read ({type(error).__name__}: "
+                        f"{str(error)[:200]})") from None
+                found = self._non_finite_variable()
+                if found:  # restored already: the caller restores an older checkpoint over it, or stops
+                    raise NonFiniteCheckpointError(f"checkpoint {path} holds non-finite values: variable "
+                                                   f"{found[0]!r} has {found[1]}")
         except (array_checkpoint.CorruptCheckpointError, saving.NewerFileError):
             raise
         except (AssertionError, ValueError) as error:
@@ -333,27 +489,126 @@ class StepCheckpoint(keras.callbacks.Callback):
 
     def save(self):
         """Writes a checkpoint at the current step now; returns its prefix (None on a JAX process that is not
-        the chief: it writes nothing)."""
+        the chief: it writes nothing).
+
+        Raises:
+            NonFiniteError: a model or optimizer variable holds NaN or inf; nothing is written, the previous
+                checkpoint stays the latest (a checkpoint never holds a diverged state).
+            DiskFullError (an OSError): a write failed for lack of space; the message names the file. What was
+                written of this step never becomes the latest checkpoint (a temporary file renamed into place,
+                TensorFlow's list updated last), so the previous one stays valid and a rerun resumes from it.
+        """
         self._require_model()
-        if self._arrays:
-            self.model  # noqa: B018  (on JAX, reading the property copies the training state into the variables)
-            # Multi-process JAX: the variables are replicated, so the chief's copy is the whole state; the other
-            # processes write nothing.
-            prefix = self._manager.save(self.step) if self._chief else None
-        else:
-            if self._chief:  # first: a checkpoint of this release is never without its version
-                _record_tf_version(self.directory, f"ckpt-{self.step}",
-                                   [os.path.basename(path) for path in self._manager.checkpoints])
-            prefix = self._manager.save(checkpoint_number=self._step)
-        self._saved_step = self.step
-        if self._chief and self._epoch is not None:
-            batches, means = self._epoch_means(self._batch_logs)
-            json_files.write_json(os.path.join(self.directory, PARTIAL_FILE),
-                                  {"step": self._saved_step, "epoch": self._epoch, "batches": batches, "means": means})
+        step = self.step
+        try:
+            prefix = self._write(step)
+        except NonFiniteError as error:
+            raise NonFiniteError(f"At global step {step} {error}: training diverged (a NaN or inf gradient, while "
+                                 f"the loss was still finite). {self._stopped_here(step)}") from None
+        except Exception as error:
+            filename = disk_full_file(error)
+            if filename is None:
+                raise
+            latest = self._latest_description()
+            if self._saved_step == step:  # the checkpoint was complete; a file written after it was not
+                kept = f"the checkpoint itself is complete and the latest, {latest}"
+            else:
+                kept = f"nothing of step {step} replaced the latest checkpoint, {latest}"
+            raise DiskFullError(
+                f"No space left on device while writing the checkpoint of step {step} to {self.directory}"
+                f"{f' ({filename})' if filename else ''}; {kept}. Free some space and run the same command again: "
+                "it resumes from there.", filename) from error
         if not self._chief and prefix is not None:
             distribute.remove_worker_directory(self.directory, self._strategy)
             return os.path.join(self.directory, os.path.basename(prefix))
         return prefix
+
+    def _write(self, step):
+        """`save`'s writes: `partial_epoch.json`'s entry of `step`, then the checkpoint of `step`; returns the
+        prefix."""
+        if self._chief:
+            self._record_partial(step)
+        if self._arrays:
+            self.model  # noqa: B018  (on JAX, reading the property copies the training state into the variables)
+            # Multi-process JAX: the variables are replicated, so the chief's copy is the whole state; the other
+            # processes write nothing. The manager refuses non-finite model and optimizer variables itself.
+            prefix = self._manager.save(step) if self._chief else None
+        else:
+            found = self._non_finite_variable()
+            if found:
+                raise NonFiniteError(f"variable {found[0]!r} holds {found[1]}")
+            if self._chief:  # first: a checkpoint of this release is never without its version
+                _record_tf_version(self.directory, f"ckpt-{step}",
+                                   [os.path.basename(path) for path in self._manager.checkpoints])
+            prefix = self._manager.save(checkpoint_number=self._step)
+        self._saved_step = step
+        return prefix
+
+    def _record_partial(self, step):
+        """Adds the entry of the save at `step` to `partial_epoch.json`: the epoch in progress, its batches so far
+        and their running means (none at an epoch's end). Written before the checkpoint, so that whichever
+        checkpoint a kill during the save leaves the latest (this one or the previous) has its entry: written
+        after it, a kill between the two lost the metrics of the interrupted epoch's earlier steps. The entries
+        of the checkpoints a restore may fall back to are kept."""
+        entry = {"step": step, "epoch": self._epoch, "batches": 0, "means": {}}
+        if self._epoch is not None:
+            entry["batches"], entry["means"] = self._epoch_means(self._batch_logs)
+        kept = [e for e in self._partial_entries() if e.get("step", step) < step]
+        os.makedirs(self.directory, exist_ok=True)
+        json_files.write_json(os.path.join(self.directory, PARTIAL_FILE),
+                              {"saves": (kept + [entry])[-(self.max_to_keep + 1):]})
+
+    def _read_partial_file(self):
+        path = os.path.join(self.directory, PARTIAL_FILE)
+        if not os.path.isfile(path):
+            return None
+        with open(path) as f:
+            return json.load(f)
+
+    def _partial_entries(self):
+        """The entries of `partial_epoch.json`, oldest first ([] without the file; an earlier release's file, one
+        entry written after its checkpoint, reads as that entry)."""
+        partial = self._read_partial_file()
+        if partial is None:
+            return []
+        return list(partial["saves"]) if "saves" in partial else [partial]
+
+    def _partial_shows_a_checkpoint(self):
+        """Whether `partial_epoch.json` proves a checkpoint was completed: two entries (the second is written only
+        after the first one's save), or an earlier release's file (written after its checkpoint)."""
+        partial = self._read_partial_file()
+        return partial is not None and ("saves" not in partial or len(partial["saves"]) > 1)
+
+    def _non_finite_variable(self):
+        """`(name, description)` of the first model or optimizer variable holding NaN or inf, or None (TensorFlow:
+        one reduction per variable and one transfer to the host; the array format checks the values it writes)."""
+        tf = _tf()
+        named = {**_named("model_variables", self.model.variables),
+                 **_named("optimizer_variables", self.model.optimizer.variables)}
+        named = {name: v for name, v in named.items()
+                 if keras.backend.is_float_dtype(keras.backend.standardize_dtype(v.dtype))}
+        if not named:
+            return None
+        finite = tf.stack([tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(v))) for v in named.values()]).numpy()
+        if finite.all():
+            return None
+        name, variable = list(named.items())[int((~finite).nonzero()[0][0])]
+        return array_checkpoint.non_finite({name: keras.ops.convert_to_numpy(variable)})
+
+    def _latest_description(self):
+        """'<file> (step s)' of the latest checkpoint, for messages ('none yet' before the first)."""
+        try:
+            latest = self.latest_checkpoint
+        except (OSError, ValueError):
+            latest = None
+        return "none yet" if latest is None else f"{latest} (step {_step_of(latest)})"
+
+    def _stopped_here(self, step):
+        """What a run stopped by a non-finite value at `step` kept, and what to do."""
+        return (f"Nothing of step {step} is saved; the latest checkpoint is {self._latest_description()}. Check the "
+                "training data for NaN or inf values, lower the learning rate or clip the gradients "
+                "(optimizer.clipnorm); the same command resumes from that checkpoint and meets the same batches "
+                "again.")
 
     def on_epoch_begin(self, epoch, logs=None):
         self._epoch_start = self.step
@@ -381,9 +636,40 @@ class StepCheckpoint(keras.callbacks.Callback):
         self._batch_logs = dict(logs or {})
         previous = self.step
         current = self._epoch_start + batch + 1
+        self._check_loss(current, self._batch_logs.get("loss"))  # before anything of this step is saved
         self._step.assign(current)
         if current // self.every_steps > previous // self.every_steps:
-            self.save()
+            steps = (self.params or {}).get("steps")  # of this `fit` epoch (after a resume: what is left of it)
+            if steps and batch + 1 >= steps:
+                # The epoch's last step: saved in `on_epoch_end`, after the epoch's test evaluation and the other
+                # callbacks' epoch-end work (history, `.keras` file, schedules). Saved here, a kill during that
+                # work would resume past the epoch's end and never redo it: its history entry and evaluation lost.
+                self._save_at_epoch_end = True
+            else:
+                self.save()
+
+    def _check_loss(self, step, loss):
+        """Stops the run at the first non-finite training loss, naming the global step (`NonFiniteError`).
+
+        Keras logs the running mean of the epoch's batch losses, so one non-finite batch loss makes it non-finite
+        at once: this is the first step whose batch gave one. Under a `LossScaleOptimizer` (mixed precision) a
+        non-finite step is skipped by the optimizer, as loss scaling intends (Micikevicius et al., "Mixed
+        Precision Training", ICLR 2018, Sec. 3.2): reported once, not stopped; the check of the saved variables
+        still holds.
+        """
+        if loss is None or not _is_number(loss) or math.isfinite(float(loss)) or self._diverged:
+            return
+        if _skips_non_finite_steps(getattr(self.model, "optimizer", None)):
+            if not self._skip_reported:
+                self._skip_reported = True
+                array_checkpoint.warn(f"the training loss is {float(loss)} at global step {step}; the "
+                                      "LossScaleOptimizer skips such steps (the epoch's mean loss stays non-finite).")
+            return
+        self._diverged = True
+        raise NonFiniteError(
+            f"The training loss is {float(loss)} at global step {step} (epoch {(self._epoch or 0) + 1}): a NaN or "
+            f"inf entered training (in the batch of that step, or through a diverging update), and every weight it "
+            f"updated is now non-finite. The run stops. {self._stopped_here(step)}")
 
     def on_epoch_end(self, epoch, logs=None):
         logs = dict(logs or {})
@@ -396,23 +682,39 @@ class StepCheckpoint(keras.callbacks.Callback):
         for key, value in logs.items():
             self._history.setdefault(key, []).append(float(value))
         if not self._chief:
+            self._save_deferred()  # every worker takes part in a save
             return
         os.makedirs(self.directory, exist_ok=True)
-        json_files.write_json(os.path.join(self.directory, HISTORY_FILE), {"epochs": epoch + 1, **self._history})
+        path = os.path.join(self.directory, HISTORY_FILE)
+        try:
+            json_files.write_json(path, {"epochs": epoch + 1, **self._history})
+        except OSError as error:
+            if disk_full_file(error) is None:
+                raise
+            raise DiskFullError(
+                f"No space left on device while writing {path} at the end of epoch {epoch + 1} ({path} is as it "
+                f"was). The latest checkpoint is still {self._latest_description()}. Free some space and run the "
+                "same command again: it resumes from there.", path) from error
+        # After history.json: a kill between the two leaves a history one epoch ahead of the latest checkpoint,
+        # which the resume trims (`keep_epochs`); the other order would leave the checkpoint ahead of the history.
+        self._save_deferred()
+
+    def _save_deferred(self):
+        if self._save_at_epoch_end:
+            self._save_at_epoch_end = False
+            self.save()
 
     def on_train_end(self, logs=None):
         # Decided on the step alone, the same on every worker (all of them take part in a save).
-        if self._saved_step != self.step:
+        self._save_at_epoch_end = False  # `fit` stopped before the epoch's end: saved here instead
+        if self._saved_step != self.step and not self._diverged:
             self.save()
 
     def _read_partial(self, step):
-        path = os.path.join(self.directory, PARTIAL_FILE)
-        if not os.path.exists(path):
-            return None
-        with open(path) as f:
-            partial = json.load(f)
-        # Written after its checkpoint: a kill between the two leaves an older one, which is not used.
-        return partial if partial.get("step") == step and partial.get("batches") else None
+        for partial in self._partial_entries():
+            if partial.get("step") == step and partial.get("batches"):
+                return partial
+        return None  # saved at an epoch's end, or by a release that wrote the entry after its checkpoint
 
     def _read_history(self):
         path = os.path.join(self.directory, HISTORY_FILE)
@@ -451,20 +753,82 @@ def _named(group, variables):
     return named
 
 
-def _read_tf_versions(directory):
-    """`{checkpoint name: sphere_tf version}` of the tf.train checkpoints of `directory` ({} without a record)."""
+def _read_tf_versions(directory, report=False):
+    """`{checkpoint name: sphere_tf version}` of the tf.train checkpoints of `directory` ({} without a record).
+
+    A damaged record (not JSON, not `{"checkpoints": {name: version}}`, a version that is not one) is treated as
+    no record, as a folder of sphere_tf 0.1.0 (`report`: with a warning naming it); the next save rewrites it.
+    """
     path = os.path.join(directory, TF_VERSIONS_FILE)
     if not os.path.isfile(path):
         return {}
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             recorded = json.load(f)
-    except ValueError as error:
-        raise array_checkpoint.CorruptCheckpointError(
-            f"{path} is not valid JSON ({error}); it is replaced atomically, so something else wrote it: "
-            "restore it, delete it (its checkpoints then load as written by sphere_tf 0.1.0) or use a new "
-            "workdir.") from None
-    return dict(recorded.get("checkpoints") or {})
+        checkpoints = recorded.get("checkpoints") if isinstance(recorded, dict) else None
+        if checkpoints is None:
+            checkpoints = {}
+        if not isinstance(checkpoints, dict):
+            raise ValueError("'checkpoints' is not an object")
+        for name, written_by in checkpoints.items():
+            if not re.fullmatch(r"ckpt-\d+", name):
+                raise ValueError(f"{name!r} is not a checkpoint name")
+            problem = array_checkpoint.version_problem(written_by, recorded.get(saving.VERSION_KEY))
+            if problem or not isinstance(written_by, str):
+                raise ValueError(f"the version of {name} {problem or 'is not a string'}")
+    except (ValueError, TypeError, AttributeError) as error:  # UnicodeDecodeError is a ValueError
+        if report:
+            array_checkpoint.warn(f"{path} is damaged ({str(error)[:200]}); the versions of the checkpoints it "
+                                  "recorded are unknown, and they are restored as this release's")
+        return {}
+    return dict(checkpoints)
+
+
+def _repair_tf_state(directory):
+    """Rewrites a missing or damaged TensorFlow `checkpoint` file of `directory` from the ``ckpt-<step>.index``
+    files found there (with a warning naming it, `_tf_checkpoints`): `tf.train.CheckpointManager` reads the file
+    when it is made (an empty one makes it raise), and goes on deleting the oldest beyond `max_to_keep`.
+
+    Raises:
+        CorruptCheckpointError: the file is damaged and no checkpoint is left.
+    """
+    state = os.path.join(directory, TF_INDEX_FILE)
+    if not os.path.isdir(directory) or (not os.path.isfile(state) and not _tf_checkpoints_on_disk(directory)):
+        return
+    if os.path.isfile(state):
+        try:
+            _tf_state(directory)
+            return
+        except CorruptCheckpointError:
+            pass
+    found = _tf_checkpoints(directory, report=True)
+    names = [os.path.basename(prefix) for prefix in reversed(found)]  # relative: read against `directory`
+    # TensorFlow's text format of the CheckpointState proto. A timestamp after `last_preserved_timestamp` puts a
+    # checkpoint among those the manager deletes once `max_to_keep` newer ones exist.
+    now = time.time()
+    text = "".join([f'model_checkpoint_path: "{names[-1]}"\n']
+                   + [f'all_model_checkpoint_paths: "{name}"\n' for name in names]
+                   + [f"all_model_checkpoint_timestamps: {now:.3f}\n" for _ in names]
+                   + ["last_preserved_timestamp: 0.0\n"])
+    temporary = f"{state}.tmp"
+    with open(temporary, "w") as f:
+        f.write(text)
+    os.replace(temporary, state)
+
+
+def _skips_non_finite_steps(optimizer):
+    """Whether `optimizer`, or one it wraps, is a `LossScaleOptimizer` (it skips steps with non-finite gradients)."""
+    while optimizer is not None:
+        if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+            return True
+        optimizer = getattr(optimizer, "inner_optimizer", None)
+    return False
+
+
+def _step_of(path):
+    """The step of a checkpoint prefix (`.../ckpt-<step>`) or archive (`.../state-<step>.npz`)."""
+    match = re.search(r"-(\d+)(?:\.npz)?$", os.fspath(path))
+    return int(match.group(1)) if match else None
 
 
 def _record_tf_version(directory, name, existing):
@@ -481,9 +845,12 @@ def _check_format(directory, backend):
     arrays = array_checkpoint.latest(directory)
     tensorflow = _tf_latest(directory)
     if backend == "tensorflow" and arrays is not None and tensorflow is None:
-        index = array_checkpoint.read_index(directory)
+        try:
+            written_on = (array_checkpoint.read_index(directory) or {}).get("backend", "JAX or PyTorch")
+        except array_checkpoint.CorruptCheckpointError:
+            written_on = "JAX or PyTorch"
         raise ValueError(
-            f"{directory} holds array checkpoints written on the {index.get('backend')!r} Keras backend; this run is "
+            f"{directory} holds array checkpoints written on the {written_on!r} Keras backend; this run is "
             "on 'tensorflow'. Resume it with that backend (KERAS_BACKEND / --backend), or use a new workdir.")
     if backend != "tensorflow" and tensorflow is not None and arrays is None:
         raise ValueError(

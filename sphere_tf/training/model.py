@@ -81,7 +81,8 @@ def validate_settings(weight_projection_every, projection_scale, weighted_gradie
     Raises:
         ValueError: a setting is invalid; the message names it.
     """
-    every = validation.positive_int(weight_projection_every, "weight_projection_every", allow_none=True)
+    every = validation.positive_int(
+        weight_projection_every, "weight_projection_every", allow_none=True, maximum=validation.MAX_INT32)
     scale = validation.positive_float(projection_scale, "projection_scale")
     if not isinstance(weighted_gradients, (bool, np.bool_)):
         raise validation.invalid_argument("weighted_gradients", "a bool", weighted_gradients)
@@ -258,6 +259,14 @@ class SphereTrainingMixin:
         **kwargs,
     ):
         settings = validate_settings(weight_projection_every, projection_scale, weighted_gradients)
+        if len(args) == 2 or "outputs" in kwargs:
+            # Keras's functional constructor drops the keywords it does not know: a misspelt
+            # `weight_projection_evry=10` would be ignored without a word.
+            unknown = sorted(set(kwargs) - {"inputs", "outputs", "name", "trainable"})
+            if unknown:
+                raise TypeError(f"{type(self).__name__}() got unexpected keyword arguments {unknown}; it takes "
+                                "inputs, outputs, name, trainable and the DCNet settings (weight_projection_every, "
+                                "projection_scale, weighted_gradients).")
         super().__init__(*args, **kwargs)
         self._set_sphere_settings(*settings)
         # Functional / Sequential-with-input models know their layers now: fail early.

@@ -46,11 +46,35 @@ def _constant(learning_rate, spec, total_steps):
     return learning_rate
 
 
+def check_schedule(spec):
+    """Checks every option of the `schedule` section that it holds, whichever schedule `name` uses it, naming the
+    key (`schedule.decay_factor`): a wrong value in an option the schedule ignores today fails when the config
+    switches schedule, hours later.
+
+    Raises:
+        ValueError: a bad option, naming it.
+    """
+    boundaries = spec.get("boundaries", [])
+    if not isinstance(boundaries, (list, tuple)):
+        raise validation.invalid_argument("schedule.boundaries", "a list of steps (ints > 0)", boundaries)
+    boundaries = [validation.positive_int(b, f"schedule.boundaries[{i}]", maximum=validation.MAX_INT32)
+                  for i, b in enumerate(boundaries)]
+    if sorted(set(boundaries)) != boundaries:
+        raise validation.invalid_argument("schedule.boundaries", "strictly increasing steps", boundaries)
+    validation.positive_float(spec.get("decay_factor", 0.1), "schedule.decay_factor")
+    validation.integer(spec.get("decay_steps", 0), "schedule.decay_steps", minimum=0, maximum=validation.MAX_INT32)
+    validation.real(spec.get("alpha", 0.0), "schedule.alpha", low=0.0, high=1.0)
+    validation.integer(spec.get("patience", 10), "schedule.patience", minimum=0, maximum=validation.MAX_INT32)
+    validation.non_negative_float(spec.get("min_lr", 0.0), "schedule.min_lr")
+    validation.text(spec.get("monitor", "loss"), "schedule.monitor")
+
+
 def _step(learning_rate, spec, total_steps):
     boundaries = [validation.positive_int(b, f"schedule.boundaries[{i}]") for i, b in
                   enumerate(spec.get("boundaries") or ())]
     if not boundaries:
-        raise validation.invalid_argument("schedule.boundaries", "a non-empty list of steps for name='step'", [])
+        raise validation.invalid_argument("schedule.boundaries", "a non-empty list of steps for schedule.name='step'",
+                                          [])
     if sorted(set(boundaries)) != boundaries:
         raise validation.invalid_argument("schedule.boundaries", "strictly increasing steps", boundaries)
     factor = validation.positive_float(spec.get("decay_factor", 0.1), "schedule.decay_factor")
@@ -83,6 +107,7 @@ def build_learning_rate(learning_rate, spec, total_steps):
     """
     learning_rate = validation.positive_float(learning_rate, "optimizer.learning_rate")
     fn = registry.lookup(SCHEDULES, spec.get("name", "constant"), "schedule.name")
+    check_schedule(spec)
     return fn(learning_rate, spec, validation.positive_int(total_steps, "total_steps"))
 
 

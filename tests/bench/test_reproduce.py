@@ -35,3 +35,17 @@ def test_summary_leaves_out_and_counts_a_diverged_seed():
     assert entry["test_accuracy"]["n"] == 3 and entry["test_accuracy"]["mean"] == pytest.approx(172.0 / 3)
     assert entry["angular_fisher_score"]["n"] == 2 and entry["angular_fisher_score"]["mean"] == pytest.approx(0.2)
     assert entry["angular_fisher_score_nonfinite"] == 1 and "test_accuracy_nonfinite" not in entry
+
+
+def test_a_seed_the_runner_stopped_as_diverged_counts_as_non_finite():
+    plan = {"train_images": 60, "total_steps": 12}
+    error = FloatingPointError("training loss is nan at global step 7")
+    diverged = full_data._diverged_record("dcnet/x.py", "v", 1, "quick", "/tmp/w", plan, error, 0.0, 0.0)
+    assert diverged["diverged"] == "training loss is nan at global step 7" and diverged["steps"] == 12
+    finite = [{"claim": diverged["claim"], "variant": "v", "seed": s, "device": "cpu", "steps": 12,
+               "history_last": {"energy_fc": e}, "test_accuracy": a} for s, a, e in ((0, 80.0, 1.0), (2, 84.0, 3.0))]
+    entry = full_data.summarize(finite + [diverged])[diverged["claim"]]["v"]
+    assert entry["test_accuracy"]["n"] == 2 and entry["test_accuracy"]["mean"] == pytest.approx(82.0)
+    assert entry["test_accuracy_nonfinite"] == 1 and entry["best_pass_test_accuracy_nonfinite"] == 1
+    # The diverged seed has no energy logged: counted as non-finite, not a KeyError.
+    assert entry["energy_fc"]["mean"] == pytest.approx(2.0) and entry["energy_fc_nonfinite"] == 1

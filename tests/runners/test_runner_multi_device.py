@@ -145,5 +145,5 @@ def test_two_processes_killed_in_one_resume_and_equal_one_device(idx_dir, tmp_pa
     assert step == 10
     _assert_same_state(state, reference[0][1])
     np.testing.assert_allclose(results[0]["test_loss"], reference[1]["test_loss"], rtol=RTOL)
-    # Only process 0 writes the run's files; the other's scratch folder is gone.
-    assert sorted(os.listdir(workdir)) == ["checkpoints", "config.json", "results.json", "tensorboard"]
+    # Only process 0 writes the run's files (and holds the workdir lock); the other's scratch folder is gone.
+    assert sorted(os.listdir(workdir)) == ["checkpoints", "config.json", "results.json", "run.lock", "tensorboard"]

@@ -348,7 +348,9 @@ def test_runner_on_two_workers(tmp_path):
     for a, b in zip(first, second):
         np.testing.assert_array_equal(a, b)
     run = workdir / "multi_worker"
-    assert sorted(os.listdir(run)) == ["checkpoints", "config.json", "export", "results.json", "tensorboard"]
+    # run.lock: the chief's workdir lock (the other worker takes none: it writes only its scratch folder).
+    assert sorted(os.listdir(run)) == ["checkpoints", "config.json", "export", "results.json", "run.lock",
+                                       "tensorboard"]
     with open(run / "results.json") as f:
         assert json.load(f)["test_accuracy"] == runs[0]["test_accuracy"]
     assert checkpoint_steps(run / "checkpoints" / "train") == [2, 4]

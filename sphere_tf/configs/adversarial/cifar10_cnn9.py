@@ -46,7 +46,7 @@ Needs a GPU (9 CNN-9 trainings per seed, four of them adversarial).
 
 Run:
   sphere-tf train-adversarial --config adversarial/cifar10_cnn9 \
-      --workdir runs/adversarial_cifar10 --config.data.manual_dir=/path/to/cifar-10-batches-py-parent
+      --workdir runs/adversarial_cifar10 --config.data.manual_dir=/path/to/folder/of/cifar-10-binary.tar.gz
   (`:quick` for a seconds-long smoke run on `data.manual_dir`'s archive; `:seeds=3` for seeds 0, 1, 2.)
 """
 

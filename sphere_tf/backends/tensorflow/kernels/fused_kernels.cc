@@ -265,9 +265,9 @@ class RescaleOp : public OpKernel {
     const Tensor& dot = ctx->input(0);
     const Tensor& factor = ctx->input(1);
     const int64_t rows = factor.NumElements();
-    OP_REQUIRES(ctx, rows > 0 && dot.NumElements() % rows == 0,
+    OP_REQUIRES(ctx, (rows > 0 ? dot.NumElements() % rows == 0 : dot.NumElements() == 0),
                 errors::InvalidArgument("factor must have one value per row of dot"));
-    const int64_t units = dot.NumElements() / rows;
+    const int64_t units = rows > 0 ? dot.NumElements() / rows : 0;  // an empty batch: no rows
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, dot.shape(), &out));
     const float* d = dot.flat<float>().data();
@@ -304,9 +304,9 @@ class RescaleGradOp : public OpKernel {
     const int64_t rows = factor.NumElements();
     OP_REQUIRES(ctx, up.NumElements() == dot.NumElements(),
                 errors::InvalidArgument("upstream and dot must have the same size"));
-    OP_REQUIRES(ctx, rows > 0 && dot.NumElements() % rows == 0,
+    OP_REQUIRES(ctx, (rows > 0 ? dot.NumElements() % rows == 0 : dot.NumElements() == 0),
                 errors::InvalidArgument("factor must have one value per row of dot"));
-    const int64_t units = dot.NumElements() / rows;
+    const int64_t units = rows > 0 ? dot.NumElements() / rows : 0;  // an empty batch: no rows
     Tensor *d_dot = nullptr, *d_v = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, dot.shape(), &d_dot));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, factor.shape(), &d_v));
@@ -345,9 +345,9 @@ class AddPatchGradientOp : public OpKernel {
     const int64_t rows = spread.NumElements();
     OP_REQUIRES(ctx, x.NumElements() == conv_grad.NumElements(),
                 errors::InvalidArgument("x and conv_grad must have the same size"));
-    OP_REQUIRES(ctx, rows > 0 && x.NumElements() % rows == 0,
+    OP_REQUIRES(ctx, (rows > 0 ? x.NumElements() % rows == 0 : x.NumElements() == 0),
                 errors::InvalidArgument("spread must have one value per row of x"));
-    const int64_t channels = x.NumElements() / rows;
+    const int64_t channels = rows > 0 ? x.NumElements() / rows : 0;  // an empty batch: no rows
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, conv_grad.shape(), &out));
     const float* g = conv_grad.flat<float>().data();
@@ -379,9 +379,9 @@ class ThetaActivationOp : public OpKernel {
     const Tensor& dot = ctx->input(0);
     const Tensor& inv = ctx->input(1);
     const int64_t rows = inv.NumElements();
-    OP_REQUIRES(ctx, rows > 0 && dot.NumElements() % rows == 0,
+    OP_REQUIRES(ctx, (rows > 0 ? dot.NumElements() % rows == 0 : dot.NumElements() == 0),
                 errors::InvalidArgument("inv_norm must have one value per row of dot"));
-    const int64_t units = dot.NumElements() / rows;
+    const int64_t units = rows > 0 ? dot.NumElements() / rows : 0;  // an empty batch: no rows
     Tensor *g = nullptr, *c = nullptr, *saved = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, dot.shape(), &g));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, dot.shape(), &c));
@@ -431,11 +431,12 @@ class ThetaActivationGradOp : public OpKernel {
     const Tensor& saved = ctx->input(2);
     const Tensor& inv = ctx->input(3);
     const int64_t rows = inv.NumElements();
-    OP_REQUIRES(ctx, up.NumElements() == c.NumElements() && rows > 0 && c.NumElements() % rows == 0,
+    OP_REQUIRES(ctx, up.NumElements() == c.NumElements() &&
+                     (rows > 0 ? c.NumElements() % rows == 0 : c.NumElements() == 0),
                 errors::InvalidArgument("upstream and cosine must match, inv_norm one value per row"));
     OP_REQUIRES(ctx, !sigmoid_ || saved.NumElements() == c.NumElements(),
                 errors::InvalidArgument("sigmoid needs the saved tanh of the forward pass"));
-    const int64_t units = c.NumElements() / rows;
+    const int64_t units = rows > 0 ? c.NumElements() / rows : 0;  // an empty batch: no rows
     Tensor *d_dot = nullptr, *d_inv = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, c.shape(), &d_dot));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, inv.shape(), &d_inv));
