@@ -85,3 +85,11 @@ def test_the_tally_fixture_appends_its_rows_with_the_outcome(tmp_path):
     assert by_case["during a step"]["passed"] is True and by_case["during a step"]["tried"] == 3
     assert by_case["during export"]["passed"] is False and by_case["during a step"]["lost"] == "1 step"
     assert name == f"{by_case['during a step']['backend']}.jsonl"
+
+
+def test_a_kind_of_many_cases_is_one_row_unless_all_are_asked_for(tmp_path):
+    _write(tmp_path, [_row("jax", "config fuzzing", f"train.key{i}", 25, i != 3) for i in range(5)])
+    summary = table.summarize(table.read_rows(tmp_path))
+    assert "| config fuzzing | 5 cases | 125 | 100 | nothing |" in table.markdown(summary, max_cases=4)
+    every = table.markdown(summary, max_cases=None)
+    assert "| config fuzzing | train.key3 | 25 | 0 | nothing |" in every and "5 cases" not in every

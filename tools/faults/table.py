@@ -20,6 +20,9 @@ import sys
 BACKENDS = ("tensorflow", "jax", "torch")
 BEGIN, END = "<!-- fault tables: begin (tools/faults/table.py) -->", "<!-- fault tables: end -->"
 REQUIRED = ("backend", "test", "passed", "category", "case", "tried", "lost")
+# A kind with more cases than this (the fuzzers: one case per class, argument or config key) gets one row in the
+# docs' tables; `--all-cases` prints every row.
+MAX_CASES_SHOWN = 12
 
 
 def read_rows(folder):
@@ -61,8 +64,9 @@ def _cell(text):
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def markdown(table):
-    """The Markdown tables, one per backend (TensorFlow, JAX, PyTorch first, then any other), and the totals."""
+def markdown(table, max_cases=MAX_CASES_SHOWN):
+    """The Markdown tables, one per backend (TensorFlow, JAX, PyTorch first, then any other), and the totals; a
+    kind of more than `max_cases` cases (None: no limit) is one row of its totals."""
     out = []
     order = [b for b in BACKENDS if b in table] + sorted(b for b in table if b not in BACKENDS)
     for backend in order:
@@ -71,8 +75,14 @@ def markdown(table):
         out.append("| kind | case | tried | passed | what is lost |")
         out.append("|---|---|---:|---:|---|")
         for category in sorted(categories):
-            for case in sorted(categories[category]):
-                entry = categories[category][case]
+            cases = categories[category]
+            if max_cases is not None and len(cases) > max_cases:
+                lost = "; ".join(sorted(set().union(*(e["lost"] for e in cases.values())))) or "nothing"
+                out.append(f"| {_cell(category)} | {len(cases)} cases | {sum(e['tried'] for e in cases.values())} | "
+                           f"{sum(e['passed'] for e in cases.values())} | {_cell(lost)} |")
+                continue
+            for case in sorted(cases):
+                entry = cases[case]
                 lost = "; ".join(sorted(entry["lost"])) or "nothing"
                 out.append(f"| {_cell(category)} | {_cell(case)} | {entry['tried']} | {entry['passed']} | "
                            f"{_cell(lost)} |")
@@ -103,8 +113,9 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder")
     parser.add_argument("--write", metavar="FILE", help="replace the tables in FILE between the markers")
+    parser.add_argument("--all-cases", action="store_true", help="one row per case, however many a kind has")
     args = parser.parse_args(argv)
-    text = markdown(summarize(read_rows(args.folder)))
+    text = markdown(summarize(read_rows(args.folder)), max_cases=None if args.all_cases else MAX_CASES_SHOWN)
     if args.write:
         write_between_markers(args.write, text)
     else:
