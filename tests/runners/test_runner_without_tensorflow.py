@@ -106,7 +106,7 @@ def test_without_tensorflow_a_tensorflow_only_request_fails_before_data_is_read(
     for flag, start in (("--config.export=True", "Error: Invalid value for argument `export`: expected False here: "
                                                  "the TF Serving export writes a SavedModel with TensorFlow"),
                         ("--config.data.pipeline=tf_data", "Error: Invalid value for argument `data.pipeline`"),
-                        ("--config.data.data_dir=/nonexistent", "Error: Invalid value for argument `data.source`")):
+                        ("--config.data.data_dir=/nonexistent", "Error: Invalid value for argument `data.data_dir`")):
         workdir = str(tmp_path / "run")
         proc = subprocess.run(
             [sys.executable, "-m", "sphere_tf_cli.train_classifier", f"--config={CONFIG}:quick", f"--workdir={workdir}",
