@@ -65,6 +65,7 @@ class BoundedReader:
         raise CorruptDataError(f"{self._what}: {message}; refused before reading it (a corrupt or hostile file).")
 
     def read(self, size=-1):
+        """Up to `size` bytes (all up to the bound when negative); `CorruptDataError` past either bound."""
         if size is None or size < 0:
             # A read "to the end" of a stream whose end is unknown: as much as the bound allows, and one byte more
             # to tell a stream that ends within it from one that does not.
@@ -80,6 +81,7 @@ class BoundedReader:
         return data
 
     def seek(self, offset, whence=os.SEEK_SET):
+        """Moves as `io.IOBase.seek` does; `CorruptDataError` for a position past `max_total`."""
         target = {os.SEEK_SET: offset, os.SEEK_CUR: self._file.tell() + offset}.get(whence)
         if target is not None and target > self.max_total:
             self._refuse(f"a header places data at byte {target:,}, past {_describe_size(self.max_total)} (more "
@@ -87,15 +89,19 @@ class BoundedReader:
         return self._file.seek(offset, whence)
 
     def tell(self):
+        """The current position in the decompressed stream."""
         return self._file.tell()
 
     def seekable(self):
+        """True: `tarfile` seeks over the members it skips (forward seeks stay within the bound)."""
         return True
 
     def readable(self):
+        """True: a file opened for reading."""
         return True
 
     def close(self):
+        """Closes the wrapped file."""
         self._file.close()
 
 
