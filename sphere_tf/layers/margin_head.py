@@ -312,18 +312,11 @@ class MarginHead(keras.layers.Layer):
         self.epsilon = epsilon
         if kernel_initializer is None:
             kernel_initializer = _upstream_kernel_initializer()
-        self.kernel_initializer = validation.keras_object(
-            keras.initializers.get, kernel_initializer, "kernel_initializer", "initializer")
-        self.bias_initializer = validation.keras_object(
-            keras.initializers.get, bias_initializer, "bias_initializer", "initializer")
-        self.kernel_regularizer = validation.keras_object(
-            keras.regularizers.get, kernel_regularizer, "kernel_regularizer", "regularizer")
-        self.bias_regularizer = validation.keras_object(
-            keras.regularizers.get, bias_regularizer, "bias_regularizer", "regularizer")
-        self.kernel_constraint = validation.keras_object(
-            keras.constraints.get, kernel_constraint, "kernel_constraint", "constraint")
-        self.bias_constraint = validation.keras_object(
-            keras.constraints.get, bias_constraint, "bias_constraint", "constraint")
+        for name, value in validation.weight_objects(
+                kernel_initializer=kernel_initializer, bias_initializer=bias_initializer,
+                kernel_regularizer=kernel_regularizer, bias_regularizer=bias_regularizer,
+                kernel_constraint=kernel_constraint, bias_constraint=bias_constraint).items():
+            setattr(self, name, value)
         self.input_spec = keras.layers.InputSpec(ndim=2)
 
     def build(self, input_shape):
