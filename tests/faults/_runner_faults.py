@@ -198,3 +198,24 @@ def flip_one_bit(path, step, kind):
 DAMAGES = {"truncated to half": lambda path, step, kind: truncate_half(path),
            "emptied": lambda path, step, kind: empty(path),
            "one bit flipped": flip_one_bit}
+
+
+# The library-level cases (below the runner): a Dense layer under SGD with momentum, trained by `fit_resumable`
+# from a stream that is a pure function of the global step (the driver of tests/training/test_checkpoint_recovery.py).
+def dense_model():
+    """A freshly seeded 5 -> 3 Dense classifier, compiled and built (every call the same initial weights)."""
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(3)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.build((None, 5))
+    return model
+
+
+def dense_stream(step, batch=8):
+    """Batches of 5 features and 3 classes from global step `step` on, each drawn from a generator keyed by its step."""
+    def batches():
+        for s in range(step, 10_000):
+            rng = np.random.default_rng(s)
+            yield rng.normal(size=(batch, 5)).astype("float32"), rng.integers(0, 3, size=batch)
+    return batches()

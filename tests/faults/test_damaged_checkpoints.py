@@ -142,24 +142,7 @@ def test_a_workdir_whose_checkpoints_are_gone_is_refused(interrupted, tmp_path, 
 
 # The library-level sweep: the checkpoint driver of tests/training/test_checkpoint_recovery.py, a Dense layer
 # under SGD with momentum, checkpoints of steps 2 and 4.
-STEPS_PER_EPOCH, BATCH = 4, 8
-
-
-def _model():
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(3)])
-    model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    model.build((None, 5))
-    return model
-
-
-def _stream(step):
-    def batches():
-        for s in range(step, 10_000):
-            rng = np.random.default_rng(s)
-            yield rng.normal(size=(BATCH, 5)).astype("float32"), rng.integers(0, 3, size=BATCH)
-    return batches()
+STEPS_PER_EPOCH = 4
 
 
 def _values(model):
@@ -168,14 +151,14 @@ def _values(model):
 
 def _trained(directory, steps):
     """The values after `steps` steps (a fresh fit: the same as the checkpoint of that step holds)."""
-    model = _model()
-    checkpoint.fit_resumable(model, _stream, epochs=1, directory=directory, steps_per_epoch=steps, every_steps=2,
+    model = runs.dense_model()
+    checkpoint.fit_resumable(model, runs.dense_stream, epochs=1, directory=directory, steps_per_epoch=steps, every_steps=2,
                              max_to_keep=3, verbose=0)
     return model
 
 
 def _restore(directory):
-    model = _model()
+    model = runs.dense_model()
     saver = checkpoint.StepCheckpoint(directory, every_steps=2, max_to_keep=3)
     saver.set_model(model)
     return saver.restore(), _values(model)
@@ -234,13 +217,13 @@ def test_after_falling_back_two_checkpoints_the_run_goes_on_without_false_alarms
     (the order of the saves, not of the steps); the next resume reads that list as sound and restores 4 without a
     warning."""
     directory = str(tmp_path / "ckpt")
-    checkpoint.fit_resumable(_model(), _stream, epochs=1, directory=directory, steps_per_epoch=6, every_steps=2,
+    checkpoint.fit_resumable(runs.dense_model(), runs.dense_stream, epochs=1, directory=directory, steps_per_epoch=6, every_steps=2,
                              max_to_keep=3, verbose=0)
     for step in (4, 6):
         runs.truncate_half(runs.checkpoint_files(directory, step)["ckpt.data" if BACKEND == "tensorflow"
                                                                  else "state.npz"])
     capsys.readouterr()
-    result = checkpoint.fit_resumable(_model(), _stream, epochs=1, directory=directory, steps_per_epoch=4,
+    result = checkpoint.fit_resumable(runs.dense_model(), runs.dense_stream, epochs=1, directory=directory, steps_per_epoch=4,
                                       every_steps=2, max_to_keep=3, verbose=0)  # trains steps 3 and 4 again
     assert result["initial_step"] == 2 and capsys.readouterr().out.count("trying the previous checkpoint") == 2
     step, values = _restore(directory)

@@ -154,26 +154,9 @@ def test_a_full_disk_during_a_checkpoint_write_stops_the_run_and_a_rerun_resumes
 
 
 # The library-level cases: the driver of tests/training/test_checkpoint_recovery.py, checkpoints every 2 steps.
-def _model():
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(3)])
-    model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    model.build((None, 5))
-    return model
-
-
-def _stream(step):
-    def batches():
-        for s in range(step, 10_000):
-            rng = np.random.default_rng(s)
-            yield rng.normal(size=(8, 5)).astype("float32"), rng.integers(0, 3, size=8)
-    return batches()
-
-
 def _fit(directory, steps=6):
-    model = _model()
-    result = checkpoint.fit_resumable(model, _stream, epochs=1, directory=directory, steps_per_epoch=steps,
+    model = runs.dense_model()
+    result = checkpoint.fit_resumable(model, runs.dense_stream, epochs=1, directory=directory, steps_per_epoch=steps,
                                       every_steps=2, verbose=0)
     return model, result
 
@@ -198,7 +181,7 @@ def test_a_full_disk_at_each_write_of_a_save_leaves_a_valid_latest_checkpoint(tm
     assert len(failed) > skip and NO_SPACE in str(raised.value) and match.split(".tmp")[0] in str(raised.value)
     assert checkpoint.latest_step(directory) == latest
     saver = checkpoint.StepCheckpoint(directory, every_steps=2)
-    saver.set_model(_model())
+    saver.set_model(runs.dense_model())
     assert saver.restore() == latest  # complete, and restored without a warning
     assert not [name for name in os.listdir(directory) if name.endswith(".tmp")]  # partial files removed
     reference, _ = _fit(str(tmp_path / "reference"))

@@ -178,19 +178,10 @@ def test_loss_scaling_skips_a_nan_step_and_training_goes_on(tmp_path, capsys, ta
           lost="that step skipped by the optimizer, reported once")
 
 
-def _dense_model():
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(3)])
-    model.compile(optimizer=keras.optimizers.SGD(0.1, momentum=0.9),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    model.build((None, 5))
-    return model
-
-
 def _write_with_a_nan(directory, step):
     """Rewrites the checkpoint of `step` with a NaN in the Dense kernel, as a writer without sphere_tf's check
     (another program, an older release) would."""
-    model = _dense_model()
+    model = runs.dense_model()
     saver = checkpoint.StepCheckpoint(directory, every_steps=2, max_to_keep=3)
     saver.set_model(model)
     saver.restore()
@@ -208,11 +199,11 @@ def _write_with_a_nan(directory, step):
 def test_a_restored_checkpoint_holding_nan_falls_back_naming_the_variable(tmp_path, capsys, tally):
     directory = str(tmp_path / "ckpt")
     stream = _gated_stream()
-    model = _dense_model()
+    model = runs.dense_model()
     checkpoint.fit_resumable(model, lambda step: ((x[:, :5], y) for x, y in stream(step)), epochs=1,
                              directory=directory, steps_per_epoch=4, every_steps=2, max_to_keep=3, verbose=0)
     path = _write_with_a_nan(directory, 4)
-    restored = _dense_model()
+    restored = runs.dense_model()
     saver = checkpoint.StepCheckpoint(directory, every_steps=2, max_to_keep=3)
     saver.set_model(restored)
     capsys.readouterr()
@@ -227,7 +218,7 @@ def test_a_restored_checkpoint_holding_nan_falls_back_naming_the_variable(tmp_pa
           lost="2 steps: resumed from the previous checkpoint")
     _write_with_a_nan(directory, 2)  # the checkpoint of step 2 too: nothing finite left
     saver = checkpoint.StepCheckpoint(directory, every_steps=2, max_to_keep=3)
-    saver.set_model(_dense_model())
+    saver.set_model(runs.dense_model())
     with pytest.raises(checkpoint.CorruptCheckpointError, match="no checkpoint in .* can be read"):
         saver.restore()
 
