@@ -192,22 +192,6 @@ def keras_object(get, value, name, kind):
         raise ValueError(f"{invalid_argument(name, expected, value)}: {type(error).__name__}: {error}") from None
 
 
-def weight_objects(**arguments):
-    """`{name: keras_object(...)}` for a layer's `*_initializer`, `*_regularizer` and `*_constraint` arguments,
-    each resolved by its Keras getter (chosen by the name's suffix) and named in its error."""
-    import keras  # noqa: PLC0415  (validation itself is imported before the backend is chosen)
-
-    getters = {"initializer": keras.initializers.get, "regularizer": keras.regularizers.get,
-               "constraint": keras.constraints.get}
-    resolved = {}
-    for name, value in arguments.items():
-        kind = name.rsplit("_", 1)[-1]
-        if kind not in getters:
-            raise ValueError(f"weight_objects: {name!r} names no initializer, regularizer or constraint")
-        resolved[name] = keras_object(getters[kind], value, name, kind)
-    return resolved
-
-
 @contextlib.contextmanager
 def argument_errors(name):
     """Re-raises a `ValueError` / `TypeError` of the block naming the argument `name` (when its message does not

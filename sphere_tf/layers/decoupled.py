@@ -36,6 +36,7 @@ from keras import ops
 
 from sphere_tf import saving
 from sphere_tf import validation
+from sphere_tf.layers import weight_arguments
 from sphere_tf.ops import angles
 from sphere_tf.ops import angular as angular_lib
 from sphere_tf.ops import conv_geometry
@@ -172,7 +173,7 @@ class _HypersphericalOperator(keras.layers.Layer):
         self.rescale = validation.boolean(rescale, "rescale")
         if kernel_initializer is None:
             kernel_initializer = _upstream_kernel_initializer()
-        for name, value in validation.weight_objects(
+        for name, value in weight_arguments.resolve(
                 kernel_initializer=kernel_initializer, bias_initializer=bias_initializer,
                 kernel_regularizer=kernel_regularizer, bias_regularizer=bias_regularizer,
                 kernel_constraint=kernel_constraint, bias_constraint=bias_constraint).items():

@@ -39,6 +39,7 @@ from keras import ops
 
 from sphere_tf import saving
 from sphere_tf import validation
+from sphere_tf.layers import weight_arguments
 from sphere_tf.ops import angles
 from sphere_tf.ops import margin as margin_lib
 from sphere_tf.ops import runtime_checks
@@ -312,7 +313,7 @@ class MarginHead(keras.layers.Layer):
         self.epsilon = epsilon
         if kernel_initializer is None:
             kernel_initializer = _upstream_kernel_initializer()
-        for name, value in validation.weight_objects(
+        for name, value in weight_arguments.resolve(
                 kernel_initializer=kernel_initializer, bias_initializer=bias_initializer,
                 kernel_regularizer=kernel_regularizer, bias_regularizer=bias_regularizer,
                 kernel_constraint=kernel_constraint, bias_constraint=bias_constraint).items():
