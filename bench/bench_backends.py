@@ -1,24 +1,33 @@
-"""CNN-9 train-step and forward cost of the operator layers on the JAX and PyTorch backends, as ratios to Conv2D.
+"""CNN-9 train-step and forward cost of the operator layers on any Keras backend, as ratios to Conv2D.
 
-Needs Keras and the backend's framework only (no TensorFlow), so it runs on a GPU host given this source
-tree and the Keras wheel (`bench/gpu/run.sh`), and on CPU with small shapes (CI runs it that way through
-tests/bench). The network is SphereNet's CNN-9 (3 stages × 3 conv 3×3 with 64/96/128 filters, BN, ReLU,
-max-pool, dense 256, 10 classes; `bench.networks.cnn9`) with a different convolution per case.
+One command for every backend: it runs on the backend in `KERAS_BACKEND` (TensorFlow, JAX, PyTorch) and needs
+Keras and that backend's framework only, so it also runs on a GPU host given this source tree and the Keras
+wheel (`bench/gpu/run.sh`), and on CPU with small shapes (CI runs it that way through tests/bench). The network
+is SphereNet's CNN-9 (3 stages × 3 conv 3×3 with 64/96/128 filters, BN, ReLU, max-pool, dense 256, 10 classes;
+`bench.networks.cnn9`) with a different convolution per case (ConvNorm2D and OPTConv2D included).
 
-JAX: one `jax.jit` train step over Keras's stateless API (`model.stateless_call`, the optimizer's
-`stateless_apply`; what `model.fit` compiles), buffers donated, and one jitted forward pass. PyTorch: the
-eager Keras model under `torch.autograd` (Keras's PyTorch trainer runs eagerly). Timing: every case is
-built and compiled first (compile time recorded: the first call, tracing and XLA compilation included),
-then the cases are timed round-robin, `--steps` calls of a case per round, finished with a device sync, so
-drift hits every case alike; the median over rounds is reported, as seconds per step, images/s and the
-ratio to `conv2d` of the same batch and dtype.
+Trainers (`--trainers`), each timed against Conv2D under the same trainer:
+* `keras`: what a user gets, `model.compile(...)` with its defaults (`jit_compile="auto"`: XLA on JAX, eager
+  on PyTorch, a `tf.function` without XLA on a TensorFlow CPU host) and `model.train_on_batch`; forward is
+  `model.predict_on_batch`.
+* `keras_jit` / `keras_eager`: the same with `jit_compile=True` (PyTorch: `torch.compile` of the step) / False.
+* `stateless`: JAX, one `jax.jit` train step over Keras's stateless API (`model.stateless_call`, the
+  optimizer's `stateless_apply`), buffers donated; PyTorch, the eager Keras model under `torch.autograd`.
 
-    KERAS_BACKEND=jax python -m bench.bench_backends --batch_sizes=128,512 --dtypes=float32,mixed_bfloat16
+Timing: every case is built and compiled first (compile time recorded: the first call, tracing and compilation
+included), then the cases are timed round-robin, `--steps` calls of a case per round, finished with a device
+sync, so drift hits every case alike; the median over rounds is reported, as seconds per step, images/s and the
+ratio to `conv2d` of the same trainer, batch and dtype. `--results_file` writes one JSON line per row, with the
+backend, device and library versions.
+
+    KERAS_BACKEND=torch python -m bench.bench_backends --trainers=keras,keras_jit --batch_sizes=128 \
+        --dtypes=float32 --results_file=bench/results/cpu/backends-torch.jsonl
 """
 
 import json
 import os
 import platform
+import re
 import statistics
 import time
 
@@ -40,19 +49,36 @@ flags.DEFINE_list(
     "Convolutions to compare; a ':reference' suffix traces that case on the keras.ops reference path "
     "(sphere_tf.ops.set_acceleration(False)) instead of the backend's accelerator.",
 )
+flags.DEFINE_list("trainers", None, "keras, keras_jit, keras_eager, stateless (JAX and PyTorch); default: "
+                  "TensorFlow keras,keras_jit; JAX stateless,keras; PyTorch keras,keras_jit.")
 flags.DEFINE_list("batch_sizes", ["128", "512"], "Batch sizes.")
 flags.DEFINE_list("dtypes", ["float32", "mixed_bfloat16"], "Keras dtype policies.")
 flags.DEFINE_list("modes", ["train", "forward"], "What to time.")
 flags.DEFINE_list("forward_batch_sizes", None, "Batch sizes of the forward timing (default: --batch_sizes).")
 flags.DEFINE_list("widths", ["64", "96", "128"], "Filters of the three stages.")
-flags.DEFINE_integer("image_size", 32, "Square input size (3 channels).")
+flags.DEFINE_integer("image_size", 32, "Square input size (3 channels; the readme network: 28, 1 channel).")
+flags.DEFINE_enum("network", "cnn9", ["cnn9", "readme"],
+                  "cnn9: SphereNet's CNN-9 with every conv replaced by the case's; readme: the README's operator "
+                  "example (cases conv2d, its Conv2D twin, and readme: DecoupledConv2D tanh + cosine then a strided "
+                  "SphereConv2D linear).")
 flags.DEFINE_integer("steps", 10, "Calls of a case per round.")
 flags.DEFINE_integer("rounds", 5, "Timed rounds.")
 flags.DEFINE_integer("warmup", 2, "Untimed calls per case after compilation.")
 flags.DEFINE_string("results_file", None, "Also write the JSON lines here.")
+flags.DEFINE_bool("torch_static_shapes", False,
+                  "PyTorch keras_jit: compile every shape statically (torch._dynamo automatic_dynamic_shapes off). "
+                  "Inductor (PyTorch 2.14) fails on the README model once another model was compiled in the same "
+                  "process ('cannot determine truth value of Relational'), on the reference path too.")
 flags.DEFINE_string("hlo_dir", None, "JAX: write the optimized HLO of each train step here (fusion analysis).")
 
 BASELINE = "conv2d"
+# The README's operator example and its Conv2D twin (`--network=readme`): (first conv, strided second conv).
+README_CASES = {
+    "conv2d": (lambda f: keras.layers.Conv2D(f, 3, padding="same"),
+               lambda f: keras.layers.Conv2D(f, 3, strides=2, padding="same")),
+    "readme": (lambda f: sphere_layers.DecoupledConv2D(f, 3, padding="same", magnitude="tanh", angular="cosine"),
+               lambda f: sphere_layers.SphereConv2D(f, 3, strides=2, padding="same", angular="linear")),
+}
 CASES = {
     "conv2d": lambda f: keras.layers.Conv2D(f, 3, padding="same", use_bias=False),
     "sphere_cosine": lambda f: sphere_layers.SphereConv2D(f, 3, padding="same", angular="cosine"),
@@ -61,7 +87,13 @@ CASES = {
                                                            angular="cosine"),
     "linear_cosine": lambda f: sphere_layers.DecoupledConv2D(f, 3, padding="same", magnitude="linear",
                                                              angular="cosine"),
+    # ConvNorm's own normalisation only (`batch_norm=False`): CNN-9 puts a BatchNormalization after every conv.
+    "conv_norm": lambda f: sphere_layers.ConvNorm2D(f, 3, padding="same", batch_norm=False),
+    "opt": lambda f: sphere_layers.OPTConv2D(f, 3, padding="same"),
 }
+DEFAULT_TRAINERS = {"tensorflow": ["keras", "keras_jit"], "jax": ["stateless", "keras"],
+                    "torch": ["keras", "keras_jit"]}
+KERAS_TRAINERS = {"keras": "auto", "keras_jit": True, "keras_eager": False}
 
 
 def _device():
@@ -78,9 +110,17 @@ def _device():
     return backend
 
 
+def _cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        return platform.processor()
+
+
 def environment():
     env = {"backend": keras.backend.backend(), "device": _device(), "keras": keras.__version__,
-           "machine": platform.machine(), "cpu_count": os.cpu_count()}
+           "machine": platform.machine(), "cpu_count": os.cpu_count(), "cpu": _cpu_model()}
     if env["backend"] == "jax":
         import jax
 
@@ -89,6 +129,10 @@ def environment():
         import torch
 
         env["torch"] = torch.__version__
+    if env["backend"] == "tensorflow":
+        import tensorflow as tf
+
+        env["tensorflow"] = tf.__version__
     return env
 
 
@@ -140,7 +184,7 @@ class _JaxCase:
         for _ in range(steps):
             self.state, loss = self.train_step(self.state, self.x, self.y)
         self.jax.block_until_ready(loss)
-        return float(loss)
+        return None if loss is None else float(loss)
 
     def run_forward(self, steps):
         out = None
@@ -193,12 +237,52 @@ class _TorchCase:
         for _ in range(steps):
             loss = self._step()
         self._sync()
-        return float(loss.detach().cpu())
+        return None if loss is None else float(loss.detach().cpu())
 
     def run_forward(self, steps):
         with self.torch.no_grad():
             for _ in range(steps):
                 self.model(self.x, training=False)
+        self._sync()
+
+
+class _KerasTrainerCase:
+    """`model.compile(...)` and `model.train_on_batch` / `predict_on_batch`: the step a user's `fit` runs."""
+
+    def __init__(self, model, x, y, jit_compile):
+        self.model = model
+        model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=jit_compile)
+        self.jit_compile = model.jit_compile  # "auto" resolved by Keras
+        self.x, self.y = x, y
+
+    def _sync(self):
+        if keras.backend.backend() == "torch":
+            import torch
+
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+
+    def compile_train(self):
+        start = time.perf_counter()
+        self.run_train(1)
+        return time.perf_counter() - start
+
+    def compile_forward(self):
+        start = time.perf_counter()
+        self.run_forward(1)
+        return time.perf_counter() - start
+
+    def run_train(self, steps):
+        loss = None
+        for _ in range(steps):
+            loss = self.model.train_on_batch(self.x, self.y)  # a Python float: the step has finished
+        self._sync()
+        return loss
+
+    def run_forward(self, steps):
+        for _ in range(steps):
+            self.model.predict_on_batch(self.x)
         self._sync()
 
 
@@ -215,27 +299,38 @@ def traced_as(case_name):
             acceleration.set_acceleration(True)
 
 
-def _make_case(name, batch_size, policy):
+def _make_case(name, batch_size, policy, trainer="stateless"):
     base_name, _, variant = name.partition(":")
-    if base_name not in CASES or variant not in ("", "reference"):
-        raise ValueError(f"Unknown case {name!r}: one of {sorted(CASES)}, optionally with ':reference'.")
+    known = README_CASES if FLAGS.network == "readme" else CASES
+    if base_name not in known or variant not in ("", "reference"):
+        raise ValueError(f"Unknown case {name!r} of --network={FLAGS.network}: one of {sorted(known)}, "
+                         "optionally with ':reference'.")
     keras.mixed_precision.set_global_policy(policy)
     try:
         keras.utils.set_random_seed(0)
-        model = networks.cnn9(CASES[base_name], input_shape=(FLAGS.image_size, FLAGS.image_size, 3),
-                              widths=[int(w) for w in FLAGS.widths], output_dtype="float32")
+        if FLAGS.network == "readme":
+            channels = 1
+            model = networks.readme_model(*README_CASES[base_name], input_shape=(FLAGS.image_size,) * 2 + (1,))
+        else:
+            channels = 3
+            model = networks.cnn9(CASES[base_name], input_shape=(FLAGS.image_size, FLAGS.image_size, 3),
+                                  widths=[int(w) for w in FLAGS.widths], output_dtype="float32")
     finally:
         keras.mixed_precision.set_global_policy("float32")
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((batch_size, FLAGS.image_size, FLAGS.image_size, 3)).astype(np.float32)
+    x = rng.standard_normal((batch_size, FLAGS.image_size, FLAGS.image_size, channels)).astype(np.float32)
     y = rng.integers(0, 10, batch_size).astype(np.int32)
     backend = keras.backend.backend()
+    if trainer in KERAS_TRAINERS:
+        return _KerasTrainerCase(model, x, y, KERAS_TRAINERS[trainer])
+    if trainer != "stateless":
+        raise ValueError(f"Unknown trainer {trainer!r}: one of {sorted(KERAS_TRAINERS) + ['stateless']}.")
     if backend == "jax":
         return _JaxCase(model, x, y)
     if backend == "torch":
         return _TorchCase(model, x, y)
-    raise ValueError(f"bench_backends runs on the jax and torch backends (TensorFlow: bench.bench_train_step); "
-                     f"KERAS_BACKEND={backend!r}")
+    raise ValueError(f"The stateless trainer runs on the jax and torch backends; KERAS_BACKEND={backend!r} "
+                     f"takes --trainers={','.join(KERAS_TRAINERS)}")
 
 
 def _run_traced_as(name, run):
@@ -246,56 +341,85 @@ def _run_traced_as(name, run):
     return traced_run
 
 
-def measure(mode, batch_size, policy):
-    """One row per case: median seconds per step over the rounds, images/s, compile seconds, ratio to conv2d."""
+def measure(mode, batch_size, policy, trainer="stateless"):
+    """One row per case: median seconds per step over the rounds, images/s, compile seconds, ratio to conv2d.
+
+    A case whose model fails to build or compile (a compiler's bug, such as Inductor's on some shapes) gets a row
+    with its `error` and no timing, and the others are timed; the baseline failing leaves every ratio undefined.
+    """
     names = [BASELINE] + [c for c in FLAGS.cases if c != BASELINE]
-    cases, compile_s = {}, {}
+    cases, compile_s, errors = {}, {}, {}
     for name in names:
-        case = _make_case(name, batch_size, policy)
-        with traced_as(name):  # JAX traces on the first call (and on `lower`); PyTorch on every call
-            compile_s[name] = case.compile_train() if mode == "train" else case.compile_forward()
-            if mode == "train" and FLAGS.hlo_dir and keras.backend.backend() == "jax":
-                os.makedirs(FLAGS.hlo_dir, exist_ok=True)
-                path = os.path.join(FLAGS.hlo_dir, f"train_{name.replace(':', '-')}_b{batch_size}_{policy}.hlo.txt")
-                with open(path, "w") as f:
-                    f.write(case.optimized_hlo())
+        try:
+            case = _make_case(name, batch_size, policy, trainer)
+            with traced_as(name):  # JAX traces on the first call (and on `lower`); PyTorch on every call
+                compile_s[name] = case.compile_train() if mode == "train" else case.compile_forward()
+        except ValueError as error:
+            if "Unknown" in str(error):
+                raise  # a flag error, not a compiler's
+            errors[name] = f"{type(error).__name__}: {error}"
+            continue
+        except Exception as error:  # noqa: BLE001  (recorded in the results, named, and the run goes on)
+            # The innermost error a wrapper (Keras's layer-call message) names, without its terminal colours.
+            lines = [re.sub(r"\x1b\[[0-9;]*m", "", line).strip() for line in str(error).splitlines()]
+            named = [line for line in lines if re.search(r"\w+(Error|Exception): ", line)]
+            errors[name] = f"{type(error).__name__}: {(named or lines or [''])[-1]}"
+            continue
+        if mode == "train" and FLAGS.hlo_dir and keras.backend.backend() == "jax":
+            os.makedirs(FLAGS.hlo_dir, exist_ok=True)
+            path = os.path.join(FLAGS.hlo_dir, f"train_{name.replace(':', '-')}_b{batch_size}_{policy}.hlo.txt")
+            with open(path, "w") as f:
+                f.write(case.optimized_hlo())
         run = case.run_train if mode == "train" else case.run_forward
-        if keras.backend.backend() == "torch":
-            run = _run_traced_as(name, run)
+        run = _run_traced_as(name, run)  # PyTorch (and an eager Keras step) traces on every call
         run(FLAGS.warmup)
         cases[name] = (case, run)
-    times = {name: [] for name in names}
+    times = {name: [] for name in cases}
     for _ in range(FLAGS.rounds):
-        for name in names:
-            _, run = cases[name]
+        for name, (_, run) in cases.items():
             start = time.perf_counter()
             run(FLAGS.steps)
             times[name].append((time.perf_counter() - start) / FLAGS.steps)
-    base = statistics.median(times[BASELINE])
+    base = statistics.median(times[BASELINE]) if BASELINE in times else None
     rows = []
     for name in names:
+        row = {"mode": mode, "case": name, "batch_size": batch_size, "dtype_policy": policy, "trainer": trainer,
+               "network": FLAGS.network, "image_size": FLAGS.image_size}
+        if name in errors:
+            rows.append(dict(row, error=errors[name]))
+            continue
         med = statistics.median(times[name])
-        rows.append({
-            "mode": mode, "case": name, "batch_size": batch_size, "dtype_policy": policy,
-            "median_step_s": med, "images_per_s": batch_size / med, "compile_s": compile_s[name],
-            "ratio_to_conv2d": med / base, "min_step_s": min(times[name]), "max_step_s": max(times[name]),
-        })
+        rows.append(dict(
+            row,
+            jit_compile=getattr(cases[name][0], "jit_compile", trainer == "stateless" and
+                                keras.backend.backend() == "jax"),
+            median_step_s=med, images_per_s=batch_size / med, compile_s=compile_s[name],
+            ratio_to_conv2d=None if base is None else med / base, min_step_s=min(times[name]),
+            max_step_s=max(times[name]),
+        ))
     return rows
 
 
 def main(argv):
     del argv
+    if FLAGS.torch_static_shapes and keras.backend.backend() == "torch":
+        import torch._dynamo
+
+        torch._dynamo.config.automatic_dynamic_shapes = False
+        torch._dynamo.config.cache_size_limit = 64  # one graph per layer shape
     env = environment()
     print(json.dumps({"environment": env}))
     rows = []
     forward_batches = FLAGS.forward_batch_sizes or FLAGS.batch_sizes
-    for policy in FLAGS.dtypes:
-        for mode in FLAGS.modes:
-            for batch in (FLAGS.batch_sizes if mode == "train" else forward_batches):
-                for row in measure(mode, int(batch), policy):
-                    row.update(env)
-                    rows.append(row)
-                    print(json.dumps(row, sort_keys=True), flush=True)
+    trainers = FLAGS.trainers or DEFAULT_TRAINERS[env["backend"]]
+    for trainer in trainers:
+        for policy in FLAGS.dtypes:
+            for mode in FLAGS.modes:
+                for batch in (FLAGS.batch_sizes if mode == "train" else forward_batches):
+                    for row in measure(mode, int(batch), policy, trainer):
+                        row.update(env)
+                        rows.append(row)
+                        print(json.dumps(row, sort_keys=True), flush=True)
     if FLAGS.results_file:
         with open(FLAGS.results_file, "w") as f:
             f.write("\n".join(json.dumps(r, sort_keys=True) for r in rows) + "\n")
@@ -303,11 +427,15 @@ def main(argv):
 
 
 def _print_table(rows):
-    print("\n| mode | batch | dtype | case | ms/step | images/s | compile s | ratio to Conv2D |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("\n| trainer | mode | batch | dtype | case | ms/step | images/s | compile s | ratio to Conv2D |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['mode']} | {r['batch_size']} | {r['dtype_policy']} | {r['case']} | {1e3 * r['median_step_s']:.2f} "
-              f"| {r['images_per_s']:.0f} | {r['compile_s']:.1f} | {r['ratio_to_conv2d']:.2f} |")
+        prefix = f"| {r['trainer']} | {r['mode']} | {r['batch_size']} | {r['dtype_policy']} | {r['case']} "
+        if "error" in r:
+            print(prefix + f"| failed: {r['error'][:120]} | | | |")
+            continue
+        ratio = "n/a" if r["ratio_to_conv2d"] is None else f"{r['ratio_to_conv2d']:.2f}"
+        print(prefix + f"| {1e3 * r['median_step_s']:.2f} | {r['images_per_s']:.0f} | {r['compile_s']:.1f} | {ratio} |")
 
 
 if __name__ == "__main__":

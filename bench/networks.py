@@ -21,3 +21,16 @@ def cnn9(conv_factory, input_shape=(32, 32, 3), widths=(64, 96, 128), num_classe
     model.add(keras.layers.Dense(dense, activation="relu"))
     model.add(keras.layers.Dense(num_classes, dtype=output_dtype))
     return model
+
+
+def readme_model(first_conv, second_conv, input_shape=(28, 28, 1), num_classes=10):
+    """The README's operator example (Fashion-MNIST-sized inputs): a 32-filter conv, BN, ReLU, a strided 64-filter
+    conv, global pooling and the classifier; `first_conv(filters)` / `second_conv(filters)` build the two convs
+    (the README's DecoupledConv2D tanh + cosine and SphereConv2D linear, or Conv2D for its twin)."""
+    return keras.Sequential([
+        keras.Input(input_shape),
+        first_conv(32),
+        keras.layers.BatchNormalization(), keras.layers.ReLU(),
+        second_conv(64),
+        keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(num_classes),
+    ])

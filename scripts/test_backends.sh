@@ -38,11 +38,12 @@ CORE_SUITES=(
   # JAX past one device (keras.distribution): 2 and 4 CPU devices, two processes, a kill -9 and the resume.
   tests/training/test_multi_device.py tests/runners/test_runner_multi_device.py
 )
-# PyTorch: the same core suites but the JAX plug-in's own tests (tests/backends/jax_plugin).
+# PyTorch: the same core suites with the PyTorch plug-in's tests instead of the JAX plug-in's.
 TORCH_SUITES=(
   tests/ops tests/layers tests/losses tests/regularizers tests/metrics tests/models tests/optimizers
   tests/callbacks tests/test_energy.py tests/test_initializers.py tests/test_registry.py
-  tests/training/test_model.py tests/training/test_pretrain.py tests/test_saved_files.py tests/test_versioned_files.py
+  tests/training/test_model.py tests/training/test_pretrain.py tests/backends/torch_plugin tests/test_saved_files.py
+  tests/test_versioned_files.py
   tests/test_docs.py "${RUNNER_SUITES[@]}"
 )
 status=0

@@ -89,7 +89,11 @@ DEPRECATED_ALIASES = {
 # Plug-ins loaded by name: a backend's accelerator (tier 2) registers itself into `ops.acceleration` when imported,
 # and `ops.acceleration` imports the active backend's plug-in on first use (an entry point, the one upward path
 # the maths tier has; the plug-ins' own imports point down).
-PLUGIN_LOADS = {"sphere_tf.ops.acceleration": {"sphere_tf.backends.tensorflow", "sphere_tf.backends.jax"}}
+PLUGIN_LOADS = {
+    "sphere_tf.ops.acceleration": {
+        "sphere_tf.backends.tensorflow", "sphere_tf.backends.jax", "sphere_tf.backends.torch",
+    },
+}
 
 # Names in messages, loaded by nobody: the table of what needs TensorFlow (its keys are the modules that call
 # `dependencies.tensorflow`, checked below, and the errors name them).

@@ -30,13 +30,17 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null
 if [ "${SMALL:-0}" = 1 ]; then
   # float32 only, and XLA without LLVM optimisation: a dry run checks that the script works, not speed.
   BENCH=(--batch_sizes=8 --image_size=16 --widths=8,8,8 --steps=2 --rounds=2 --warmup=1 --dtypes=float32)
-  TORCH_BENCH=(--batch_sizes=8 --image_size=16 --widths=8,8,8 --steps=2 --rounds=2 --warmup=1 --dtypes=float32)
+  # The Keras trainer eager and the hand-written step: torch.compile (keras_jit) takes minutes per model on a CPU.
+  TORCH_BENCH=(--batch_sizes=8 --image_size=16 --widths=8,8,8 --steps=2 --rounds=2 --warmup=1 --dtypes=float32
+               --trainers=keras,stateless)
   export XLA_FLAGS="${XLA_FLAGS:-} --xla_backend_optimization_level=0"
   PARITY_K="matches_numpy and not unknown_spatial and (tanh or sphere)"
 else
   BENCH=(--batch_sizes=128,512 --forward_batch_sizes=512 --steps=20 --rounds=5
          --cases=conv2d,sphere_cosine,sphere_cosine:reference,sphere_linear,tanh_cosine)
-  TORCH_BENCH=(--batch_sizes=128 --dtypes=float32 --steps=10 --rounds=3)
+  # Keras's trainer eager and with torch.compile (jit_compile=True), the plug-in and the reference path.
+  TORCH_BENCH=(--batch_sizes=128 --dtypes=float32 --steps=10 --rounds=3
+               --cases=conv2d,sphere_cosine,sphere_linear,sphere_linear:reference,tanh_cosine,tanh_cosine:reference)
   PARITY_K="matches_numpy or gradients or finite"
 fi
 

@@ -12,10 +12,12 @@ later run on the reference path until an accelerator chooses to handle them.
 Accelerators are plug-ins found by backend name (`PLUGINS`), imported the first
 time a layer asks for its path under that backend, in the manner of Keras's own
 backend selection: the maths tier never imports a plug-in module by name in
-Python, so nothing here depends on TensorFlow. Two plug-ins exist:
+Python, so nothing here depends on TensorFlow. Three plug-ins exist:
 `sphere_tf.backends.tensorflow` (the compiled CPU kernels, XLA clusters and
-TensorFlow custom gradients) and `sphere_tf.backends.jax` (the patch energy as an
-XLA reduce-window); on PyTorch the reference path runs.
+TensorFlow custom gradients), `sphere_tf.backends.jax` (the patch energy as an
+XLA reduce-window, TanhConv + cosine with a hand-written VJP) and
+`sphere_tf.backends.torch` (the convolution without layout copies, a sum-pool
+patch energy, `torch.autograd.Function`s for the θ and TanhConv tails).
 
 Two process-wide switches:
 
@@ -34,7 +36,11 @@ import os
 import keras
 
 # Backend name -> the module that registers that backend's accelerator when imported.
-PLUGINS = {"tensorflow": "sphere_tf.backends.tensorflow", "jax": "sphere_tf.backends.jax"}
+PLUGINS = {
+    "tensorflow": "sphere_tf.backends.tensorflow",
+    "jax": "sphere_tf.backends.jax",
+    "torch": "sphere_tf.backends.torch",
+}
 
 _STATE = {
     "acceleration": os.environ.get("SPHERE_TF_ACCELERATION", "1") != "0",

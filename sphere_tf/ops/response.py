@@ -154,14 +154,27 @@ def decoupled_response_from_dot(
     if norm_cancels(mag, angular, weighted):
         # α‖x‖ · dot/‖x‖ = α·dot  [D-7 with D-12].
         return dot * (alpha if weighted is None else alpha * w_norm)
-    # h = α·h₁ for these magnitudes: α joins the one-channel factor (or vanishes for α = 1).
-    scale = alpha if mag.alpha_factor else 1.0
-    h = weighted_magnitude(mag, x_norm, w_norm, 1.0 if mag.alpha_factor else alpha, beta, radius, weighted,
-                           weight_radius)
     if angular == "cosine":
+        # h = α·h₁ for these magnitudes: α joins the one-channel factor (or vanishes for α = 1).
+        scale = alpha if mag.alpha_factor else 1.0
+        h = weighted_magnitude(mag, x_norm, w_norm, 1.0 if mag.alpha_factor else alpha, beta, radius, weighted,
+                               weight_radius)
         factor = inv_norm if scale == 1.0 else scale * inv_norm  # α/‖x‖, one channel
         return dot * (factor if h is None else h * factor)
     g = angular_lib.get_angular_fn(angular)(dot * inv_norm, k)
+    return magnitude_times(g, mag, x_norm, w_norm, alpha, beta, radius, weighted, weight_radius)
+
+
+def magnitude_times(g, magnitude, x_norm, w_norm, alpha, beta, radius, weighted, weight_radius):
+    """``h(‖w‖, ‖x‖)·g`` for an angular value `g` of the dot products' shape (every g but cosine): the
+    reference's tail, which a plug-in computing g its own way reuses.
+
+    `magnitude` is a `Magnitude`; the other arguments as for `decoupled_response_from_dot`. α of the magnitudes
+    that are α·h₁ multiplies last (no full-size multiply for α = 1).
+    """
+    scale = alpha if magnitude.alpha_factor else 1.0
+    h = weighted_magnitude(magnitude, x_norm, w_norm, 1.0 if magnitude.alpha_factor else alpha, beta, radius,
+                           weighted, weight_radius)
     if h is not None:
         g = h * g
-    return g if scale == 1.0 else scale * g
+    return g if isinstance(scale, (int, float)) and scale == 1.0 else scale * g

@@ -145,3 +145,66 @@ def test_gather_columns_value_and_gradient_equal_the_reference(shape, axis, num_
     # Through the dispatcher: the accelerator's version unless acceleration is off.
     assert acceleration.accelerator() is jax_plugin.ACCELERATOR
     np.testing.assert_array_equal(jax.grad(loss(sampling.gather_columns))(values), expected)
+
+
+def test_polynomial_acos_is_within_float32_rounding_of_float64_arccos():
+    """Over every float32 in [−1, 1] sampled densely (ends included), as close to the float64 arccos as
+    `jnp.arccos` itself, and its derivative is −1/√(1 − c²)."""
+    import jax
+    from jax import numpy as jnp
+
+    from sphere_tf.backends import jax as jax_plugin
+
+    c = np.concatenate([np.linspace(-1.0, 1.0, 400_001, dtype=np.float32),
+                        np.float32(1.0) - np.arange(1, 200, dtype=np.float32) * np.finfo(np.float32).epsneg,
+                        np.float32(0.5) + np.arange(-50, 50, dtype=np.float32) * np.finfo(np.float32).eps])
+    exact = np.arccos(c.astype(np.float64))
+    got = np.asarray(jax.jit(jax_plugin.polynomial_acos)(c), np.float64)
+    error = np.abs(got - exact)
+    assert np.max(error) <= max(4e-7, 1.25 * np.max(np.abs(np.asarray(jnp.arccos(c), np.float64) - exact)))
+    assert np.all(error <= 2.5e-7 * np.maximum(exact, 1e-3) + 1.5e-7)  # a few ulp of θ, near θ = 0 too
+    inner = c[np.abs(c) < 0.999]
+    derivative = np.asarray(jax.vmap(jax.grad(jax_plugin.polynomial_acos))(inner))
+    np.testing.assert_allclose(derivative, np.asarray(jax.vmap(jax.grad(jnp.arccos))(inner)), rtol=2e-6)
+    np.testing.assert_allclose(derivative, -1.0 / np.sqrt(1.0 - inner.astype(np.float64) ** 2), rtol=2e-6)
+
+
+@pytest.mark.parametrize("mag,ang,weighted", [
+    (mag, ang, weighted) for mag in ("sphere", "tanh", "seg", "log") for ang in ("linear", "sigmoid")
+    for weighted in (None, "linear", "nonlinear")
+    if weighted != "nonlinear" or mag == "tanh"
+])
+def test_theta_activations_match_the_reference(mag, ang, weighted):
+    """`decoupled_response_from_dot` with θ from `polynomial_acos` against the reference's `jnp.arccos`, value
+    and gradients (the dot products, the norms, the radius, k)."""
+    import jax
+    from jax import numpy as jnp
+
+    from sphere_tf.backends import jax as jax_plugin
+    from sphere_tf.ops import magnitude as magnitude_lib
+    from sphere_tf.ops import response
+
+    rng = np.random.default_rng(7)
+    x_norm = jnp.asarray(np.abs(rng.normal(size=(3, 4, 1))) + 0.2, jnp.float32)
+    cos = np.clip(rng.normal(size=(3, 4, 5)) * 0.5, -0.999, 0.999)
+    dot = jnp.asarray(cos, jnp.float32) * x_norm
+    w_norm = jnp.asarray(np.abs(rng.normal(size=(5,))) + 0.5, jnp.float32)
+    radius = jnp.asarray(np.abs(rng.normal(size=(5,))) + 0.5, jnp.float32)
+    k = jnp.asarray(np.abs(rng.normal(size=(5,))) * 0.2 + 0.2, jnp.float32)
+    entry = magnitude_lib.MAGNITUDE_FNS[mag]
+
+    def loss(path, d, n, r, kk):
+        out = response.decoupled_response_from_dot(
+            d, n, 1.0 / n, w_norm, magnitude=mag, angular=ang, alpha=1.3, beta=entry.default_beta,
+            radius=r if entry.has_radius else None, k=kk if ang == "sigmoid" else None, weighted=weighted,
+            weight_radius=jnp.full((5,), 0.7, jnp.float32), path=path)
+        return jnp.sum(jnp.sin(2.0 * out)), out
+
+    for path in (jax_plugin.TRAINING, jax_plugin.INFERENCE):
+        (_, expected), expected_grads = jax.value_and_grad(
+            lambda *a: loss(acceleration.REFERENCE, *a), argnums=(0, 1, 2, 3), has_aux=True)(dot, x_norm, radius, k)
+        (_, got), got_grads = jax.value_and_grad(
+            lambda *a: loss(path, *a), argnums=(0, 1, 2, 3), has_aux=True)(dot, x_norm, radius, k)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+        for name, g, e in zip(("d_dot", "d_norm", "d_radius", "d_k"), got_grads, expected_grads):
+            np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5 * max(1.0, float(np.max(np.abs(e)))), err_msg=name)

@@ -1,0 +1,34 @@
+"""`bench.bench_backends` on the TensorFlow backend with Keras's trainer: every case (ConvNorm and OPT included)
+gets a row per trainer and mode, timed against Conv2D under the same trainer (the JAX and PyTorch runs are
+tests/bench/test_gpu_script.py's)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.backends import interpreters
+
+
+# keras_jit (XLA-compiling six CNN-9 train steps and forward passes) is in the slow tier.
+@pytest.mark.parametrize("trainer,jit_compile", [("keras", False), ("keras_jit", True)])
+def test_keras_trainer_rows_for_every_case(tmp_path, trainer, jit_compile):
+    results = tmp_path / "rows.jsonl"
+    cases = "conv2d,sphere_linear,tanh_cosine,tanh_cosine:reference,conv_norm,opt"
+    command = [sys.executable, "-m", "bench.bench_backends", f"--trainers={trainer}", "--batch_sizes=4",
+               "--image_size=8", "--widths=4,4,4", "--steps=1", "--rounds=1", "--warmup=0", "--dtypes=float32",
+               f"--cases={cases}", "--modes=train,forward", f"--results_file={results}"]
+    env = dict(os.environ, KERAS_BACKEND="tensorflow")
+    done = subprocess.run(command, cwd=interpreters.REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    assert len(rows) == 2 * len(cases.split(","))
+    assert {(r["trainer"], r["jit_compile"], r["mode"]) for r in rows} == {
+        (trainer, jit_compile, "train"), (trainer, jit_compile, "forward")}
+    for r in rows:
+        assert r["backend"] == "tensorflow" and r["median_step_s"] > 0 and r["tensorflow"]
+        baseline = [b for b in rows if b["case"] == "conv2d" and b["trainer"] == r["trainer"]
+                    and b["mode"] == r["mode"]]
+        assert r["ratio_to_conv2d"] == r["median_step_s"] / baseline[0]["median_step_s"]
