@@ -39,6 +39,8 @@ FRAMEWORK_HOOKS = frozenset({
     "train_step", "test_step", "predict_step", "update_state", "result", "reset_state",
     # keras.optimizers.Optimizer
     "apply", "apply_gradients", "update_step", "finalize_variable_values",
+    # torch.autograd.Function (the PyTorch plug-in's closed-form gradients; the class docstring gives the maths)
+    "forward", "backward", "setup_context",
     # keras.callbacks.Callback (plus every `on_*` method)
     "set_model", "set_params",
     # keras.random.SeedGenerator
