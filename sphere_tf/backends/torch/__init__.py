@@ -218,7 +218,9 @@ class ChannelEnergy(torch.autograd.Function):
     @staticmethod
     def backward(ctx, upstream):
         (inputs,) = ctx.saved_tensors
-        return (inputs * (2.0 * upstream).to(inputs.dtype)).to(inputs.dtype)
+        # In float32, as the reference's cast: a float16 product 2x·G could overflow where its float32 value,
+        # cast once at the end, does not.
+        return (inputs.to(torch.float32) * (2.0 * upstream)).to(inputs.dtype)
 
 
 class AngularOfDot(torch.autograd.Function):
