@@ -56,7 +56,7 @@ install() {
     "$TOOLS/bin/uv" venv -q -p "$PYTHON" "$venv"
     extra=()
     [ "$backend" = torch ] && extra=("${torch_cpu[@]}")
-    if ! "$TOOLS/bin/uv" pip install -q --python "$venv/bin/python" "${WHEEL}[$backend]" "${extra[@]}"; then
+    if ! "$TOOLS/bin/uv" pip install -q --compile-bytecode --python "$venv/bin/python" "${WHEEL}[$backend]" "${extra[@]}"; then
       echo "check_release: $backend: installing the wheel FAILED" >&2; status=1; rm -rf "$venv"; continue
     fi
     if [ "$backend" != tensorflow ] && "$venv/bin/python" -c "import tensorflow" >/dev/null 2>&1; then

@@ -26,10 +26,21 @@ PYTHON="${PYTHON:-python3.11}"
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
+# The packages go in with uv, from the same index and with the same metadata as pip, in about a quarter of pip's
+# time (the TensorFlow virtualenv: 52 s against 224 s here); pip stays in .venv for `pip check` below. Bytecode is
+# compiled at install, as pip does: where PYTHONDONTWRITEBYTECODE is set nothing else writes it, and every process
+# would compile TensorFlow's and PyTorch's sources again (the suites ran 1.9x slower so).
+UV=.venv/bin/uv
+if [ ! -x "$UV" ]; then
+  .venv/bin/python -m pip install -q uv
+fi
+uv_install() {  # VENV ARGS...: installs into VENV's interpreter
+  local venv=$1; shift
+  "$UV" pip install -q --compile-bytecode --python "$venv/bin/python" "$@"
+}
 if ! .venv/bin/python -c "import sphere_tf, pytest, hypothesis" >/dev/null 2>&1 \
    || [ pyproject.toml -nt .venv/.installed ]; then
-  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-  .venv/bin/python -m pip install -q -e ".[tensorflow,test]"
+  uv_install .venv -e ".[tensorflow,test]"
   touch .venv/.installed
 fi
 
@@ -40,7 +51,7 @@ fi
 # through; any other broken requirement fails the setup.
 SERVING_API="tensorflow-serving-api==2.21.*"
 if ! .venv/bin/python -c "import tensorflow_serving.apis.prediction_log_pb2" >/dev/null 2>&1; then
-  .venv/bin/python -m pip install -q --no-deps "$SERVING_API"
+  uv_install .venv --no-deps "$SERVING_API"
 fi
 PIP_CHECK="$(.venv/bin/python -m pip check 2>&1 || true)"
 UNEXPECTED="$(printf '%s\n' "$PIP_CHECK" | grep -v -e '^No broken requirements found' \
@@ -56,7 +67,18 @@ fi
 # does not import without them), it is where a JAX or PyTorch user runs the main job (README, "On JAX and
 # PyTorch"), and where the tests check that the core and the runner run with no TensorFlow installed.
 # `scripts/test_backends.sh` runs the backend suites on JAX and PyTorch there.
-TORCH_VENV_PACKAGES=(torch "jax[cpu]" pytest pytest-xdist hypothesis "foolbox>=3.3,<4" matplotlib)
+# PyTorch's CPU build where this machine keeps one in its wheel folder (PIP_FIND_LINKS), as the release check
+# installs it; otherwise the index's `torch`.
+TORCH_REQUIREMENT=(torch)
+for folder in ${PIP_FIND_LINKS:-/opt/wheels}; do
+  wheel=$(ls "$folder"/torch-*+cpu-cp311-*.whl 2>/dev/null | sort -V | tail -1 || true)
+  if [ -n "$wheel" ]; then
+    version=$(basename "$wheel" | cut -d- -f2)
+    TORCH_REQUIREMENT=(--find-links "$folder" "torch==${version%%+*}")
+    break
+  fi
+done
+TORCH_VENV_PACKAGES=("${TORCH_REQUIREMENT[@]}" "jax[cpu]" pytest pytest-xdist hypothesis "foolbox>=3.3,<4" matplotlib)
 if [ "${SPHERE_TF_SKIP_TORCH:-0}" != 1 ]; then
   if [ ! -x .venv-torch/bin/python ]; then
     "$PYTHON" -m venv .venv-torch
@@ -64,11 +86,10 @@ if [ "${SPHERE_TF_SKIP_TORCH:-0}" != 1 ]; then
   if ! .venv-torch/bin/python -c "import torch, keras, jax, grain, tensorboardX, PIL, foolbox, matplotlib, sphere_tf, pytest, hypothesis" \
        >/dev/null 2>&1 \
      || [ pyproject.toml -nt .venv-torch/.installed ]; then
-    .venv-torch/bin/python -m pip install -q --upgrade pip >/dev/null
-    .venv-torch/bin/python -m pip install -q "${TORCH_VENV_PACKAGES[@]}"
+    uv_install .venv-torch "${TORCH_VENV_PACKAGES[@]}"
     # The package with its core dependencies only (Keras, NumPy, absl-py, ml_collections, Grain, tensorboardX,
     # Pillow): no TensorFlow.
-    .venv-torch/bin/python -m pip install -q -e .
+    uv_install .venv-torch -e .
     if .venv-torch/bin/python -c "import tensorflow" >/dev/null 2>&1; then
       echo "setup: .venv-torch must not contain TensorFlow" >&2
       exit 1
