@@ -27,6 +27,7 @@ from keras import ops
 
 from sphere_tf import saving
 from sphere_tf import validation
+from sphere_tf.ops import acceleration
 from sphere_tf.ops import conv_geometry
 from sphere_tf.ops import fourier
 from sphere_tf.ops import runtime_checks
@@ -298,8 +299,11 @@ class ConvNorm2D(keras.layers.Layer):
             y = ops.conv(inputs, kernel, strides=self.strides, padding=self.padding)
             y = ops.cast(y, "float32") * v
         else:
-            # The whole convolution in the Fourier domain (float32); see `fourier.fourier_conv_norm`.
-            y = fourier.fourier_conv_norm(inputs, self.kernel, v, self.strides, self.padding)
+            # The backend's plug-in where it has one (TensorFlow: the spatial conv and an FFT filter), else the
+            # whole convolution in the Fourier domain with keras.ops; both float32, same values.
+            y = acceleration.conv_norm(inputs, self.kernel, v, self.strides, self.padding)
+            if y is NotImplemented:
+                y = fourier.fourier_conv_norm(inputs, self.kernel, v, self.strides, self.padding)
         y = ops.cast(y, self.compute_dtype)
         if self.affine:
             y = ops.depthwise_conv(y, ops.cast(self.affine_kernel, y.dtype), strides=1, padding="same")

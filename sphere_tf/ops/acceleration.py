@@ -160,6 +160,11 @@ class Accelerator:
         `Magnitude`; same values and gradient), or NotImplemented."""
         return NotImplemented
 
+    def conv_norm(self, inputs, kernel, normalizer, strides, padding):
+        """`sphere_tf.ops.fourier.fourier_conv_norm` (same arguments, strides a pair; same values and gradients),
+        or NotImplemented."""
+        return NotImplemented
+
 
 def register_accelerator(backend, accelerator):
     """Make `accelerator` (an `Accelerator`) the hot path's accelerator under Keras backend `backend`."""
@@ -231,6 +236,15 @@ def update_variables(update_fn, variables, inputs):
     with `set_acceleration(False)`)."""
     backend_accelerator = accelerator() or Accelerator()
     backend_accelerator.update_variables(update_fn, variables, inputs)
+
+
+def conv_norm(inputs, kernel, normalizer, strides, padding):
+    """`Accelerator.conv_norm` of the current accelerator: ConvNorm's convolution, or NotImplemented where there is
+    no accelerator or it leaves the case to `sphere_tf.ops.fourier.fourier_conv_norm`."""
+    backend_accelerator = accelerator()
+    if backend_accelerator is None:
+        return NotImplemented
+    return backend_accelerator.conv_norm(inputs, kernel, normalizer, strides, padding)
 
 
 def run_eagerly(fn):

@@ -145,6 +145,20 @@ def test_gradient_matches_finite_differences(name):
     np.testing.assert_allclose(grad, numeric, atol=2e-3, rtol=2e-3)
 
 
+@pytest.mark.parametrize("name", ["gram_schmidt", "householder"])
+def test_qr_gradient_of_a_block_stack_matches_finite_differences_per_block(name):
+    """The closed-form QR gradient (`_positive_diagonal_q`) on a (blocks, d, d) stack, as PE-OPT uses it, with
+    negative and positive diagonals of R among the blocks."""
+    rng = np.random.default_rng(7)
+    p = rng.standard_normal((3, 6, 6))
+    weights = rng.standard_normal((3, 6, 6))
+    fn = orthogonal.get_orthogonalization(name)
+    _, grad = testing.value_and_grad(lambda q: ops.sum(ops.multiply(fn(q), weights.astype(np.float32))), p)
+    for i in range(3):
+        numeric = testing.numeric_gradient(lambda q: np.sum(REFERENCES[name](q) * weights[i]), p[i])
+        np.testing.assert_allclose(grad[i], numeric, atol=2e-3, rtol=2e-3)
+
+
 def test_gram_schmidt_is_row_orientation_and_householder_column_orientation():
     p = _random(8, seed=6)
     gs = _apply(orthogonal.gram_schmidt, p)

@@ -66,6 +66,7 @@ import tensorflow as tf
 from keras import ops
 
 from sphere_tf import validation
+from sphere_tf.backends.tensorflow import conv_norm as conv_norm_lib
 from sphere_tf.backends.tensorflow import distribute as tf_distribute
 from sphere_tf.backends.tensorflow.kernels import build as kernel_build
 from sphere_tf.backends.tensorflow.xla_context import in_xla_context
@@ -145,6 +146,9 @@ class TensorFlowAccelerator(acceleration.Accelerator):
             dot, x_norm, inv_norm, w_norm, magnitude=magnitude, angular=angular, alpha=alpha, beta=beta,
             radius=radius, k=k, weighted=weighted, weight_radius=weight_radius, fuse=path,
         )
+
+    def conv_norm(self, inputs, kernel, normalizer, strides, padding):
+        return conv_norm_lib.conv_norm(inputs, kernel, normalizer, strides, padding)
 
 
 ACCELERATOR = TensorFlowAccelerator()
