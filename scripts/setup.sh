@@ -23,6 +23,19 @@ if ! command -v "${CXX:-g++}" >/dev/null 2>&1 && command -v apt-get >/dev/null 2
 fi
 
 PYTHON="${PYTHON:-python3.11}"
+# A complete set-up records what it was made from (this script, pyproject.toml, the interpreter, the PyTorch
+# switch); run again with the same inputs it has nothing to do and says so at once (the README's test command
+# runs it before every test run). Delete .venv/.setup-complete, or a virtualenv, to make it check and repair.
+SETUP_STAMP=.venv/.setup-complete
+setup_inputs() {
+  cat scripts/setup.sh pyproject.toml; "$PYTHON" --version; echo "skip_torch=${SPHERE_TF_SKIP_TORCH:-0}"
+}
+SETUP_HASH=$(setup_inputs | sha256sum | cut -d' ' -f1)
+if [ -f "$SETUP_STAMP" ] && [ "$(cat "$SETUP_STAMP")" = "$SETUP_HASH" ] && [ -x .venv/bin/python ] \
+   && { [ "${SPHERE_TF_SKIP_TORCH:-0}" = 1 ] || [ -x .venv-torch/bin/python ]; }; then
+  echo "setup: up to date (.venv, .venv-torch and the kernels were set up from this pyproject.toml and script)"
+  exit 0
+fi
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
@@ -101,4 +114,7 @@ fi
 # Build the compiled training-path kernels now rather than in the first training step (cached per
 # source, TensorFlow version, compiler, CPU and flags; a recorded failed build is retried here). If
 # they cannot be built, training uses XLA clusters and tests/backends/tf_plugin/test_kernel_build.py fails.
-.venv/bin/python -m sphere_tf.backends.tensorflow.kernels || true
+# A failed build leaves the stamp unwritten, so the next run of this script retries it.
+if .venv/bin/python -m sphere_tf.backends.tensorflow.kernels; then
+  echo "$SETUP_HASH" > "$SETUP_STAMP"
+fi

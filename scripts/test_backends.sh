@@ -30,21 +30,24 @@ RUNNER_SUITES=(
   # batches, the workdir lock, fuzzed constructors and configs, untrusted files); scripts/test_faults.sh runs all.
   tests/faults
 )
+# The runner's suites come first: their tests are the longest (whole runs in child processes), and started first
+# they overlap the short ones instead of leaving one xdist worker idle at the end.
 CORE_SUITES=(
+  "${RUNNER_SUITES[@]}"
+  # JAX past one device (keras.distribution): 2 and 4 CPU devices, two processes, a kill -9 and the resume.
+  tests/training/test_multi_device.py tests/runners/test_runner_multi_device.py
   tests/ops tests/layers tests/losses tests/regularizers tests/metrics tests/models tests/optimizers
   tests/callbacks tests/test_energy.py tests/test_initializers.py tests/test_registry.py
   tests/training/test_model.py tests/training/test_pretrain.py tests/backends/jax_plugin tests/test_saved_files.py
-  tests/test_versioned_files.py tests/test_docs.py "${RUNNER_SUITES[@]}"
-  # JAX past one device (keras.distribution): 2 and 4 CPU devices, two processes, a kill -9 and the resume.
-  tests/training/test_multi_device.py tests/runners/test_runner_multi_device.py
+  tests/test_versioned_files.py tests/test_docs.py
 )
 # PyTorch: the same core suites with the PyTorch plug-in's tests instead of the JAX plug-in's.
 TORCH_SUITES=(
+  "${RUNNER_SUITES[@]}"
   tests/ops tests/layers tests/losses tests/regularizers tests/metrics tests/models tests/optimizers
   tests/callbacks tests/test_energy.py tests/test_initializers.py tests/test_registry.py
   tests/training/test_model.py tests/training/test_pretrain.py tests/backends/torch_plugin tests/test_saved_files.py
-  tests/test_versioned_files.py
-  tests/test_docs.py "${RUNNER_SUITES[@]}"
+  tests/test_versioned_files.py tests/test_docs.py
 )
 status=0
 for backend in "${@:-jax torch}"; do
