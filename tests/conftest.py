@@ -28,7 +28,7 @@ _PROFILE = dict(deadline=None, derandomize=True, suppress_health_check=[HealthCh
 settings.register_profile("sphere_tf", max_examples=25, **_PROFILE)
 # CI's second and third backends (scripts/test_backends.sh under .ci/run): the same properties with fewer
 # examples, so three backends' core suites fit CI's time (the TensorFlow suite keeps the full profile).
-settings.register_profile("backends", max_examples=8, **_PROFILE)
+settings.register_profile("backends", max_examples=5, **_PROFILE)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "sphere_tf"))
 
 
