@@ -26,6 +26,7 @@ Example:
 
 import contextlib
 import os
+import zlib
 
 import keras
 import numpy as np
@@ -464,3 +465,31 @@ def training_path(name):
     finally:
         kernel_build.set_enabled(True)
         acceleration.set_training_fusion(True)
+
+
+# Patch-energy geometries the backend plug-ins' parity tests share: (kernel_size, strides, padding,
+# dilation_rate, (H, W)) with odd and even windows, strides, dilation and 1×1 kernels.
+PLUGIN_CONV_GEOMETRIES = [
+    ((3, 3), (1, 1), "same", (1, 1), (6, 5)),
+    ((3, 3), (2, 2), "same", (1, 1), (7, 6)),
+    ((2, 3), (1, 2), "valid", (1, 1), (6, 7)),
+    ((3, 3), (1, 1), "same", (2, 2), (6, 7)),
+    ((2, 2), (1, 1), "same", (2, 2), (4, 4)),
+    ((5, 5), (1, 1), "same", (1, 1), (2, 3)),
+    ((1, 1), (2, 2), "same", (1, 1), (5, 4)),
+    ((4, 4), (2, 2), "same", (1, 1), (8, 8)),
+]
+
+
+def response_case(magnitude, angular, weighted, units=5):
+    """Inputs of a response parity case, `(dot, x_norm, w_norm, radius, k)` float32, drawn from a seed fixed by the
+    case's names (Python's str hash changes with every process): cosines within (−0.999, 0.999), positive norms,
+    radii and k."""
+    rng = np.random.default_rng(zlib.crc32(f"{magnitude}-{angular}-{weighted}".encode()))
+    x_norm = np.abs(rng.normal(size=(3, 4, 1))).astype(np.float32) + 0.2
+    cos = np.clip(rng.normal(size=(3, 4, units)) * 0.5, -0.999, 0.999).astype(np.float32)
+    dot = (cos * x_norm).astype(np.float32)
+    w_norm = (np.abs(rng.normal(size=(units,))) + 0.5).astype(np.float32)
+    radius = (np.abs(rng.normal(size=(units,))) + 0.5).astype(np.float32)
+    k = (np.abs(rng.normal(size=(units,))) * 0.2 + 0.2).astype(np.float32)
+    return dot, x_norm, w_norm, radius, k

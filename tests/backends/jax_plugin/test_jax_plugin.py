@@ -9,15 +9,7 @@ from sphere_tf.ops import angles
 
 pytestmark = pytest.mark.backend_only("jax")
 
-GEOMETRIES = [
-    ((3, 3), (1, 1), "same", (1, 1), (6, 5)),
-    ((3, 3), (2, 2), "same", (1, 1), (7, 6)),
-    ((2, 3), (1, 2), "valid", (1, 1), (6, 7)),
-    ((3, 3), (1, 1), "same", (2, 2), (6, 7)),
-    ((2, 2), (1, 1), "same", (2, 2), (4, 4)),
-    ((5, 5), (1, 1), "same", (1, 1), (2, 3)),
-    ((1, 1), (2, 2), "same", (1, 1), (5, 4)),
-]
+GEOMETRIES = testing.PLUGIN_CONV_GEOMETRIES
 
 
 def _numpy_patch_energy(x, kernel_size, strides, padding, dilation):

@@ -8,7 +8,6 @@ equal the reference's to float32 rounding.
 """
 
 import itertools
-import zlib
 
 import numpy as np
 import pytest
@@ -16,6 +15,7 @@ import tensorflow as tf
 
 from sphere_tf.backends.tensorflow import fused
 from sphere_tf.backends.tensorflow.kernels import build as kernel_build
+from sphere_tf import testing
 from sphere_tf.ops import acceleration
 from sphere_tf.ops import angular as angular_lib
 from sphere_tf.ops import magnitude as magnitude_lib
@@ -71,15 +71,7 @@ def _gradient_scales(dot, x_norm, w_norm, radius, k, mag, ang, weighted):
 @pytest.mark.parametrize("path_name", ["plain", "xla", "kernels", "inference"])
 @pytest.mark.parametrize("mag,ang,weighted", CASES)
 def test_plugin_response_matches_reference(mag, ang, weighted, path_name):
-    # A fixed seed per case (Python's str hash changes with every process).
-    rng = np.random.default_rng(zlib.crc32(f"{mag}-{ang}-{weighted}".encode()))
-    units = 5
-    x_norm = np.abs(rng.normal(size=(3, 4, 1))).astype(np.float32) + 0.2
-    cos = np.clip(rng.normal(size=(3, 4, units)) * 0.5, -0.999, 0.999).astype(np.float32)
-    dot = (cos * x_norm).astype(np.float32)
-    w_norm = (np.abs(rng.normal(size=(units,))) + 0.5).astype(np.float32)
-    radius = (np.abs(rng.normal(size=(units,))) + 0.5).astype(np.float32)
-    k = (np.abs(rng.normal(size=(units,))) * 0.2 + 0.2).astype(np.float32)
+    dot, x_norm, w_norm, radius, k = testing.response_case(mag, ang, weighted)
     args = (dot, x_norm, w_norm, radius, k, mag, ang, weighted)
     expected = _values_and_grads(acceleration.REFERENCE, *args)
     got = _values_and_grads(_plugin_paths()[path_name], *args)

@@ -8,12 +8,12 @@ convolution and patch energy must equal NumPy loops and the reference for every 
 
 import itertools
 import logging
-import zlib
 
 import keras
 import numpy as np
 import pytest
 
+from sphere_tf import testing
 from sphere_tf.ops import acceleration
 from sphere_tf.ops import angular as angular_lib
 from sphere_tf.ops import conv_geometry
@@ -28,16 +28,7 @@ CASES = [
     for mag, ang in itertools.product(sorted(magnitude_lib.MAGNITUDE_FNS), sorted(angular_lib.ANGULAR_FNS))
     for weighted in [None, "linear"] + (list(operator.NONLINEAR_WEIGHTINGS) if mag == "tanh" else [])
 ]
-GEOMETRIES = [
-    ((3, 3), (1, 1), "same", (1, 1), (6, 5)),
-    ((3, 3), (2, 2), "same", (1, 1), (7, 6)),
-    ((2, 3), (1, 2), "valid", (1, 1), (6, 7)),
-    ((3, 3), (1, 1), "same", (2, 2), (6, 7)),
-    ((2, 2), (1, 1), "same", (2, 2), (4, 4)),
-    ((5, 5), (1, 1), "same", (1, 1), (2, 3)),
-    ((1, 1), (2, 2), "same", (1, 1), (5, 4)),
-    ((4, 4), (2, 2), "same", (1, 1), (8, 8)),
-]
+GEOMETRIES = testing.PLUGIN_CONV_GEOMETRIES
 
 
 def _plugin():
@@ -64,18 +55,6 @@ def _values_and_grads(path, dot, x_norm, w_norm, radius, k, mag, ang, weighted, 
                                       for s, g in zip(sources, grads)]
 
 
-def _case_data(mag, ang, weighted):
-    rng = np.random.default_rng(zlib.crc32(f"{mag}-{ang}-{weighted}".encode()))
-    units = 5
-    x_norm = np.abs(rng.normal(size=(3, 4, 1))).astype(np.float32) + 0.2
-    cos = np.clip(rng.normal(size=(3, 4, units)) * 0.5, -0.999, 0.999).astype(np.float32)
-    dot = (cos * x_norm).astype(np.float32)
-    w_norm = (np.abs(rng.normal(size=(units,))) + 0.5).astype(np.float32)
-    radius = (np.abs(rng.normal(size=(units,))) + 0.5).astype(np.float32)
-    k = (np.abs(rng.normal(size=(units,))) * 0.2 + 0.2).astype(np.float32)
-    return dot, x_norm, w_norm, radius, k
-
-
 def _gradient_scales(dot, x_norm, w_norm, radius, k, mag, ang, weighted, learnable_k):
     """Per output, the size of the terms its float32 sum adds (the broadcast inputs' gradients sum one term per
     unit or per position, which can cancel): the reference's gradients of those inputs at full size, summed
@@ -92,7 +71,7 @@ def _gradient_scales(dot, x_norm, w_norm, radius, k, mag, ang, weighted, learnab
 def test_plugin_response_matches_reference(mag, ang, weighted, training):
     torch_plugin = _plugin()
     path = torch_plugin.TRAINING if training else torch_plugin.INFERENCE
-    args = _case_data(mag, ang, weighted)
+    args = testing.response_case(mag, ang, weighted)
     for learnable_k in ([True, False] if ang in angular_lib.USES_K else [True]):
         expected = _values_and_grads(acceleration.REFERENCE, *args, mag, ang, weighted, learnable_k)
         got = _values_and_grads(path, *args, mag, ang, weighted, learnable_k)
