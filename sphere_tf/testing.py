@@ -481,6 +481,18 @@ PLUGIN_CONV_GEOMETRIES = [
 ]
 
 
+# ConvNorm2D geometries the plug-ins' parity tests share: ((H, W), kernel (kh, kw), strides, padding) with odd and
+# even grids, strided crops and rectangular kernels.
+CONV_NORM_GEOMETRIES = [
+    ((8, 8), (3, 3), (1, 1), "same"),
+    ((8, 8), (3, 3), (2, 2), "same"),
+    ((9, 7), (3, 3), (2, 1), "valid"),
+    ((7, 10), (2, 2), (1, 1), "same"),
+    ((10, 9), (1, 3), (1, 2), "valid"),
+    ((11, 11), (5, 5), (3, 3), "same"),
+]
+
+
 def response_case(magnitude, angular, weighted, units=5):
     """Inputs of a response parity case, `(dot, x_norm, w_norm, radius, k)` float32, drawn from a seed fixed by the
     case's names (Python's str hash changes with every process): cosines within (−0.999, 0.999), positive norms,

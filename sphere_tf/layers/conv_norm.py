@@ -299,14 +299,17 @@ class ConvNorm2D(keras.layers.Layer):
             y = ops.conv(inputs, kernel, strides=self.strides, padding=self.padding)
             y = ops.cast(y, "float32") * v
         else:
-            # The backend's plug-in where it has one (TensorFlow: the spatial conv and an FFT filter), else the
-            # whole convolution in the Fourier domain with keras.ops; both float32, same values.
+            # The backend's plug-in where it has one (TensorFlow: the spatial conv and an FFT filter; JAX: its 2-D
+            # FFTs), else the whole convolution in the Fourier domain with keras.ops; all float32, same values.
             y = acceleration.conv_norm(inputs, self.kernel, v, self.strides, self.padding)
             if y is NotImplemented:
                 y = fourier.fourier_conv_norm(inputs, self.kernel, v, self.strides, self.padding)
         y = ops.cast(y, self.compute_dtype)
         if self.affine:
-            y = ops.depthwise_conv(y, ops.cast(self.affine_kernel, y.dtype), strides=1, padding="same")
+            affine_kernel = ops.cast(self.affine_kernel, y.dtype)
+            # The plug-in's where it has one (JAX: shifted multiply-adds instead of XLA:CPU's grouped conv).
+            z = acceleration.depthwise_conv(y, affine_kernel, (1, 1), "same")
+            y = ops.depthwise_conv(y, affine_kernel, strides=1, padding="same") if z is NotImplemented else z
             y = y + ops.cast(self.affine_bias, y.dtype)
         if self.bn is not None:
             y = self.bn(y, training=training)

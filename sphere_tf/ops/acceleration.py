@@ -31,6 +31,7 @@ Two process-wide switches:
 
 import dataclasses
 import importlib
+import logging
 import os
 
 import keras
@@ -165,6 +166,28 @@ class Accelerator:
         or NotImplemented."""
         return NotImplemented
 
+    def depthwise_conv(self, inputs, kernel, strides, padding):
+        """`keras.ops.depthwise_conv` (same arguments, strides a pair, no dilation; same values and gradients), or
+        NotImplemented."""
+        return NotImplemented
+
+
+class FallBack:
+    """A plug-in's way to leave a call to the reference: returns NotImplemented, after one INFO line per distinct
+    reason on the plug-in's logger, so a user who wonders why a case is slow finds the reason once in the log."""
+
+    def __init__(self, logger_name, plugin_name):
+        self._logger = logging.getLogger(logger_name)
+        self._plugin_name = plugin_name
+        self.reported = set()
+
+    def __call__(self, reason):
+        if reason not in self.reported:
+            self.reported.add(reason)
+            self._logger.info("sphere_tf %s plug-in: the keras.ops reference computes this call: %s",
+                              self._plugin_name, reason)
+        return NotImplemented
+
 
 def register_accelerator(backend, accelerator):
     """Make `accelerator` (an `Accelerator`) the hot path's accelerator under Keras backend `backend`."""
@@ -245,6 +268,15 @@ def conv_norm(inputs, kernel, normalizer, strides, padding):
     if backend_accelerator is None:
         return NotImplemented
     return backend_accelerator.conv_norm(inputs, kernel, normalizer, strides, padding)
+
+
+def depthwise_conv(inputs, kernel, strides, padding):
+    """`Accelerator.depthwise_conv` of the current accelerator, or NotImplemented where there is none or it leaves
+    the case to `keras.ops.depthwise_conv`."""
+    backend_accelerator = accelerator()
+    if backend_accelerator is None:
+        return NotImplemented
+    return backend_accelerator.depthwise_conv(inputs, kernel, strides, padding)
 
 
 def run_eagerly(fn):

@@ -19,6 +19,9 @@ with a hand-written VJP.
   ```
 
   with t = tanh(‖x‖·a_j) and r = G·dot·(1 − t²).
+* **ConvNorm2D** (`conv_norm`): the Fourier-domain convolution with JAX's 2-D FFTs and one real block matmul
+  per frequency, and the affine depthwise conv as shifted multiply-adds (XLA:CPU's grouped convolution is
+  several times slower than the arithmetic needs).
 * **θ activations** (linear, sigmoid) [S-2, S-4]: XLA:CPU computes `jnp.arccos` through an `atan2` it does
   not vectorise, 4× the time of a vectorised polynomial on this project's CPUs (`polynomial_acos`: Cephes'
   single-precision arcsine, errors within those of `jnp.arccos` against float64, and the exact derivative).
@@ -36,6 +39,7 @@ from jax import lax
 from jax import numpy as jnp
 from keras import ops
 
+from sphere_tf.backends.jax import conv_norm as conv_norm_lib
 from sphere_tf.ops import acceleration
 from sphere_tf.ops import angles
 from sphere_tf.ops import angular as angular_lib
@@ -45,13 +49,15 @@ from sphere_tf.ops import response as response_lib
 from sphere_tf.ops import sampling
 
 
+_fall_back = acceleration.FallBack(__name__, "jax")  # NotImplemented after one INFO line per reason
+
 # The angular activations of θ itself, computed here through `polynomial_acos`.
 THETA_ACTIVATIONS = ("linear", "sigmoid")
 
 
 class JaxAccelerator(acceleration.Accelerator):
-    """Patch energy by `lax.reduce_window`, θ by `polynomial_acos`, the TanhConv + cosine tail by `tanh_cosine`;
-    the rest is the reference."""
+    """Patch energy by `lax.reduce_window`, θ by `polynomial_acos`, the TanhConv + cosine tail by `tanh_cosine`,
+    ConvNorm2D's convolution and affine depthwise conv (`conv_norm`); the rest is the reference."""
 
     name = "jax"
 
@@ -83,6 +89,14 @@ class JaxAccelerator(acceleration.Accelerator):
 
     def gather_columns(self, values, index, num_shards, axis):
         return gather_columns(values, index, num_shards, axis % len(values.shape))
+
+    def conv_norm(self, inputs, kernel, normalizer, strides, padding):
+        return conv_norm_lib.conv_norm(inputs, kernel, normalizer, strides, padding)
+
+    def depthwise_conv(self, inputs, kernel, strides, padding):
+        if tuple(strides) != (1, 1):
+            return _fall_back(f"depthwise conv with strides {tuple(strides)} (the plug-in's is for strides 1)")
+        return conv_norm_lib.depthwise_conv(inputs, kernel, padding)
 
 
 def theta_of_dot(dot, inv_norm):

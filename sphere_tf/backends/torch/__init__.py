@@ -35,7 +35,6 @@ the functions run eagerly and trace into `torch.compile` graphs without breaks. 
 the reason. Importing this module registers the accelerator for the PyTorch backend.
 """
 
-import logging
 import math
 
 import torch
@@ -48,19 +47,11 @@ from sphere_tf.ops import conv_geometry
 from sphere_tf.ops import magnitude as magnitude_lib
 from sphere_tf.ops import response as response_lib
 
-_LOGGER = logging.getLogger(__name__)
-_REPORTED = set()  # fall-back reasons already logged (one INFO line each)
+_fall_back = acceleration.FallBack(__name__, "torch")  # NotImplemented after one INFO line per reason
+_REPORTED = _fall_back.reported
 
 # The angular activations this plug-in computes with a hand-written gradient.
 THETA_ACTIVATIONS = ("linear", "sigmoid")
-
-
-def _fall_back(reason):
-    """NotImplemented (the reference runs), after one INFO line per distinct `reason`."""
-    if reason not in _REPORTED:
-        _REPORTED.add(reason)
-        _LOGGER.info("sphere_tf torch plug-in: the keras.ops reference computes this call: %s", reason)
-    return NotImplemented
 
 
 class TorchAccelerator(acceleration.Accelerator):

@@ -16,15 +16,7 @@ from sphere_tf.layers import ConvNorm2D  # noqa: E402
 from sphere_tf.ops import acceleration  # noqa: E402
 from sphere_tf.ops import fourier  # noqa: E402
 
-# (input H, W), kernel (kh, kw), strides, padding: odd and even grids, strided crops, rectangular kernels.
-GEOMETRIES = [
-    ((8, 8), (3, 3), (1, 1), "same"),
-    ((8, 8), (3, 3), (2, 2), "same"),
-    ((9, 7), (3, 3), (2, 1), "valid"),
-    ((7, 10), (2, 2), (1, 1), "same"),
-    ((10, 9), (1, 3), (1, 2), "valid"),
-    ((11, 11), (5, 5), (3, 3), "same"),
-]
+GEOMETRIES = testing.CONV_NORM_GEOMETRIES
 
 
 def _values_and_grads(fn, x, kernel, normalizer, strides, padding, upstream, jit):
