@@ -19,6 +19,7 @@ fi
 # TensorFlow-only modules and tests in them are deselected by tests/conftest.py.
 RUNNER_SUITES=(
   tests/data/test_grain_pipeline.py tests/data/test_numpy_preprocessing.py tests/training/test_checkpoint_recovery.py
+  tests/training/test_array_checkpoint.py
   tests/training/test_precise_bn.py
   tests/runners/test_runner_without_tensorflow.py tests/adversarial/test_gradient_attacks.py
   tests/evaluation tests/runners/test_face_without_tensorflow.py

@@ -12,8 +12,8 @@ from sphere_tf.training import array_checkpoint
 
 def variables():
     return {"model/dense/kernel": keras.Variable(np.zeros((2, 3), "float32")),
-            "optimizer/iteration": keras.Variable(0, dtype="int32"),
-            "step": keras.Variable(0, dtype="int32")}
+            "optimizer/iteration": keras.Variable(0, dtype="int32", trainable=False),
+            "step": keras.Variable(0, dtype="int32", trainable=False)}
 
 
 def set_values(store, step):
