@@ -32,7 +32,6 @@ def conv_norm(inputs, kernel, normalizer, strides, padding):
     kh, kw, c_in, c_out = (int(d) for d in kernel.shape)
     grid_h, grid_w = fourier.full_size((h, w), (kh, kw))
     num_freqs = grid_h * (grid_w // 2 + 1)
-    batch = inputs.shape[0]
     real, imag = fourier.kernel_spectrum(kernel, (grid_h, grid_w))  # (H', W'/2+1, C_in, C_out)
     v = jnp.transpose(lax.stop_gradient(jnp.asarray(normalizer, jnp.float32)), (1, 2, 0))[:, :, None, :]
     w_re, w_im = real * v, imag * v
@@ -43,8 +42,9 @@ def conv_norm(inputs, kernel, normalizer, strides, padding):
     # Zero padded at the end to the full grid, as the reference's rfft2d.
     spectrum = jnp.fft.rfft2(jnp.asarray(inputs, jnp.float32), s=(grid_h, grid_w), axes=(1, 2))
     stacked = jnp.concatenate([spectrum.real, spectrum.imag], axis=-1)  # (N, H', W'/2+1, 2·C_in)
-    per_frequency = jnp.reshape(jnp.transpose(stacked, (1, 2, 0, 3)), (num_freqs, batch, 2 * c_in))
-    products = jnp.reshape(jnp.matmul(per_frequency, blocks), (grid_h, grid_w // 2 + 1, batch, 2 * c_out))
+    # -1: the batch, which may be symbolic (jax.export with a polymorphic batch).
+    per_frequency = jnp.reshape(jnp.transpose(stacked, (1, 2, 0, 3)), (num_freqs, -1, 2 * c_in))
+    products = jnp.reshape(jnp.matmul(per_frequency, blocks), (grid_h, grid_w // 2 + 1, -1, 2 * c_out))
     outputs = jnp.fft.irfft2(lax.complex(products[..., :c_out], products[..., c_out:]), s=(grid_h, grid_w),
                              axes=(0, 1))  # (H', W', N, C_out)
     (top, left), (out_h, out_w) = fourier.output_geometry((h, w), (kh, kw), strides, padding)
