@@ -177,3 +177,24 @@ def test_mixed_bfloat16_fit_evaluate_and_predict_on_the_plugin_are_finite():
     assert np.isfinite(model.evaluate(x, y, verbose=0))
     for batch in (x, np.zeros_like(x), 1e3 * x):
         assert np.isfinite(model.predict(batch, verbose=0)).all()
+
+
+def test_plugin_conv_norm_exports_with_a_symbolic_batch():
+    """`jax.export` with a polymorphic batch (what a serving export of a JAX model traces) gives the reference's
+    values at any batch size."""
+    import jax
+    from jax import export
+    from jax import numpy as jnp
+
+    from sphere_tf.backends.jax import conv_norm as conv_norm_lib
+
+    rng = np.random.default_rng(4)
+    kernel = rng.standard_normal((3, 3, 4, 5)).astype(np.float32)
+    normalizer = fourier.spectral_normalizer(kernel, (10, 10))
+    (batch,) = export.symbolic_shape("batch")
+    exported = export.export(jax.jit(lambda x: conv_norm_lib.conv_norm(x, kernel, normalizer, (2, 2), "same")))(
+        jax.ShapeDtypeStruct((batch, 8, 8, 4), jnp.float32))
+    for size in (1, 3):
+        x = rng.standard_normal((size, 8, 8, 4)).astype(np.float32)
+        want = np.asarray(fourier.fourier_conv_norm(x, kernel, normalizer, (2, 2), "same"))
+        np.testing.assert_allclose(np.asarray(exported.call(x)), want, rtol=1e-5, atol=1e-5)
