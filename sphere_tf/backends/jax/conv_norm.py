@@ -77,4 +77,3 @@ def depthwise_conv(inputs, kernel, padding):
             window = x[:, u:u + out_h, t:t + out_w, :, None] * weights[u, t]
             total = window if total is None else total + window
     return jnp.reshape(total, (*total.shape[:3], channels * multiplier)).astype(dtype)
-
