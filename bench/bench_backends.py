@@ -90,6 +90,14 @@ CASES = {
     # ConvNorm's own normalisation only (`batch_norm=False`): CNN-9 puts a BatchNormalization after every conv.
     "conv_norm": lambda f: sphere_layers.ConvNorm2D(f, 3, padding="same", batch_norm=False),
     "opt": lambda f: sphere_layers.OPTConv2D(f, 3, padding="same"),
+    # The other orthogonalisations (docs/opt.md, "Cost of each orthogonalisation"); `opt` is Gram-Schmidt. OGD is
+    # not a case: its cost is its optimizer's Cayley step (`OPTOptimizer`), which this trainer does not run.
+    "opt_householder": lambda f: sphere_layers.OPTConv2D(f, 3, padding="same", orthogonalization="householder"),
+    "opt_lowdin": lambda f: sphere_layers.OPTConv2D(f, 3, padding="same", orthogonalization="lowdin"),
+    "opt_lowdin_newton_schulz": lambda f: sphere_layers.OPTConv2D(f, 3, padding="same", orthogonalization="lowdin",
+                                                                 newton_schulz_iters=5),
+    "opt_cayley": lambda f: sphere_layers.OPTConv2D(f, 3, padding="same", orthogonalization="cayley"),
+    "opt_exp": lambda f: sphere_layers.OPTConv2D(f, 3, padding="same", orthogonalization="exp"),
 }
 DEFAULT_TRAINERS = {"tensorflow": ["keras", "keras_jit"], "jax": ["stateless", "keras"],
                     "torch": ["keras", "keras_jit"]}

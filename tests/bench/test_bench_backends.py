@@ -13,15 +13,18 @@ from tests.backends import interpreters
 
 
 EVERY_CASE = "conv2d,sphere_linear,tanh_cosine,tanh_cosine:reference,conv_norm,opt"
+OPT_VARIANTS = "conv2d,opt_householder,opt_lowdin,opt_lowdin_newton_schulz,opt_cayley,opt_exp"
 
 
 # The fast tier runs the baseline, one operator on the plug-in and on the reference path, and OPT (84 s for every
-# case); every case under both trainers is in the slow tier (keras_jit XLA-compiles six CNN-9 steps and forwards).
+# case); every case under both trainers, and the other OPT orthogonalisations, are in the slow tier (keras_jit
+# XLA-compiles six CNN-9 steps and forwards).
 @pytest.mark.parametrize("trainer,jit_compile,cases", [
     ("keras", False, "conv2d,tanh_cosine,tanh_cosine:reference,opt"),
     ("keras", False, EVERY_CASE),
     ("keras_jit", True, EVERY_CASE),
-], ids=["keras-some", "keras-every", "keras_jit-every"])
+    ("keras", False, OPT_VARIANTS),
+], ids=["keras-some", "keras-every", "keras_jit-every", "keras-opt-variants"])
 def test_keras_trainer_rows_for_every_case(tmp_path, trainer, jit_compile, cases):
     results = tmp_path / "rows.jsonl"
     command = [sys.executable, "-m", "bench.bench_backends", f"--trainers={trainer}", "--batch_sizes=4",
