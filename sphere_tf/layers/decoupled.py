@@ -569,7 +569,12 @@ class _Conv2DOperator(_HypersphericalOperator):
     def call(self, inputs, training=None):
         # The input spec checks the rank and channels only: a later input smaller than the window would fail
         # inside the backend's conv ("Computed output size would be negative"), without its shape.
-        self.compute_output_shape(tuple(inputs.shape))
+        output_shape = self.compute_output_shape(tuple(inputs.shape))
+        if inputs.shape[0] == 0:
+            # An empty batch: nothing to convolve, and no statistic (E{‖x‖}) is updated from no samples. TensorFlow
+            # 2.21's oneDNN convolution returns its input for one instead of an empty output (tensorflow/tensorflow
+            # PR 112639), so the backend's conv is not asked.
+            return ops.zeros(output_shape, self.compute_dtype)
         if self.data_format == "channels_first":
             out = super().call(ops.transpose(inputs, (0, 2, 3, 1)), training=training)
             return ops.transpose(out, (0, 3, 1, 2))

@@ -534,6 +534,10 @@ class OPTConv2D(OPTLayer):
         return (*self.kernel_size, int(channels), self.filters)
 
     def _linear(self, inputs, kernel):
+        if inputs.shape[0] == 0:
+            # An empty batch: TensorFlow 2.21's oneDNN convolution returns its input for one instead of an empty
+            # output (tensorflow/tensorflow PR 112639); there is nothing to convolve.
+            return ops.zeros(self.compute_output_shape(tuple(inputs.shape)), inputs.dtype)
         return ops.conv(
             inputs,
             kernel,

@@ -27,8 +27,10 @@ pytestmark = pytest.mark.backend_only("jax")
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Reduction order differs between device counts (each device sums its shard, then an all-reduce adds the sums):
-# float32 rounding, compounded over 10 Adam steps of a tiny network.
-RTOL, ATOL = 1e-4, 1e-5
+# float32 rounding, compounded over 10 Adam steps of a tiny network. Adam divides by √v, so a weight whose
+# gradients are near zero moves by up to the learning rate's scale on rounding alone: on an AVX-512 host one of
+# the FC kernel's 6272 entries ended 2.1e-5 apart (the rest within 1e-5).
+RTOL, ATOL = 1e-4, 5e-5
 
 CHILD = r"""
 import json, os, signal, sys
