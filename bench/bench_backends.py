@@ -57,10 +57,12 @@ flags.DEFINE_list("modes", ["train", "forward"], "What to time.")
 flags.DEFINE_list("forward_batch_sizes", None, "Batch sizes of the forward timing (default: --batch_sizes).")
 flags.DEFINE_list("widths", ["64", "96", "128"], "Filters of the three stages.")
 flags.DEFINE_integer("image_size", 32, "Square input size (3 channels; the readme network: 28, 1 channel).")
-flags.DEFINE_enum("network", "cnn9", ["cnn9", "readme"],
+flags.DEFINE_enum("network", "cnn9", ["cnn9", "readme", "layer"],
                   "cnn9: SphereNet's CNN-9 with every conv replaced by the case's; readme: the README's operator "
                   "example (cases conv2d, its Conv2D twin, and readme: DecoupledConv2D tanh + cosine then a strided "
-                  "SphereConv2D linear).")
+                  "SphereConv2D linear); layer: one CNN-9 layer alone (the case's conv + BN + ReLU on "
+                  "--image_size² × --layer_channels inputs), a per-layer profile.")
+flags.DEFINE_list("layer_channels", ["64", "64"], "--network=layer: input channels and filters.")
 flags.DEFINE_integer("steps", 10, "Calls of a case per round.")
 flags.DEFINE_integer("rounds", 5, "Timed rounds.")
 flags.DEFINE_integer("warmup", 2, "Untimed calls per case after compilation.")
@@ -89,6 +91,8 @@ CASES = {
                                                              angular="cosine"),
     # ConvNorm's own normalisation only (`batch_norm=False`): CNN-9 puts a BatchNormalization after every conv.
     "conv_norm": lambda f: sphere_layers.ConvNorm2D(f, 3, padding="same", batch_norm=False),
+    # Without its affine depthwise conv: what that conv costs (docs/performance.md, "ConvNorm2D on JAX").
+    "conv_norm_no_affine": lambda f: sphere_layers.ConvNorm2D(f, 3, padding="same", batch_norm=False, affine=False),
     "opt": lambda f: sphere_layers.OPTConv2D(f, 3, padding="same"),
     # The other orthogonalisations (docs/opt.md, "Cost of each orthogonalisation"); `opt` is Gram-Schmidt. OGD is
     # not a case: its cost is its optimizer's Cayley step (`OPTOptimizer`), which this trainer does not run.
@@ -308,6 +312,10 @@ def _make_case(name, batch_size, policy, trainer="stateless"):
         if FLAGS.network == "readme":
             channels = 1
             model = networks.readme_model(*README_CASES[base_name], input_shape=(FLAGS.image_size,) * 2 + (1,))
+        elif FLAGS.network == "layer":
+            channels, filters = (int(c) for c in FLAGS.layer_channels)
+            model = networks.single_layer(CASES[base_name], input_shape=(FLAGS.image_size, FLAGS.image_size,
+                                                                         channels), filters=filters)
         else:
             channels = 3
             model = networks.cnn9(CASES[base_name], input_shape=(FLAGS.image_size, FLAGS.image_size, 3),
@@ -382,6 +390,8 @@ def measure(mode, batch_size, policy, trainer="stateless"):
     for name in names:
         row = {"mode": mode, "case": name, "batch_size": batch_size, "dtype_policy": policy, "trainer": trainer,
                "network": FLAGS.network, "image_size": FLAGS.image_size}
+        if FLAGS.network == "layer":
+            row["layer_channels"] = [int(c) for c in FLAGS.layer_channels]
         if name in errors:
             rows.append(dict(row, error=errors[name]))
             continue

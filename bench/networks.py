@@ -34,3 +34,14 @@ def readme_model(first_conv, second_conv, input_shape=(28, 28, 1), num_classes=1
         second_conv(64),
         keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(num_classes),
     ])
+
+
+def single_layer(conv_factory, input_shape=(32, 32, 64), filters=64, num_classes=10):
+    """One of CNN-9's layers alone (the case's conv, BN, ReLU) with global pooling and a classifier for a loss:
+    a per-layer profile (`--network=layer`)."""
+    return keras.Sequential([
+        keras.Input(input_shape),
+        conv_factory(filters),
+        keras.layers.BatchNormalization(), keras.layers.ReLU(),
+        keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(num_classes),
+    ])

@@ -42,3 +42,18 @@ def test_keras_trainer_rows_for_every_case(tmp_path, trainer, jit_compile, cases
         baseline = [b for b in rows if b["case"] == "conv2d" and b["trainer"] == r["trainer"]
                     and b["mode"] == r["mode"]]
         assert r["ratio_to_conv2d"] == r["median_step_s"] / baseline[0]["median_step_s"]
+
+
+def test_single_layer_network_rows(tmp_path):
+    """`--network=layer`: one CNN-9 layer alone with the requested channels, a row per case with the channels."""
+    results = tmp_path / "rows.jsonl"
+    command = [sys.executable, "-m", "bench.bench_backends", "--network=layer", "--layer_channels=3,4",
+               "--trainers=keras", "--batch_sizes=2", "--image_size=6", "--steps=1", "--rounds=1", "--warmup=0",
+               "--dtypes=float32", "--cases=conv2d,conv_norm,conv_norm_no_affine", "--modes=train",
+               f"--results_file={results}"]
+    env = dict(os.environ, KERAS_BACKEND="tensorflow")
+    done = subprocess.run(command, cwd=interpreters.REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    assert [r["case"] for r in rows] == ["conv2d", "conv_norm", "conv_norm_no_affine"]
+    assert all(r["network"] == "layer" and r["layer_channels"] == [3, 4] and r["median_step_s"] > 0 for r in rows)
