@@ -386,6 +386,27 @@ def test_mixed_precision_runs_the_fft_path_in_float32(policy, rng, monkeypatch):
     assert np.all(np.isfinite(keras.ops.convert_to_numpy(keras.ops.cast(big, "float32"))))
 
 
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_mixed_precision_fit_evaluate_and_predict_are_finite(policy, rng):
+    """With the backend's default path (the TensorFlow and JAX plug-ins, PyTorch's reference) a mixed-precision
+    model fits, evaluates and predicts finitely, also on an all-zero batch (V̂ is finite for a zero response) and
+    on large inputs."""
+    x = rng.standard_normal((8, 8, 8, 3)).astype(np.float32)
+    y = rng.integers(0, 4, size=(8,))
+    keras.mixed_precision.set_dtype_policy(policy)
+    try:
+        model = keras.Sequential([keras.Input((8, 8, 3)), ConvNorm2D(4, 3, padding="same"),
+                                  keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(4, dtype="float32")])
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit(x, y, batch_size=4, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    assert np.isfinite(model.evaluate(x, y, verbose=0))
+    for batch in (x, np.zeros_like(x), 1e3 * x):
+        assert np.isfinite(model.predict(batch, verbose=0)).all()
+
+
 # -- Keras's own layer harness ---------------------------------------------------------------------
 
 
