@@ -48,7 +48,6 @@ from sphere_tf.ops import magnitude as magnitude_lib
 from sphere_tf.ops import response as response_lib
 
 _fall_back = acceleration.FallBack(__name__, "torch")  # NotImplemented after one INFO line per reason
-_REPORTED = _fall_back.reported
 
 # The angular activations this plug-in computes with a hand-written gradient.
 THETA_ACTIVATIONS = ("linear", "sigmoid")

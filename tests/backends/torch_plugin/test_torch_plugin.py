@@ -156,7 +156,7 @@ def test_a_call_it_cannot_serve_runs_the_reference_after_one_info_line(caplog):
     import torch
 
     torch_plugin = _plugin()
-    torch_plugin._REPORTED.clear()
+    torch_plugin._fall_back.reported.clear()
     dot = torch.full((2, 3), 0.3, dtype=torch.float64)
     inv_norm = torch.ones((2, 1), dtype=torch.float64)
     mag = magnitude_lib.get_magnitude("sphere")
