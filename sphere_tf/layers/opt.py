@@ -311,7 +311,11 @@ class OPTLayer(keras.layers.Layer):
         # Integer inputs (uint8 pixels) in the layer's float dtype, as the operator layers take them.
         if not keras.backend.is_float_dtype(inputs.dtype):
             inputs = ops.cast(inputs, self.compute_dtype)
-        self.compute_output_shape(tuple(inputs.shape))  # a later input smaller than the window: its shape named
+        output_shape = self.compute_output_shape(tuple(inputs.shape))  # an input smaller than the window: named
+        if inputs.shape[0] == 0:
+            # An empty batch: no orthogonalisation to pay for, and TensorFlow 2.21's oneDNN convolution returns its
+            # input for one instead of an empty output (tensorflow/tensorflow PR 112639).
+            return ops.zeros(output_shape, self.compute_dtype)
         kernel = ops.cast(self.effective_kernel(), self.compute_dtype)
         outputs = self._linear(inputs, kernel)
         if self.use_bias:
@@ -534,10 +538,6 @@ class OPTConv2D(OPTLayer):
         return (*self.kernel_size, int(channels), self.filters)
 
     def _linear(self, inputs, kernel):
-        if inputs.shape[0] == 0:
-            # An empty batch: TensorFlow 2.21's oneDNN convolution returns its input for one instead of an empty
-            # output (tensorflow/tensorflow PR 112639); there is nothing to convolve.
-            return ops.zeros(self.compute_output_shape(tuple(inputs.shape)), inputs.dtype)
         return ops.conv(
             inputs,
             kernel,
