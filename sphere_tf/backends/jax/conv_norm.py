@@ -62,7 +62,7 @@ def depthwise_conv(inputs, kernel, padding):
         padding: 'same' or 'valid'.
 
     Returns:
-        `(N, H', W', C·M)` in the inputs' dtype.
+        `(N, H', W', C·M)` in the dtype of inputs and kernel together (`jnp.result_type`).
     """
     kh, kw, channels, multiplier = (int(d) for d in kernel.shape)
     (top, bottom, out_h), (left, right, out_w) = (
