@@ -269,6 +269,9 @@ class OPTLayer(keras.layers.Layer):
         )
 
     # ---------------------------------------------------------------- maths
+    def _raw_rotation(self):
+        return ops.cast(ops.convert_to_tensor(self.rotation_param), "float32")
+
     def rotation_blocks(self):
         """The orthogonal matrix (or blocks) applied in the forward pass, float32.
 
@@ -276,7 +279,7 @@ class OPTLayer(keras.layers.Layer):
         ``(k, b, b)`` for independent PE-OPT blocks (b = d/k, rows in the
         channel-group order of `sphere_tf.ops.rotation.rotate_channel_groups`).
         """
-        p = ops.cast(ops.convert_to_tensor(self.rotation_param), "float32")
+        p = self._raw_rotation()
         if self._orth_fn is None:  # 'ogd' and 'soft' use the raw matrix.
             return p
         if self.orthogonalization == "lowdin":
@@ -285,12 +288,17 @@ class OPTLayer(keras.layers.Layer):
 
     def _rotate(self, v):
         """``R·v`` for a ``(d, c)`` float32 matrix whose rows follow the kernel flattening."""
-        q = self.rotation_blocks()
+        direct_product = orthogonal.ORTHOGONAL_PRODUCT_FNS.get(self.orthogonalization)
+        if direct_product is not None:
+            # R·v straight from the raw matrix (Cayley: one solve with v's columns, no d×d R).
+            q, product = self._raw_rotation(), direct_product
+        else:
+            q, product = self.rotation_blocks(), ops.matmul
         if self.stochastic_dims is not None:
-            return rotation_lib.rotate_rows(q, v, self.stochastic_indices)
+            return rotation_lib.rotate_rows(q, v, self.stochastic_indices, product)
         if self.num_blocks == 1:
-            return ops.matmul(q, v)
-        return rotation_lib.rotate_channel_groups(q, v, self.num_blocks, self._spatial_size())
+            return product(q, v)
+        return rotation_lib.rotate_channel_groups(q, v, self.num_blocks, self._spatial_size(), product)
 
     def rotation(self):
         """The full ``(d, d)`` orthogonal matrix R with ``W = R·V`` (float32).

@@ -22,7 +22,7 @@ import numpy as np
 from keras import ops
 
 
-def rotate_channel_groups(blocks, v, num_blocks, spatial_size):
+def rotate_channel_groups(blocks, v, num_blocks, spatial_size, product=ops.matmul):
     """PE-OPT product ``R·V`` with R block diagonal over groups of input channels.
 
     Args:
@@ -32,33 +32,43 @@ def rotate_channel_groups(blocks, v, num_blocks, spatial_size):
             d = spatial_size · C_in.
         num_blocks: int k, the number of channel groups (C_in divisible by k).
         spatial_size: int, kh·kw (1 for a dense layer).
+        product: ``fn(blocks, x) -> blocks·x`` for ``(b, b)`` and ``(b, m)``, or a stack of
+            each; `ops.matmul` by default, an orthogonalisation's direct product (such as
+            `sphere_tf.ops.orthogonal.cayley_product` of raw blocks) otherwise.
 
     Returns:
         float32 tensor ``(d, c)``.
     """
     d, c = int(v.shape[0]), ops.shape(v)[-1]
     group = d // (spatial_size * num_blocks)
+    b = spatial_size * group
     # Rows are ((h·kw)+w)·C_in + c: bring the channel group to the front.
     grouped = ops.reshape(v, (spatial_size, num_blocks, group, c))
-    grouped = ops.reshape(ops.transpose(grouped, (1, 0, 2, 3)), (num_blocks, spatial_size * group, c))
-    grouped = ops.matmul(blocks, grouped)  # a shared (b, b) block broadcasts over the k groups
+    grouped = ops.reshape(ops.transpose(grouped, (1, 0, 2, 3)), (num_blocks, b, c))
+    if len(blocks.shape) == 2:
+        # One shared block: the k groups side by side as columns, a single (b, b)·(b, k·c) product.
+        columns = ops.reshape(ops.transpose(grouped, (1, 0, 2)), (b, num_blocks * c))
+        grouped = ops.transpose(ops.reshape(product(blocks, columns), (b, num_blocks, c)), (1, 0, 2))
+    else:
+        grouped = product(blocks, grouped)
     grouped = ops.transpose(ops.reshape(grouped, (num_blocks, spatial_size, group, c)), (1, 0, 2, 3))
     return ops.reshape(grouped, (d, c))
 
 
-def rotate_rows(rotation, v, rows):
+def rotate_rows(rotation, v, rows, product=ops.matmul):
     """S-OPT product: ``W = V`` except ``W[rows] = rotation·V[rows]``.
 
     Args:
         rotation: float32 tensor ``(m, m)``.
         v: float32 tensor ``(d, c)``.
         rows: int tensor ``(m,)`` of distinct row indices.
+        product: ``fn(rotation, x) -> rotation·x``, as for `rotate_channel_groups`.
 
     Returns:
         float32 tensor ``(d, c)``.
     """
     rows = ops.cast(rows, "int32")
-    rotated = ops.matmul(rotation, ops.take(v, rows, axis=0))
+    rotated = product(rotation, ops.take(v, rows, axis=0))
     return ops.scatter_update(v, ops.expand_dims(rows, -1), rotated)
 
 

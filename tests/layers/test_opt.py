@@ -277,6 +277,24 @@ def test_pe_opt_block_structure_matches_numpy_construction(share_blocks):
     assert np.abs(naive - expected_r).max() > 1e-2
 
 
+@pytest.mark.parametrize("share_blocks", [False, True])
+@pytest.mark.parametrize("orthogonalization", ["cayley", "gram_schmidt"])
+def test_pe_opt_kernel_from_the_raw_blocks(orthogonalization, share_blocks):
+    """W from the raw trainable blocks alone: NumPy's R(P) per block, placed by channel group, times V (Cayley takes
+    its direct product, Gram-Schmidt the matmul)."""
+    kh, kw, cin, k = 3, 3, 4, 2
+    layer = opt_lib.OPTConv2D(5, (kh, kw), num_blocks=k, share_blocks=share_blocks,
+                              orthogonalization=orthogonalization, seed=9)
+    layer.build((None, 6, 6, cin))
+    raw = ops.convert_to_numpy(layer.rotation_param).astype(np.float64)
+    rotate = NP_ROTATIONS[orthogonalization]
+    blocks = rotate(raw) if share_blocks else np.stack([rotate(block) for block in raw])
+    expected_r = np_block_rotation(blocks, kh, kw, cin, k)
+    v = ops.convert_to_numpy(layer.fixed_kernel).reshape(-1, 5).astype(np.float64)
+    np.testing.assert_allclose(ops.convert_to_numpy(layer.effective_kernel()).reshape(-1, 5), expected_r @ v, atol=1e-4)
+    np.testing.assert_allclose(ops.convert_to_numpy(layer.rotation()), expected_r, atol=1e-4)
+
+
 def test_pe_opt_dense_uses_contiguous_blocks():
     layer = opt_lib.OPTDense(3, num_blocks=3, seed=7)
     layer.build((None, 6))
@@ -328,6 +346,18 @@ def test_sopt_rotates_only_sampled_rows_and_merges():
     np.testing.assert_allclose(ops.convert_to_numpy(layer.effective_kernel()).reshape(18, 5), w, atol=1e-6)
     assert not np.array_equal(ops.convert_to_numpy(layer.stochastic_indices), idx)
     assert np_energy(ops.convert_to_numpy(layer.fixed_kernel)) == pytest.approx(energy, abs=1e-5)
+
+
+def test_sopt_cayley_kernel_from_the_raw_rotation():
+    layer = opt_lib.OPTConv2D(5, 3, stochastic_dims=7, orthogonalization="cayley", seed=10)
+    layer.build((None, 6, 6, 2))
+    raw = np.random.default_rng(2).standard_normal((7, 7))
+    layer.rotation_param.assign(raw.astype("float32"))
+    idx = ops.convert_to_numpy(layer.stochastic_indices)
+    v = ops.convert_to_numpy(layer.fixed_kernel).reshape(18, 5).astype(np.float64)
+    expected = v.copy()
+    expected[idx] = NP_ROTATIONS["cayley"](raw) @ v[idx]
+    np.testing.assert_allclose(ops.convert_to_numpy(layer.effective_kernel()).reshape(18, 5), expected, atol=1e-5)
 
 
 # ---------------------------------------------------------------- refined V

@@ -159,6 +159,52 @@ def test_qr_gradient_of_a_block_stack_matches_finite_differences_per_block(name)
         np.testing.assert_allclose(grad[i], numeric, atol=2e-3, rtol=2e-3)
 
 
+@pytest.mark.parametrize("name", sorted(REFERENCES))
+@pytest.mark.parametrize("batch", [(), (3,)])
+def test_orthogonal_product_is_the_rotation_times_v(name, batch):
+    """`orthogonal_product(name)(P, V)` = R(P)·V, whether the map has a direct form (Cayley's solve with V's
+    columns) or not, for one matrix and a stack of blocks."""
+    rng = np.random.default_rng(8)
+    p = _random(10, seed=9, batch=batch)
+    v = rng.standard_normal(batch + (10, 4)).astype(np.float32)
+    got = ops.convert_to_numpy(orthogonal.orthogonal_product(name)(ops.convert_to_tensor(p), ops.convert_to_tensor(v)))
+    assert got.shape == batch + (10, 4) and got.dtype == np.float32
+    expected = np.stack([REFERENCES[name](b) @ vb for b, vb in zip(p.reshape(-1, 10, 10), v.reshape(-1, 10, 4))])
+    np.testing.assert_allclose(got, expected.reshape(got.shape), atol=3e-5)
+
+
+def test_cayley_is_the_only_direct_product_and_callables_use_the_matmul():
+    assert orthogonal.orthogonal_product("cayley") is orthogonal.cayley_product
+    p, v = _random(5, seed=10), np.random.default_rng(11).standard_normal((5, 2)).astype(np.float32)
+    custom = orthogonal.orthogonal_product(lambda q: q * 2.0)
+    np.testing.assert_allclose(ops.convert_to_numpy(custom(p, v)), 2.0 * p @ v, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="Unknown orthogonalization 'nope'"):
+        orthogonal.orthogonal_product("nope")
+
+
+@pytest.mark.parametrize("batch", [(), (2,)])
+def test_cayley_product_gradient_matches_finite_differences_in_p_and_v(batch):
+    """The product's gradient (through one solve of I − S) equals central differences of (I + S)(I − S)⁻¹·V."""
+    rng = np.random.default_rng(12)
+    p = rng.standard_normal(batch + (6, 6))
+    v = rng.standard_normal(batch + (6, 3))
+    weights = rng.standard_normal(batch + (6, 3))
+
+    def reference(q, vv):
+        q, vv = q.reshape((-1, 6, 6)), vv.reshape((-1, 6, 3))
+        return np.stack([np_cayley(qb) @ vb for qb, vb in zip(q, vv)]).reshape(batch + (6, 3))
+
+    w = weights.astype(np.float32)
+    _, grad_p = testing.value_and_grad(
+        lambda q: ops.sum(ops.multiply(orthogonal.cayley_product(q, v.astype(np.float32)), w)), p)
+    _, grad_v = testing.value_and_grad(
+        lambda vv: ops.sum(ops.multiply(orthogonal.cayley_product(p.astype(np.float32), vv), w)), v)
+    np.testing.assert_allclose(grad_p, testing.numeric_gradient(lambda q: np.sum(reference(q, v) * weights), p),
+                               atol=2e-3, rtol=2e-3)
+    np.testing.assert_allclose(grad_v, testing.numeric_gradient(lambda vv: np.sum(reference(p, vv) * weights), v),
+                               atol=2e-3, rtol=2e-3)
+
+
 def test_gram_schmidt_is_row_orientation_and_householder_column_orientation():
     p = _random(8, seed=6)
     gs = _apply(orthogonal.gram_schmidt, p)

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from sphere_tf.ops import orthogonal
 from sphere_tf.ops import rotation
 
 
@@ -30,6 +31,37 @@ def test_rotate_channel_groups_is_the_block_matrix_in_hwio_order(shared, kh, kw,
     v = rng.standard_normal((kh * kw * cin, 5)).astype(np.float32)
     got = rotation.rotate_channel_groups(blocks, v, k, kh * kw)
     expected = np_channel_group_matrix(blocks, kh, kw, cin, k) @ v
+    np.testing.assert_allclose(np.asarray(got), expected, atol=1e-5)
+
+
+def np_cayley(p):
+    s = np.triu(p) - np.triu(p).T
+    eye = np.eye(len(p))
+    return (eye + s) @ np.linalg.inv(eye - s)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_rotate_channel_groups_with_a_direct_product_of_raw_blocks(shared):
+    """With `product=cayley_product` the raw blocks act as their Cayley rotations (a shared block once over all
+    groups' columns)."""
+    kh, kw, cin, k = 3, 3, 4, 2
+    rng = np.random.default_rng(5)
+    b = kh * kw * cin // k
+    raw = rng.standard_normal((b, b) if shared else (k, b, b)).astype(np.float32)
+    v = rng.standard_normal((kh * kw * cin, 5)).astype(np.float32)
+    got = rotation.rotate_channel_groups(raw, v, k, kh * kw, orthogonal.cayley_product)
+    cayley_blocks = np_cayley(raw) if shared else np.stack([np_cayley(block) for block in raw])
+    np.testing.assert_allclose(np.asarray(got), np_channel_group_matrix(cayley_blocks, kh, kw, cin, k) @ v, atol=1e-4)
+
+
+def test_rotate_rows_with_a_direct_product():
+    rng = np.random.default_rng(6)
+    v = rng.standard_normal((9, 4)).astype(np.float32)
+    rows = np.array([0, 5, 6, 8], np.int32)
+    raw = rng.standard_normal((4, 4)).astype(np.float32)
+    expected = v.astype(np.float64).copy()
+    expected[rows] = np_cayley(raw) @ v[rows]
+    got = rotation.rotate_rows(raw, v, rows, orthogonal.cayley_product)
     np.testing.assert_allclose(np.asarray(got), expected, atol=1e-5)
 
 
