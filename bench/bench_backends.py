@@ -71,9 +71,18 @@ flags.DEFINE_bool("torch_static_shapes", False,
                   "PyTorch keras_jit: compile every shape statically (torch._dynamo automatic_dynamic_shapes off). "
                   "Inductor (PyTorch 2.14) fails on the README model once another model was compiled in the same "
                   "process ('cannot determine truth value of Relational'), on the reference path too.")
-flags.DEFINE_string("hlo_dir", None, "JAX: write the optimized HLO of each train step here (fusion analysis).")
+flags.DEFINE_string("hlo_dir", None, "JAX, trainer 'stateless': write the optimized HLO of each train step here "
+                    "(fusion analysis).")
 
 BASELINE = "conv2d"
+
+
+def _opt_conv(filters, **kwargs):
+    # Without a bias, as the Conv2D baseline (BatchNormalization follows every conv): the cost compared is the
+    # orthogonalisation's alone, not also a bias add and its gradient's reduction over N·H·W.
+    return sphere_layers.OPTConv2D(filters, 3, padding="same", use_bias=False, **kwargs)
+
+
 # The README's operator example and its Conv2D twin (`--network=readme`): (first conv, strided second conv).
 README_CASES = {
     "conv2d": (lambda f: keras.layers.Conv2D(f, 3, padding="same"),
@@ -93,15 +102,15 @@ CASES = {
     "conv_norm": lambda f: sphere_layers.ConvNorm2D(f, 3, padding="same", batch_norm=False),
     # Without its affine depthwise conv: what that conv costs (docs/performance.md, "ConvNorm2D on JAX").
     "conv_norm_no_affine": lambda f: sphere_layers.ConvNorm2D(f, 3, padding="same", batch_norm=False, affine=False),
-    "opt": lambda f: sphere_layers.OPTConv2D(f, 3, padding="same"),
-    # The other orthogonalisations (docs/opt.md, "Cost of each orthogonalisation"); `opt` is Gram-Schmidt. OGD is
+    # Gram-Schmidt, the default until Cayley took its place; `opt` keeps its figures comparable across releases.
+    "opt": lambda f: _opt_conv(f, orthogonalization="gram_schmidt"),
+    # The other orthogonalisations (docs/opt.md, "Cost of each orthogonalisation"). OGD is
     # not a case: its cost is its optimizer's Cayley step (`OPTOptimizer`), which this trainer does not run.
-    "opt_householder": lambda f: sphere_layers.OPTConv2D(f, 3, padding="same", orthogonalization="householder"),
-    "opt_lowdin": lambda f: sphere_layers.OPTConv2D(f, 3, padding="same", orthogonalization="lowdin"),
-    "opt_lowdin_newton_schulz": lambda f: sphere_layers.OPTConv2D(f, 3, padding="same", orthogonalization="lowdin",
-                                                                 newton_schulz_iters=5),
-    "opt_cayley": lambda f: sphere_layers.OPTConv2D(f, 3, padding="same", orthogonalization="cayley"),
-    "opt_exp": lambda f: sphere_layers.OPTConv2D(f, 3, padding="same", orthogonalization="exp"),
+    "opt_householder": lambda f: _opt_conv(f, orthogonalization="householder"),
+    "opt_lowdin": lambda f: _opt_conv(f, orthogonalization="lowdin"),
+    "opt_lowdin_newton_schulz": lambda f: _opt_conv(f, orthogonalization="lowdin", newton_schulz_iters=5),
+    "opt_cayley": lambda f: _opt_conv(f, orthogonalization="cayley"),
+    "opt_exp": lambda f: _opt_conv(f, orthogonalization="exp"),
 }
 DEFAULT_TRAINERS = {"tensorflow": ["keras", "keras_jit"], "jax": ["stateless", "keras"],
                     "torch": ["keras", "keras_jit"]}
@@ -370,7 +379,8 @@ def measure(mode, batch_size, policy, trainer="stateless"):
             named = [line for line in lines if re.search(r"\w+(Error|Exception): ", line)]
             errors[name] = f"{type(error).__name__}: {(named or lines or [''])[-1]}"
             continue
-        if mode == "train" and FLAGS.hlo_dir and keras.backend.backend() == "jax":
+        # The hand-written `jax.jit` step's HLO (`--trainers=stateless`); Keras's trainer compiles its own step.
+        if mode == "train" and FLAGS.hlo_dir and isinstance(case, _JaxCase):
             os.makedirs(FLAGS.hlo_dir, exist_ok=True)
             path = os.path.join(FLAGS.hlo_dir, f"train_{name.replace(':', '-')}_b{batch_size}_{policy}.hlo.txt")
             with open(path, "w") as f:
