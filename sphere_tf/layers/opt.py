@@ -21,10 +21,10 @@ row-major HWIO one: d = kh·kw·C_in, n = C_out.
 
 | value           | R                                   | raw P init (upstream) |
 |-----------------|-------------------------------------|-----------------------|
+| 'cayley' (default) | (I + S)(I − S)⁻¹, S = triu(P) − triu(P)ᵀ; W = R·V by one solve | N(0, 1)    |
 | 'gram_schmidt'  | row Gram-Schmidt of P (QR, sign-fixed) | N(0, 1)            |
 | 'householder'   | Householder Q of P                  | N(0, 1)               |
 | 'lowdin'        | polar factor of P (SVD or Newton–Schulz) | N(0, 1)          |
-| 'cayley'        | (I + S)(I − S)⁻¹, S = triu(P) − triu(P)ᵀ | N(0, 1)          |
 | 'exp'           | expm(S)                             | N(0, 1)               |
 | 'ogd'           | P itself, kept orthogonal by `sphere_tf.optimizers.CayleySGD` | I |
 | 'soft'          | P itself, penalty β‖PᵀP − I‖_F (β = 0.1, unsquared, as upstream) | N(0, 1) |
@@ -121,7 +121,7 @@ class OPTLayer(keras.layers.Layer):
 
     def __init__(
         self,
-        orthogonalization="gram_schmidt",
+        orthogonalization="cayley",
         activation=None,
         use_bias=True,
         fixed_kernel_initializer=None,
@@ -414,8 +414,9 @@ def _opt_options(arguments):
 
 
 _OPT_ARGS_DOC = """
-        orthogonalization: str, one of 'gram_schmidt' (default), 'householder',
-            'lowdin', 'cayley', 'exp', 'ogd', 'soft'.
+        orthogonalization: str, one of 'cayley' (default: the cheapest exact map,
+            docs/opt.md "Cost of each orthogonalisation"), 'gram_schmidt',
+            'householder', 'lowdin', 'exp', 'ogd', 'soft'.
         activation: activation name or callable, or None.
         use_bias: bool.
         fixed_kernel_initializer: initializer of V (default: upstream He normal,
@@ -495,7 +496,7 @@ class OPTConv2D(OPTLayer):
         strides=1,
         padding="valid",
         dilation_rate=1,
-        orthogonalization="gram_schmidt",
+        orthogonalization="cayley",
         activation=None,
         use_bias=True,
         fixed_kernel_initializer=None,
@@ -615,7 +616,7 @@ class OPTDense(OPTLayer):
     def __init__(
         self,
         units,
-        orthogonalization="gram_schmidt",
+        orthogonalization="cayley",
         activation=None,
         use_bias=True,
         fixed_kernel_initializer=None,
