@@ -147,6 +147,8 @@ class OPTLayer(keras.layers.Layer):
         super().__init__(**kwargs)
         self.orthogonalization = validation.one_of(orthogonalization, "orthogonalization", ORTHOGONALIZATIONS)
         self._orth_fn = orthogonal.ORTHOGONALIZATION_FNS.get(orthogonalization)
+        # R·v straight from the raw matrix where the map has such a product (Cayley: one solve, no d×d R).
+        self._direct_product = orthogonal.ORTHOGONAL_PRODUCT_FNS.get(orthogonalization)
         self.activation = validation.keras_object(
             keras.activations.get, activation, "activation", "activation")
         self.use_bias = validation.boolean(use_bias, "use_bias")
@@ -288,10 +290,8 @@ class OPTLayer(keras.layers.Layer):
 
     def _rotate(self, v):
         """``R·v`` for a ``(d, c)`` float32 matrix whose rows follow the kernel flattening."""
-        direct_product = orthogonal.ORTHOGONAL_PRODUCT_FNS.get(self.orthogonalization)
-        if direct_product is not None:
-            # R·v straight from the raw matrix (Cayley: one solve with v's columns, no d×d R).
-            q, product = self._raw_rotation(), direct_product
+        if self._direct_product is not None:
+            q, product = self._raw_rotation(), self._direct_product
         else:
             q, product = self.rotation_blocks(), ops.matmul
         if self.stochastic_dims is not None:

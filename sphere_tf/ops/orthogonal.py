@@ -303,7 +303,7 @@ def cayley_product(p, v):
         float32 tensor ``(..., d, c)``.
     """
     s = skew_part(p)
-    v = _as_float32(v)
+    v = ops.cast(v, "float32")  # no copy of an OPT layer's float32 V (`read_float32` copies; no custom gradient here)
     return ops.solve(_eye_like(s) - s, v + ops.matmul(s, v))
 
 
@@ -419,19 +419,10 @@ ORTHOGONALIZATION_FNS = {
 
 
 # Maps whose product ``Orth(P)·V`` is cheaper computed directly than as ``matmul(Orth(P), V)``:
-# name -> ``fn(p, v)`` (float32, ``(..., d, d)`` and ``(..., d, c)``).
+# name -> ``fn(p, v)`` (float32, ``(..., d, d)`` and ``(..., d, c)``); `sphere_tf.layers.OPTLayer` takes it.
 ORTHOGONAL_PRODUCT_FNS = {
     "cayley": cayley_product,
 }
-
-
-def orthogonal_product(identifier):
-    """``fn(p, v) -> Orth(P)·V`` for a registry name or map: its direct form where it has one
-    (`ORTHOGONAL_PRODUCT_FNS`), otherwise ``matmul(Orth(P), V)``."""
-    if isinstance(identifier, str) and identifier in ORTHOGONAL_PRODUCT_FNS:
-        return ORTHOGONAL_PRODUCT_FNS[identifier]
-    orthogonalize = get_orthogonalization(identifier)
-    return lambda p, v: ops.matmul(orthogonalize(p), _as_float32(v))
 
 
 def get_orthogonalization(identifier):

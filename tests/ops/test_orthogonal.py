@@ -159,27 +159,16 @@ def test_qr_gradient_of_a_block_stack_matches_finite_differences_per_block(name)
         np.testing.assert_allclose(grad[i], numeric, atol=2e-3, rtol=2e-3)
 
 
-@pytest.mark.parametrize("name", sorted(REFERENCES))
 @pytest.mark.parametrize("batch", [(), (3,)])
-def test_orthogonal_product_is_the_rotation_times_v(name, batch):
-    """`orthogonal_product(name)(P, V)` = R(P)·V, whether the map has a direct form (Cayley's solve with V's
-    columns) or not, for one matrix and a stack of blocks."""
+def test_cayley_product_is_the_rotation_times_v(batch):
+    """`cayley_product(P, V)` = (I + S)(I − S)⁻¹·V (NumPy's explicit inverse), one matrix and a stack of blocks."""
     rng = np.random.default_rng(8)
     p = _random(10, seed=9, batch=batch)
     v = rng.standard_normal(batch + (10, 4)).astype(np.float32)
-    got = ops.convert_to_numpy(orthogonal.orthogonal_product(name)(ops.convert_to_tensor(p), ops.convert_to_tensor(v)))
+    got = ops.convert_to_numpy(orthogonal.cayley_product(ops.convert_to_tensor(p), ops.convert_to_tensor(v)))
     assert got.shape == batch + (10, 4) and got.dtype == np.float32
-    expected = np.stack([REFERENCES[name](b) @ vb for b, vb in zip(p.reshape(-1, 10, 10), v.reshape(-1, 10, 4))])
+    expected = np.stack([np_cayley(b) @ vb for b, vb in zip(p.reshape(-1, 10, 10), v.reshape(-1, 10, 4))])
     np.testing.assert_allclose(got, expected.reshape(got.shape), atol=3e-5)
-
-
-def test_cayley_is_the_only_direct_product_and_callables_use_the_matmul():
-    assert orthogonal.orthogonal_product("cayley") is orthogonal.cayley_product
-    p, v = _random(5, seed=10), np.random.default_rng(11).standard_normal((5, 2)).astype(np.float32)
-    custom = orthogonal.orthogonal_product(lambda q: q * 2.0)
-    np.testing.assert_allclose(ops.convert_to_numpy(custom(p, v)), 2.0 * p @ v, rtol=1e-5, atol=1e-5)
-    with pytest.raises(ValueError, match="Unknown orthogonalization 'nope'"):
-        orthogonal.orthogonal_product("nope")
 
 
 @pytest.mark.parametrize("batch", [(), (2,)])
@@ -280,6 +269,25 @@ def test_degenerate_inputs_give_finite_orthogonal_outputs(p):
             weights = np.arange(16, dtype=np.float32).reshape(4, 4)
             _, grad = testing.value_and_grad(lambda q: ops.sum(ops.multiply(fn(q), weights)), p)
             assert np.all(np.isfinite(grad))
+
+
+@given(
+    hnp.arrays(
+        np.float32,
+        (4, 4),
+        elements=st.sampled_from([0.0, 1.0, -1.0, 2.0, 1e-3, -1e3]),
+    )
+)
+def test_degenerate_inputs_give_a_finite_cayley_product_and_gradient(p):
+    """Zero, repeated or huge P: W = R·V stays finite, keeps V's column norms (R is orthogonal), and so does the
+    gradient to P."""
+    v = np.arange(8, dtype=np.float32).reshape(4, 2) - 3.5
+    w = _apply(lambda q: orthogonal.cayley_product(q, v), p)
+    assert np.all(np.isfinite(w))
+    np.testing.assert_allclose(np.linalg.norm(w, axis=0), np.linalg.norm(v, axis=0), rtol=1e-3)
+    weights = np.arange(8, dtype=np.float32).reshape(4, 2)
+    _, grad = testing.value_and_grad(lambda q: ops.sum(ops.multiply(orthogonal.cayley_product(q, v), weights)), p)
+    assert np.all(np.isfinite(grad))
 
 
 def test_registry_errors():
