@@ -32,6 +32,7 @@ import keras
 import numpy as np
 
 from sphere_tf.ops import acceleration
+from sphere_tf.ops import fourier
 
 
 def _to_numpy(x):
@@ -491,6 +492,26 @@ CONV_NORM_GEOMETRIES = [
     ((10, 9), (1, 3), (1, 2), "valid"),
     ((11, 11), (5, 5), (3, 3), "same"),
 ]
+
+
+def conv_norm_case(size, kernel_size, strides, padding):
+    """Inputs of a ConvNorm2D plug-in parity case for a `CONV_NORM_GEOMETRIES` entry, float32 NumPy seeded by the
+    geometry: `(x, kernel, normalizer, upstream)` with 3 × `size` × 4 inputs, a kernel to 5 filters, its V̂ on the
+    full grid and a gradient of the reference output's shape."""
+    rng = np.random.default_rng([*size, *kernel_size, *strides])
+    x = rng.standard_normal((3, *size, 4)).astype(np.float32)
+    kernel = (0.3 * rng.standard_normal((*kernel_size, 4, 5))).astype(np.float32)
+    normalizer = keras.ops.convert_to_numpy(fourier.spectral_normalizer(kernel, fourier.full_size(size, kernel_size)))
+    shape = fourier.fourier_conv_norm(x, kernel, normalizer, strides, padding).shape
+    upstream = rng.standard_normal(shape).astype(np.float32)
+    return x, kernel, normalizer, upstream
+
+
+def assert_float32_parity(got, want, names, rtol=1e-4):
+    """Each `got` array has `want`'s shape, is float32 and matches it within `rtol` and `rtol`·max|want|."""
+    for name, g, w in zip(names, got, want, strict=True):
+        assert g.shape == w.shape and g.dtype == np.float32, name
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol * np.abs(w).max(), err_msg=name)
 
 
 def response_case(magnitude, angular, weighted, units=5):

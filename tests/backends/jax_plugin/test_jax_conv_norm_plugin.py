@@ -43,19 +43,12 @@ def _values_and_grads(fn, x, kernel, upstream, jit):
 def test_plugin_conv_norm_matches_the_reference(size, kernel_size, strides, padding, jit):
     from sphere_tf.backends.jax import conv_norm as conv_norm_lib
 
-    rng = np.random.default_rng([*size, *kernel_size, *strides])
-    x = rng.standard_normal((3, *size, 4)).astype(np.float32)
-    kernel = (0.3 * rng.standard_normal((*kernel_size, 4, 5))).astype(np.float32)
-    normalizer = fourier.spectral_normalizer(kernel, fourier.full_size(size, kernel_size))
-    shape = fourier.fourier_conv_norm(x, kernel, normalizer, strides, padding).shape
-    upstream = rng.standard_normal(shape).astype(np.float32)
+    x, kernel, normalizer, upstream = testing.conv_norm_case(size, kernel_size, strides, padding)
     want = _values_and_grads(lambda a, k: fourier.fourier_conv_norm(a, k, normalizer, strides, padding),
                              x, kernel, upstream, jit)
     got = _values_and_grads(lambda a, k: conv_norm_lib.conv_norm(a, k, normalizer, strides, padding),
                             x, kernel, upstream, jit)
-    for name, w, g in zip(("value", "d_inputs", "d_kernel"), want, got):
-        assert g.shape == w.shape and g.dtype == np.float32, name
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * np.abs(w).max(), err_msg=name)
+    testing.assert_float32_parity(got, want, ("value", "d_inputs", "d_kernel"))
 
 
 def test_plugin_conv_norm_stops_the_gradient_to_the_normalizer():
@@ -106,8 +99,7 @@ def test_shifted_depthwise_conv_matches_numpy_loops_and_the_grouped_conv(kernel_
         lambda a, k: (conv_norm_lib.depthwise_conv(a, k, padding) * upstream).sum(), [x, kernel])
     _, grads_grouped, _ = testing.gradients(
         lambda a, k: (keras.ops.depthwise_conv(a, k, strides=1, padding=padding) * upstream).sum(), [x, kernel])
-    for name, g, w in zip(("d_inputs", "d_kernel"), grads_plugin, grads_grouped):
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * np.abs(w).max(), err_msg=name)
+    testing.assert_float32_parity(grads_plugin, grads_grouped, ("d_inputs", "d_kernel"))
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

@@ -35,17 +35,11 @@ def _values_and_grads(fn, x, kernel, normalizer, strides, padding, upstream, jit
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "xla"])
 @pytest.mark.parametrize("size,kernel_size,strides,padding", GEOMETRIES)
 def test_plugin_conv_norm_matches_the_reference(size, kernel_size, strides, padding, jit):
-    rng = np.random.default_rng([*size, *kernel_size, *strides])
-    x = rng.standard_normal((3, *size, 4)).astype(np.float32)
-    kernel = (0.3 * rng.standard_normal((*kernel_size, 4, 5))).astype(np.float32)
-    normalizer = fourier.spectral_normalizer(kernel, fourier.full_size(size, kernel_size))
-    shape = fourier.fourier_conv_norm(x, kernel, normalizer, strides, padding).shape
-    upstream = tf.constant(rng.standard_normal(shape).astype(np.float32))
+    x, kernel, normalizer, upstream = testing.conv_norm_case(size, kernel_size, strides, padding)
+    upstream = tf.constant(upstream)
     want = _values_and_grads(fourier.fourier_conv_norm, x, kernel, normalizer, strides, padding, upstream, jit)
     got = _values_and_grads(conv_norm_lib.conv_norm, x, kernel, normalizer, strides, padding, upstream, jit)
-    for name, w, g in zip(("value", "d_inputs", "d_kernel"), want, got):
-        assert g.shape == w.shape and g.dtype == np.float32, name
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4 * np.abs(w).max(), err_msg=name)
+    testing.assert_float32_parity(got, want, ("value", "d_inputs", "d_kernel"))
 
 
 def test_half_precision_inputs_are_computed_in_float32():
